@@ -1,0 +1,151 @@
+"""Asyncio client of a run's supervisor socket: subscribe to events, send commands.
+
+Used by the dashboard (inside a Textual worker) and by the headless mode. One
+reader task splits incoming frames: replies (``ack``/``err`` with the command's
+``id``) resolve the waiting ``command()`` call; everything else is an event and
+goes to ``events()``. A lost connection ends ``events()`` with ``ConnectionLost``
+so the caller can reconnect and resubscribe from the last ``seq`` it saw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+from trainer_runtime.protocol import FrameBuffer, ProtocolError, encode
+
+READ_CHUNK = 1 << 16
+
+
+class ClientError(Exception):
+    """Base of the client's errors."""
+
+
+class ConnectionLost(ClientError):
+    """The supervisor went away (or sent a frame we cannot read)."""
+
+
+class CommandError(ClientError):
+    """The supervisor answered a command with ``err``."""
+
+
+class RunClient:
+    """One connection to one run's supervisor."""
+
+    def __init__(self, socket_path: Path | str) -> None:
+        self.socket_path = Path(socket_path)
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._events: asyncio.Queue[dict[str, Any] | BaseException] = asyncio.Queue()
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self._read_task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    async def connect(self, timeout_s: float = 5.0) -> None:
+        try:
+            self._reader, self._writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(str(self.socket_path), limit=READ_CHUNK), timeout_s
+            )
+        except (OSError, TimeoutError) as exc:
+            raise ConnectionLost(f"cannot connect to {self.socket_path}: {exc}") from None
+        self._read_task = asyncio.create_task(self._read_loop(), name="gpuwatch-client-reader")
+
+    async def __aenter__(self) -> RunClient:
+        await self.connect()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def _read_loop(self) -> None:
+        assert self._reader is not None
+        frames = FrameBuffer()
+        failure: BaseException = ConnectionLost("the supervisor closed the connection")
+        try:
+            while True:
+                chunk = await self._reader.read(READ_CHUNK)
+                if not chunk:
+                    break
+                for frame in frames.feed(chunk):
+                    kind = frame["type"]
+                    if kind in ("ack", "err") and isinstance(frame.get("id"), int):
+                        future = self._pending.pop(frame["id"], None)
+                        if future is not None and not future.done():
+                            future.set_result(frame)
+                        continue
+                    self._events.put_nowait(frame)
+        except ProtocolError as exc:
+            failure = ConnectionLost(f"bad frame from the supervisor: {exc}")
+        except (OSError, asyncio.IncompleteReadError) as exc:
+            failure = ConnectionLost(f"connection to the supervisor failed: {exc}")
+        finally:
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(ConnectionLost("connection lost before the reply"))
+            self._pending.clear()
+            self._events.put_nowait(failure)
+
+    async def command(self, frame_type: str, timeout_s: float = 60.0, **fields: Any) -> dict[str, Any]:
+        """Send a command and wait for its ack; raises CommandError on err."""
+        if self._writer is None:
+            raise ConnectionLost("not connected")
+        command_id = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[command_id] = future
+        try:
+            self._writer.write(encode(frame_type, id=command_id, **fields))
+            await self._writer.drain()
+        except OSError as exc:
+            self._pending.pop(command_id, None)
+            raise ConnectionLost(f"cannot send to the supervisor: {exc}") from None
+        reply = await asyncio.wait_for(future, timeout_s)
+        if reply["type"] == "err":
+            raise CommandError(str(reply.get("message", "command failed")))
+        return reply
+
+    async def subscribe(self, from_seq: int = 0) -> dict[str, Any]:
+        """Ask for every recorded event with seq >= from_seq, then live ones."""
+        return await self.command("subscribe", from_seq=from_seq)
+
+    async def events(self) -> AsyncIterator[dict[str, Any]]:
+        """Yield events until the connection ends; then raise ConnectionLost."""
+        while True:
+            item = await self._events.get()
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+    async def next_batch(self, max_items: int = 500) -> list[dict[str, Any]]:
+        """Wait for at least one event, return it with every other already queued one."""
+        first = await self._events.get()
+        if isinstance(first, BaseException):
+            raise first
+        batch = [first]
+        while len(batch) < max_items and not self._events.empty():
+            item = self._events.get_nowait()
+            if isinstance(item, BaseException):
+                self._events.put_nowait(item)  # raise it on the next call
+                break
+            batch.append(item)
+        return batch
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._writer is not None:
+            self._writer.close()
+            try:
+                await self._writer.wait_closed()
+            except OSError:
+                pass
+        if self._read_task is not None:
+            self._read_task.cancel()
+            try:
+                await self._read_task
+            except (asyncio.CancelledError, Exception):
+                pass

@@ -1,0 +1,275 @@
+"""Run directories: where runs live, their ids, their sockets, and listing them.
+
+Layout under ``$GPUWATCH_HOME`` (default ``$XDG_STATE_HOME/gpuwatch``, i.e.
+``~/.local/state/gpuwatch``)::
+
+    runs/<run-id>/config.yaml        the config as given (copied at start)
+    runs/<run-id>/attempt-N.yaml     the validated config each attempt ran with
+    runs/<run-id>/events.jsonl       append-only record of every event (truth)
+    runs/<run-id>/trainer.log        the trainer's stdout and stderr, all attempts
+    runs/<run-id>/supervisor.log     the supervisor's own log
+    runs/<run-id>/supervisor.json    pid and socket path of the live supervisor
+    runs/<run-id>/checkpoints/       tf.train.CheckpointManager's directory
+    sock/<run-id>.sock               the supervisor's socket (dir 0700, socket 0600)
+
+The socket directory is not under /run/user (logind deletes it at logout). When
+``$GPUWATCH_HOME`` is so deep that a socket path would pass the AF_UNIX limit
+(108 bytes), sockets go to ``/tmp/gpuwatch-<uid>-<hash>/`` instead, 0700 too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import stat
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainer_runtime.protocol import TERMINAL_STATUSES
+
+SOCKET_PATH_MAX = 100  # AF_UNIX allows 108 bytes with the NUL; keep a margin
+RUN_ID_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no l/1/o/0/i: typeable over SSH
+
+
+class RunError(Exception):
+    """A run that cannot be found, or a prefix that names several."""
+
+
+def gpuwatch_home() -> Path:
+    explicit = os.environ.get("GPUWATCH_HOME")
+    if explicit:
+        return Path(explicit).expanduser()
+    state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(state) / "gpuwatch"
+
+
+def runs_root(home: Path | None = None) -> Path:
+    return (home or gpuwatch_home()) / "runs"
+
+
+def new_run_id() -> str:
+    """Short, typeable, sortable by start time: <yymmdd>-<4 random letters>."""
+    stamp = time.strftime("%m%d")
+    tail = "".join(secrets.choice(RUN_ID_ALPHABET) for _ in range(4))
+    return f"{stamp}-{tail}"
+
+
+def create_run_dir(home: Path | None = None) -> tuple[str, Path]:
+    root = runs_root(home)
+    root.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        run_id = new_run_id()
+        run_dir = root / run_id
+        try:
+            run_dir.mkdir()
+        except FileExistsError:
+            continue
+        (run_dir / "checkpoints").mkdir()
+        return run_id, run_dir
+    raise RunError(f"could not make a new run directory under {root}")
+
+
+def ensure_private_dir(path: Path) -> Path:
+    """Create a 0700 directory we own; refuse one that someone else owns or others can enter."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise RunError(f"{path} is not a directory")
+    if info.st_uid != os.getuid():
+        raise RunError(f"{path} belongs to uid {info.st_uid}, not to you ({os.getuid()})")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def socket_dir(home: Path | None = None) -> Path:
+    base = (home or gpuwatch_home()).resolve()
+    candidate = base / "sock"
+    if len(str(candidate)) + 20 <= SOCKET_PATH_MAX:
+        return candidate
+    digest = hashlib.sha1(str(base).encode()).hexdigest()[:10]
+    return Path(f"/tmp/gpuwatch-{os.getuid()}-{digest}")
+
+
+def socket_path_for(run_id: str, home: Path | None = None) -> Path:
+    return socket_dir(home) / f"{run_id}.sock"
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie still answers kill(0); treat it as gone.
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+@dataclass(frozen=True)
+class RunInfo:
+    """What `gpuwatch ls` shows of one run, read from its directory."""
+
+    run_id: str
+    run_dir: Path
+    name: str
+    status: str
+    attempt: int
+    step: int
+    examples_per_s: float | None
+    started: float | None
+    supervisor_pid: int | None
+    socket_path: Path | None
+    exit_code: int | None = None
+    message: str | None = None
+
+    @property
+    def live(self) -> bool:
+        return self.status not in TERMINAL_STATUSES
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "run_dir": str(self.run_dir),
+            "name": self.name,
+            "status": self.status,
+            "attempt": self.attempt,
+            "step": self.step,
+            "examples_per_s": self.examples_per_s,
+            "started": self.started,
+            "supervisor_pid": self.supervisor_pid,
+            "exit_code": self.exit_code,
+            "message": self.message,
+        }
+
+
+def read_supervisor_info(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / "supervisor.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _tail_lines(path: Path, max_bytes: int = 256 * 1024) -> list[bytes]:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            size = fh.tell()
+            fh.seek(max(0, size - max_bytes))
+            data = fh.read()
+    except OSError:
+        return []
+    lines = data.split(b"\n")
+    if size > max_bytes:
+        lines = lines[1:]  # the first may be cut
+    return [line for line in lines if line.strip()]
+
+
+def read_run_info(run_dir: Path) -> RunInfo:
+    """Summarise a run from the tail of events.jsonl and whether its supervisor lives."""
+    run_id = run_dir.name
+    name = run_id
+    status = "starting"
+    attempt = 0
+    step = 0
+    started: float | None = None
+    exit_code: int | None = None
+    message: str | None = None
+    rates: list[float] = []
+    head = _head_event(run_dir / "events.jsonl")
+    if head is not None and head.get("type") == "run":
+        name = str(head.get("name", name))
+        started = head.get("t")
+    for raw in _tail_lines(run_dir / "events.jsonl"):
+        try:
+            event = json.loads(raw)
+        except ValueError:
+            continue
+        kind = event.get("type")
+        if kind == "status":
+            status = str(event.get("status", status))
+            attempt = int(event.get("attempt") or attempt)
+            exit_code = event.get("exit_code")
+            message = event.get("message")
+        elif kind == "attempt":
+            attempt = int(event.get("attempt") or attempt)
+        elif kind == "step":
+            step = int(event.get("step") or step)
+            ms = event.get("step_time_ms") or 0
+            if ms > 0:
+                rates.append(float(event.get("examples", 0)) * 1000.0 / ms)
+    info = read_supervisor_info(run_dir)
+    pid = info.get("pid")
+    if status not in TERMINAL_STATUSES and not pid_alive(pid):
+        status = "lost"
+        message = message or "the supervisor is gone (killed, or the machine restarted)"
+    sock = info.get("socket")
+    recent = sorted(rates[-50:])
+    return RunInfo(
+        run_id=run_id,
+        run_dir=run_dir,
+        name=name,
+        status=status,
+        attempt=attempt,
+        step=step,
+        examples_per_s=recent[len(recent) // 2] if recent else None,
+        started=started,
+        supervisor_pid=pid if pid_alive(pid) else None,
+        socket_path=Path(sock) if sock else None,
+        exit_code=exit_code,
+        message=message,
+    )
+
+
+def _head_event(path: Path) -> dict[str, Any] | None:
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(1 << 20)
+        event = json.loads(first)
+    except (OSError, ValueError):
+        return None
+    return event if isinstance(event, dict) else None
+
+
+def list_runs(home: Path | None = None) -> list[RunInfo]:
+    """Every run, newest first."""
+    root = runs_root(home)
+    if not root.is_dir():
+        return []
+    dirs = [d for d in root.iterdir() if d.is_dir() and (d / "events.jsonl").exists()]
+    infos = [read_run_info(d) for d in dirs]
+    infos.sort(key=lambda i: (i.started or 0.0, i.run_id), reverse=True)
+    return infos
+
+
+def resolve_run(prefix: str | None, home: Path | None = None, *, live_only: bool = False) -> RunInfo:
+    """The run a person meant: a unique id prefix, or (None) the most recent live one."""
+    runs = list_runs(home)
+    if prefix is None:
+        live = [r for r in runs if r.live]
+        if not live:
+            raise RunError("no live run on this machine (gpuwatch ls lists all runs)")
+        return live[0]
+    matches = [r for r in runs if r.run_id.startswith(prefix)]
+    exact = [r for r in matches if r.run_id == prefix]
+    if exact:
+        matches = exact
+    if live_only:
+        matches = [r for r in matches if r.live]
+    if not matches:
+        raise RunError(f"no run matches {prefix!r} (gpuwatch ls lists runs)")
+    if len(matches) > 1:
+        ids = ", ".join(r.run_id for r in matches[:6])
+        raise RunError(f"{prefix!r} matches {len(matches)} runs: {ids}; type more of the id")
+    return matches[0]
