@@ -1,0 +1,162 @@
+"""RunState fold: per-attempt figures against known inputs, dedupe, pending settings."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuwatch.runstate import (
+    WARMUP_STEPS,
+    RunState,
+    SettingRefused,
+    describe_pending,
+    pending_overrides,
+    step_accumulation,
+    step_batch,
+    toggle_prefetch,
+)
+
+SETTINGS = {
+    "name": "demo",
+    "data": {"prefetch": False, "parallel_calls": 1},
+    "train": {"global_batch_size": 256, "accumulation_steps": 1},
+    "strategy": {"cpu_replicas": 2},
+}
+
+
+def step(seq: int, attempt: int, number: int, step_ms: float, wait_ms: float, **extra):
+    return {
+        "type": "step", "seq": seq, "t": 1000.0 + seq, "attempt": attempt, "step": number,
+        "micro_step": number, "epoch": 0, "loss": 1.0, "lr": 1e-3, "examples": 256,
+        "step_time_ms": step_ms, "input_wait_ms": wait_ms, "grad_sync_bytes": 1000.0, **extra,
+    }
+
+
+def test_input_wait_pct_is_ratio_of_sums_after_warmup():
+    state = RunState()
+    state.apply({"type": "attempt", "seq": 0, "attempt": 1, "settings": SETTINGS})
+    events = []
+    # Warm-up steps: huge, must not count.
+    for i in range(WARMUP_STEPS):
+        events.append(step(1 + i, 1, i + 1, 5000.0, 4000.0))
+    # Measured: step times 100, 200, 300, 400 ms; waits 10, 20, 30, 140 ms.
+    # ratio of sums = 200 / 1000 = 20.0 % exactly (mean of ratios would be 16.25 %).
+    for j, (ms, wait) in enumerate([(100, 10), (200, 20), (300, 30), (400, 140)]):
+        events.append(step(100 + j, 1, 10 + j, ms, wait))
+    state.apply_many(events)
+    summary = state.attempts[1]
+    assert summary.steps_seen == WARMUP_STEPS + 4
+    assert summary.measured_steps == 4
+    assert summary.input_wait_pct == pytest.approx(20.0)
+    # examples/s per step: 2560, 1280, 853.3, 640 -> median (1280 + 853.33) / 2
+    assert summary.median_examples_per_s == pytest.approx((1280 + 256000 / 300) / 2)
+    # 4 steps x 1000 bytes over 1.0 s
+    assert summary.grad_sync_bytes_per_s == pytest.approx(4000.0)
+
+
+def test_attempt_without_enough_steps_is_not_measured():
+    state = RunState()
+    state.apply_many(step(i, 1, i + 1, 100, 50) for i in range(WARMUP_STEPS))
+    assert state.attempts[1].input_wait_pct is None
+    assert state.attempts[1].median_examples_per_s is None
+
+
+def test_replayed_seq_is_skipped_so_steps_are_not_counted_twice():
+    state = RunState()
+    first = [step(i, 1, i + 1, 100, 10) for i in range(20)]
+    state.apply_many(first)
+    # A reconnect that overlaps: seq 15..29
+    state.apply_many([step(i, 1, i + 1, 100, 10) for i in range(15, 30)])
+    assert state.attempts[1].steps_seen == 30
+    assert state.duplicates_skipped == 5
+    assert state.last_seq == 29
+    assert state.last_step is not None and state.last_step.step == 30
+
+
+def test_two_attempts_are_summarised_separately():
+    state = RunState()
+    seq = 0
+    for attempt, wait in ((1, 40.0), (2, 4.0)):
+        settings = {**SETTINGS, "data": {"prefetch": attempt == 2, "parallel_calls": 1}}
+        state.apply({"type": "attempt", "seq": seq, "attempt": attempt, "settings": settings})
+        seq += 1
+        for i in range(WARMUP_STEPS + 10):
+            state.apply(step(seq, attempt, 100 * attempt + i, 100.0, wait))
+            seq += 1
+    assert state.attempt == 2
+    assert state.attempts[1].input_wait_pct == pytest.approx(40.0)
+    assert state.attempts[2].input_wait_pct == pytest.approx(4.0)
+    assert state.attempts[1].prefetch is False
+    assert state.attempts[2].prefetch is True
+    assert state.recent_input_wait_pct() == pytest.approx(4.0)
+    assert all(p.attempt == 2 for p in state.recent_steps())
+
+
+def test_status_crashed_keeps_exit_code_and_log_tail():
+    state = RunState()
+    state.apply({"type": "attempt", "seq": 0, "attempt": 1, "settings": SETTINGS})
+    state.apply({
+        "type": "status", "seq": 1, "status": "crashed", "attempt": 1, "exit_code": 1,
+        "signal": None, "message": "trainer exited with code 1",
+        "log_tail": ["Traceback (most recent call last):", "ValueError: boom"],
+    })
+    assert state.status == "crashed" and state.terminal
+    assert state.exit_code == 1
+    assert state.log_tail[-1] == "ValueError: boom"
+    assert state.attempts[1].end == "crashed"
+
+
+def test_changes_are_reported_once():
+    state = RunState()
+    state.take_changes()
+    state.apply({"type": "sample", "seq": 0, "host": {"cpu_pct": 50.0}, "gpus": [], "nvml": "x"})
+    assert state.take_changes() == {"devices"}
+    assert state.take_changes() == set()
+
+
+def test_toggle_prefetch_and_describe():
+    pending = toggle_prefetch(SETTINGS, {})
+    assert pending == {"data.prefetch": True}
+    assert describe_pending(SETTINGS, pending) == "prefetch off→on"
+    # Toggling back cancels the change entirely.
+    assert toggle_prefetch(SETTINGS, pending) == {}
+    autotune = {**SETTINGS, "data": {"prefetch": "autotune"}}
+    assert toggle_prefetch(autotune, {}) == {"data.prefetch": False}
+
+
+def test_accumulation_doubles_and_halves_with_divisibility():
+    pending = step_accumulation(SETTINGS, {}, up=True, replicas=2)
+    assert pending == {"train.accumulation_steps": 2}
+    pending = toggle_prefetch(SETTINGS, pending)
+    assert describe_pending(SETTINGS, pending) == "accumulation 1→2, prefetch off→on"
+    with pytest.raises(SettingRefused, match="already 1"):
+        step_accumulation(SETTINGS, {}, up=False, replicas=2)
+    # 256 / (2 x 256) does not split: refused at accumulation 256.
+    pending = {}
+    for _ in range(7):
+        pending = step_accumulation(SETTINGS, pending, up=True, replicas=2)
+    assert pending["train.accumulation_steps"] == 128
+    with pytest.raises(SettingRefused, match="does not split over 2 replicas x 256"):
+        step_accumulation(SETTINGS, pending, up=True, replicas=2)
+
+
+def test_accumulation_refused_for_three_replicas():
+    settings = {**SETTINGS, "train": {"global_batch_size": 96, "accumulation_steps": 1}}
+    assert step_accumulation(settings, {}, up=True, replicas=3) == {"train.accumulation_steps": 2}
+    settings = {**SETTINGS, "train": {"global_batch_size": 9, "accumulation_steps": 1}}
+    with pytest.raises(SettingRefused):
+        step_accumulation(settings, {}, up=True, replicas=3)
+
+
+def test_batch_halves_until_it_cannot_split():
+    assert step_batch(SETTINGS, {}, up=True, replicas=2) == {"train.global_batch_size": 512}
+    pending: dict = {}
+    for _ in range(7):
+        pending = step_batch(SETTINGS, pending, up=False, replicas=2)
+    assert pending == {"train.global_batch_size": 2}
+    with pytest.raises(SettingRefused, match="does not split"):
+        step_batch(SETTINGS, pending, up=False, replicas=2)
+
+
+def test_pending_overrides_drop_values_equal_to_current():
+    pending = {"data.prefetch": False, "train.global_batch_size": 512}
+    assert pending_overrides(SETTINGS, pending) == {"train.global_batch_size": 512}
