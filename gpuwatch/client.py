@@ -89,7 +89,9 @@ class RunClient:
             self._pending.clear()
             self._events.put_nowait(failure)
 
-    async def command(self, frame_type: str, timeout_s: float = 60.0, **fields: Any) -> dict[str, Any]:
+    async def command(
+        self, frame_type: str, timeout_s: float = 60.0, **fields: Any
+    ) -> dict[str, Any]:
         """Send a command and wait for its ack; raises CommandError on err."""
         if self._writer is None:
             raise ConnectionLost("not connected")

@@ -253,7 +253,9 @@ def list_runs(home: Path | None = None) -> list[RunInfo]:
     return infos
 
 
-def resolve_run(prefix: str | None, home: Path | None = None, *, live_only: bool = False) -> RunInfo:
+def resolve_run(
+    prefix: str | None, home: Path | None = None, *, live_only: bool = False
+) -> RunInfo:
     """The run a person meant: a unique id prefix, or (None) the most recent live one."""
     runs = list_runs(home)
     if prefix is None:

@@ -95,7 +95,9 @@ def decode(line: bytes) -> dict[str, Any]:
     if not isinstance(frame, dict):
         raise ProtocolError("frame is not a JSON object")
     if frame.get("v") != PROTOCOL_VERSION:
-        raise ProtocolError(f"frame has protocol version {frame.get('v')!r}, want {PROTOCOL_VERSION}")
+        raise ProtocolError(
+            f"frame has protocol version {frame.get('v')!r}, want {PROTOCOL_VERSION}"
+        )
     if not isinstance(frame.get("type"), str):
         raise ProtocolError("frame has no string 'type'")
     return frame

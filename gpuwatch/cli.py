@@ -1,0 +1,374 @@
+"""gpuwatch's command line: train, attach, ls, stop, logs, doctor.
+
+Imports are lazy: `gpuwatch --help` must answer in well under half a second, and
+only the dashboard needs Textual. TensorFlow is never imported here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuwatch.runs import RunInfo
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+SUPERVISOR_START_TIMEOUT_S = 30.0
+
+
+def _err(message: str) -> None:
+    print(f"gpuwatch: {message}", file=sys.stderr)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="gpuwatch",
+        description="Run TensorFlow MirroredStrategy training and watch it live in the terminal.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    train = sub.add_parser("train", help="start a training run and watch it")
+    train.add_argument("config", help="the run's YAML config, e.g. demo/demo.yaml")
+    train.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config key, e.g. --set data.prefetch=on (repeatable)",
+    )
+    mode = train.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--headless", action="store_true", help="no dashboard: progress lines, then a summary"
+    )
+    mode.add_argument(
+        "--detach", action="store_true", help="start the run, print its id and return"
+    )
+    train.add_argument("--max-steps", type=int, default=None, help="stop after N optimizer steps")
+    train.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
+
+    attach = sub.add_parser(
+        "attach", help="watch a run again (the most recent live one by default)"
+    )
+    attach.add_argument("run", nargs="?", help="run id or a unique prefix of it")
+
+    ls = sub.add_parser("ls", help="list runs")
+    ls.add_argument("--json", action="store_true", help="one JSON object per run")
+
+    stop = sub.add_parser("stop", help="stop a run (the trainer checkpoints first)")
+    stop.add_argument("run", help="run id or a unique prefix of it")
+
+    logs = sub.add_parser("logs", help="print a run's trainer log")
+    logs.add_argument("run", help="run id or a unique prefix of it")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing as it grows")
+
+    sub.add_parser("doctor", help="check Python, TensorFlow, NVML and the GPUs")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    handler = {
+        "train": cmd_train,
+        "attach": cmd_attach,
+        "ls": cmd_ls,
+        "stop": cmd_stop,
+        "logs": cmd_logs,
+        "doctor": cmd_doctor,
+    }[args.command]
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+# -- train ------------------------------------------------------------------------
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from gpuwatch import runs
+    from gpuwatch.config import (
+        ConfigError,
+        check_replicas,
+        dump_config,
+        expected_replicas,
+        load_config,
+    )
+
+    overrides = list(args.overrides)
+    if args.max_steps is not None:
+        if args.max_steps < 1:
+            _err(f"--max-steps must be at least 1 (got {args.max_steps})")
+            return EXIT_USAGE
+        overrides.append(f"train.max_steps={args.max_steps}")
+    try:
+        loaded = load_config(args.config, overrides)
+        check_replicas(loaded.config, expected_replicas(loaded.config), source=str(args.config))
+    except ConfigError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    if importlib.util.find_spec("tensorflow") is None:
+        _err(
+            "TensorFlow is not installed in this Python: pip install -e '.[cpu]' "
+            "(or '.[gpu]' on a machine with NVIDIA GPUs)"
+        )
+        return EXIT_USAGE
+
+    home = runs.gpuwatch_home()
+    run_id, run_dir = runs.create_run_dir(home)
+    (run_dir / "config.yaml").write_text(dump_config(loaded.config))
+    (run_dir / "source.yaml").write_text(loaded.text)
+    try:
+        info = start_supervisor(run_dir, fresh=args.fresh)
+    except RuntimeError as exc:
+        _err(str(exc))
+        return EXIT_FAILED
+    if args.detach:
+        print(run_id)
+        return EXIT_OK
+    if args.headless:
+        from gpuwatch.headless import run_headless
+
+        return run_headless(info)
+    return _dashboard(info)
+
+
+def _supervisor_command(run_dir: Path) -> list[str]:
+    return [sys.executable, "-m", "gpuwatch.supervisor", "--run-dir", str(run_dir)]
+
+
+def detach_method() -> str:
+    """How the supervisor leaves the terminal: 'systemd-run' with a user manager, else 'setsid'.
+
+    setsid alone survives the terminal and SSH hang-ups, but not logind's
+    KillUserProcesses=yes at logout; a transient systemd user unit does (with
+    `loginctl enable-linger`). GPUWATCH_DETACH=setsid|systemd-run forces one.
+    """
+    import shutil
+    import subprocess
+
+    forced = os.environ.get("GPUWATCH_DETACH")
+    if forced in ("setsid", "systemd-run"):
+        return forced
+    if shutil.which("systemd-run") is None or not os.environ.get("XDG_RUNTIME_DIR"):
+        return "setsid"
+    try:
+        probe = subprocess.run(
+            ["systemctl", "--user", "is-system-running"],
+            capture_output=True,
+            text=True,
+            timeout=2,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return "setsid"
+    return "systemd-run" if probe.stdout.strip() in ("running", "degraded") else "setsid"
+
+
+def start_supervisor(run_dir: Path, *, fresh: bool = False) -> RunInfo:
+    """Start the run's supervisor detached from this terminal; wait until its socket answers."""
+    import subprocess
+
+    from gpuwatch import runs
+
+    env = dict(os.environ)
+    env["GPUWATCH_HOME"] = str(run_dir.parent.parent)
+    if fresh:
+        env["GPUWATCH_FRESH"] = "1"
+    cmd = _supervisor_command(run_dir)
+    method = detach_method()
+    log_path = run_dir / "supervisor.log"
+    with open(log_path, "ab") as log_file:
+        if method == "systemd-run":
+            env_args = [f"--setenv={k}={env[k]}" for k in ("GPUWATCH_HOME", "PATH") if k in env]
+            if fresh:
+                env_args.append("--setenv=GPUWATCH_FRESH=1")
+            unit = f"gpuwatch-{run_dir.name}"
+            cmd = [
+                "systemd-run",
+                "--user",
+                "--collect",
+                "--quiet",
+                f"--unit={unit}",
+                *env_args,
+                f"--property=StandardOutput=append:{log_path}",
+                f"--property=StandardError=append:{log_path}",
+                *cmd,
+            ]
+        proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=log_file,
+            stderr=log_file,
+            start_new_session=True,
+            cwd=str(run_dir),
+            env=env,
+            close_fds=True,
+        )
+    deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        info = runs.read_supervisor_info(run_dir)
+        if info.get("pid") and Path(str(info.get("socket"))).exists():
+            return runs.read_run_info(run_dir)
+        if method == "setsid" and proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    tail = ""
+    try:
+        lines = log_path.read_text(errors="replace").strip().splitlines()
+        tail = lines[-1] if lines else ""
+    except OSError:
+        pass
+    raise RuntimeError(
+        f"the supervisor for run {run_dir.name} did not start"
+        + (f": {tail}" if tail else "")
+        + f" (see {log_path})"
+    )
+
+
+# -- attach, ls, stop, logs ---------------------------------------------------------
+
+
+def _dashboard(info: RunInfo) -> int:
+    from gpuwatch.app import run_dashboard
+    from gpuwatch.runs import gpuwatch_home
+
+    if info.socket_path is None:
+        _err(f"run {info.run_id} has no live supervisor")
+        return EXIT_FAILED
+    result = run_dashboard(gpuwatch_home(), info.run_id, info.socket_path)
+    if result == "detach":
+        print(
+            f"gpuwatch: detached from run {info.run_id}; training goes on. "
+            f"Come back with: gpuwatch attach {info.run_id}"
+        )
+    elif result in ("stop", "stopped"):
+        print(f"gpuwatch: run {info.run_id} stopped.")
+    return EXIT_OK
+
+
+def cmd_attach(args: argparse.Namespace) -> int:
+    from gpuwatch.runs import RunError, resolve_run
+
+    try:
+        info = resolve_run(args.run)
+    except RunError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    if not info.live or info.socket_path is None or not info.socket_path.exists():
+        _err(
+            f"run {info.run_id} is {info.status}; nothing to attach to "
+            f"(gpuwatch logs {info.run_id} shows its log)"
+        )
+        return EXIT_FAILED
+    return _dashboard(info)
+
+
+def _format_age(started: float | None) -> str:
+    if not started:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(started))
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    import json
+
+    from gpuwatch.runs import list_runs
+
+    infos = list_runs()
+    if args.json:
+        for info in infos:
+            print(json.dumps(info.as_json()))
+        return EXIT_OK
+    if not infos:
+        print("no runs yet (gpuwatch train CONFIG starts one)")
+        return EXIT_OK
+    header = (
+        f"{'RUN':<10} {'NAME':<12} {'STATUS':<9} {'ATTEMPT':>7} {'STEP':>8} {'EX/S':>9}  STARTED"
+    )
+    print(header)
+    for info in infos:
+        rate = f"{info.examples_per_s:,.0f}" if info.examples_per_s else "-"
+        print(
+            f"{info.run_id:<10} {info.name[:12]:<12} {info.status:<9} {info.attempt:>7} "
+            f"{info.step:>8} {rate:>9}  {_format_age(info.started)}"
+        )
+        if info.status in ("crashed", "lost") and info.message:
+            print(f"{'':<10} {info.message}")
+    return EXIT_OK
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from gpuwatch.client import ClientError, RunClient
+    from gpuwatch.runs import RunError, resolve_run
+
+    try:
+        info = resolve_run(args.run)
+    except RunError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    if not info.live or info.socket_path is None:
+        print(f"gpuwatch: run {info.run_id} is already {info.status}")
+        return EXIT_OK
+
+    async def stop() -> str:
+        assert info.socket_path is not None
+        async with RunClient(info.socket_path) as client:
+            reply = await client.command("stop", timeout_s=120.0)
+            return str(reply.get("status"))
+
+    try:
+        status = asyncio.run(stop())
+    except ClientError as exc:
+        _err(f"could not stop run {info.run_id}: {exc}")
+        return EXIT_FAILED
+    print(f"gpuwatch: run {info.run_id} {status}")
+    return EXIT_OK
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from gpuwatch.runs import RunError, read_run_info, resolve_run
+
+    try:
+        info = resolve_run(args.run)
+    except RunError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    path = info.run_dir / "trainer.log"
+    if not path.exists():
+        _err(f"run {info.run_id} has no trainer log yet ({path})")
+        return EXIT_FAILED
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(1 << 16)
+            if chunk:
+                sys.stdout.buffer.write(chunk)
+                continue
+            sys.stdout.flush()
+            if not args.follow or not read_run_info(info.run_dir).live:
+                return EXIT_OK
+            time.sleep(0.5)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from gpuwatch.doctor import main as doctor_main
+
+    return doctor_main([])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,118 @@
+"""Headless mode: follow a run without a dashboard, print progress lines and a summary.
+
+`gpuwatch train CONFIG --headless [--max-steps N]` runs the same supervisor and
+trainer as the dashboard; this client prints a line every few seconds and,
+when the run ends, `summary: steps=N examples_per_s=X input_wait_pct=Y
+replicas=R attempt=A`. Exit 0 when the run finished (or was stopped), 1 when
+the trainer crashed or the supervisor was lost (with the tail of the error).
+Ctrl-C stops the run (the trainer checkpoints first).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+import time
+from typing import TextIO
+
+from gpuwatch.advisor import VERDICTS, input_bound_level
+from gpuwatch.client import ClientError, ConnectionLost, RunClient
+from gpuwatch.runs import RunInfo
+from gpuwatch.runstate import RunState
+
+PROGRESS_EVERY_S = 3.0
+ERROR_TAIL_LINES = 15
+
+
+def _fmt(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def progress_line(state: RunState) -> str:
+    step = state.last_step
+    wait = state.recent_input_wait_pct()
+    verdict = VERDICTS[input_bound_level(wait)] if wait is not None else "measuring"
+    return (
+        f"[{state.run_id or '?'}] attempt {state.attempt} {state.status or 'starting'}"
+        f" | step {step.step if step else 0}"
+        f" | loss {_fmt(step.loss if step else None, '.4f')}"
+        f" | {_fmt(state.recent_examples_per_s(), ',.0f')} ex/s"
+        f" | step {_fmt(state.recent_step_time_ms(), '.1f')} ms"
+        f" | input wait {_fmt(wait, '.1f')}% ({verdict})"
+    )
+
+
+def summary_line(state: RunState) -> str:
+    current = state.current
+    rate = current.median_examples_per_s if current else None
+    wait = current.input_wait_pct if current else None
+    steps = state.last_step.step if state.last_step else 0
+    return (
+        f"summary: steps={steps} examples_per_s={_fmt(rate, '.1f')} "
+        f"input_wait_pct={_fmt(wait, '.1f')} replicas={state.replicas} attempt={state.attempt}"
+    )
+
+
+async def follow(info: RunInfo, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+    assert info.socket_path is not None
+    state = RunState()
+    client = RunClient(info.socket_path)
+    stopping = False
+    loop = asyncio.get_running_loop()
+    stop_tasks: list[asyncio.Task[None]] = []
+
+    async def stop_run() -> None:
+        with contextlib.suppress(ClientError, TimeoutError):
+            await client.command("stop", timeout_s=120.0)
+
+    def on_interrupt() -> None:
+        nonlocal stopping
+        if not stopping:
+            stopping = True
+            print(f"gpuwatch: stopping run {info.run_id} (the trainer checkpoints first)", file=err)
+            stop_tasks.append(loop.create_task(stop_run()))
+
+    loop.add_signal_handler(signal.SIGINT, on_interrupt)
+    loop.add_signal_handler(signal.SIGTERM, on_interrupt)
+    try:
+        await client.connect()
+        await client.subscribe(0)
+        print(f"gpuwatch: run {info.run_id} started; following it headless", file=out, flush=True)
+        last_print = time.monotonic()
+        while True:
+            try:
+                batch = await asyncio.wait_for(client.next_batch(), PROGRESS_EVERY_S)
+            except TimeoutError:
+                batch = []
+            state.apply_many(batch)
+            if state.terminal and state.attempt > 0:
+                break
+            if time.monotonic() - last_print >= PROGRESS_EVERY_S:
+                print(progress_line(state), file=out, flush=True)
+                last_print = time.monotonic()
+    except ConnectionLost as exc:
+        print(progress_line(state), file=out, flush=True)
+        print(f"gpuwatch: lost the run's supervisor: {exc}", file=err)
+        print(summary_line(state), file=out, flush=True)
+        return 1
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        loop.remove_signal_handler(signal.SIGTERM)
+        await client.close()
+    print(progress_line(state), file=out, flush=True)
+    print(summary_line(state), file=out, flush=True)
+    if state.status == "crashed":
+        print(f"gpuwatch: the trainer crashed: {state.status_message}", file=err)
+        for line in state.log_tail[-ERROR_TAIL_LINES:]:
+            print(f"  | {line}", file=err)
+        print(f"gpuwatch: full log: gpuwatch logs {info.run_id}", file=err)
+        return 1
+    if stopping:
+        return 130
+    return 0
+
+
+def run_headless(info: RunInfo) -> int:
+    return asyncio.run(follow(info))

@@ -1,0 +1,709 @@
+"""The per-run daemon: owns the run directory, runs the trainer, samples devices, serves dashboards.
+
+Started by `gpuwatch train` as ``python -m gpuwatch.supervisor --run-dir DIR``,
+detached from the terminal, so training outlives the dashboard and the SSH
+session. One asyncio loop does everything but device sampling (a thread: NVML
+calls may block). Every event is appended to ``events.jsonl`` (flushed) before
+it is sent to anyone: the file is the record of truth and replay reads it.
+
+Never imports TensorFlow: the trainer is a child process in its own process
+group, talking over a socketpair.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpuwatch import runs
+from gpuwatch.config import (
+    ConfigError,
+    apply_overrides,
+    check_replicas,
+    dump_config,
+    expected_replicas,
+    load_config,
+)
+from trainer_runtime.protocol import (
+    MAX_FRAME_BYTES,
+    PROTOCOL_VERSION,
+    TERMINAL_STATUSES,
+    FrameBuffer,
+    ProtocolError,
+    encode,
+    encode_frame,
+)
+from trainer_runtime.schema import RunConfig
+
+log = logging.getLogger("gpuwatch.supervisor")
+
+STOP_GRACE_S = float(os.environ.get("GPUWATCH_STOP_GRACE_S", "30"))
+SAMPLE_INTERVAL_S = float(os.environ.get("GPUWATCH_SAMPLE_INTERVAL_S", "1.0"))
+# After the run ends, stay up this long with no dashboard attached (relaunch stays possible).
+LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "600"))
+# A dashboard that stops reading is cut off once this much is queued for it.
+CLIENT_QUEUE_MAX_BYTES = 8 << 20
+LOG_TAIL_LINES = 50
+REPLAY_CHUNK_BYTES = 1 << 20
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a Unix socket (SO_PEERCRED)."""
+    raw = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
+
+
+def peer_allowed(peer_uid: int, own_uid: int | None = None) -> bool:
+    """Only the user who owns the run may talk to its supervisor (as tmux does)."""
+    return peer_uid == (os.getuid() if own_uid is None else own_uid)
+
+
+class _Client:
+    """One connected dashboard: a bounded outgoing queue drained by its own task."""
+
+    def __init__(self, cid: int, writer: asyncio.StreamWriter) -> None:
+        self.cid = cid
+        self.writer = writer
+        self.queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.queued_bytes = 0
+        self.subscribed_from: int | None = None
+        self.replay_done = asyncio.Event()
+        self.closed = False
+
+    def send(self, data: bytes) -> bool:
+        """Queue bytes; False when the client is too far behind (the caller drops it)."""
+        if self.closed:
+            return True
+        if self.queued_bytes + len(data) > CLIENT_QUEUE_MAX_BYTES:
+            return False
+        self.queued_bytes += len(data)
+        self.queue.put_nowait(data)
+        return True
+
+
+class Supervisor:
+    def __init__(self, run_dir: Path, socket_path: Path) -> None:
+        self.run_dir = run_dir
+        self.run_id = run_dir.name
+        self.socket_path = socket_path
+        self.events_path = run_dir / "events.jsonl"
+        self.trainer_log_path = run_dir / "trainer.log"
+        self.config_path = run_dir / "config.yaml"
+        self.config: RunConfig = load_config(self.config_path).config
+        self.next_seq = self._count_existing_events()
+        self._events_file = open(self.events_path, "ab", buffering=0)  # noqa: SIM115
+        self.clients: dict[int, _Client] = {}
+        self._client_ids = 0
+        self.status = "starting"
+        self.attempt = 0
+        self.trainer: asyncio.subprocess.Process | None = None
+        self.trainer_task: asyncio.Task[None] | None = None
+        self.trainer_replicas: int | None = None
+        self.last_step = 0
+        self.last_done_reason: str | None = None
+        self.last_error: str | None = None
+        self._stop_requested = False
+        self._relaunching = False
+        self._command_lock = asyncio.Lock()
+        self._finished = asyncio.Event()
+        self._last_client_seen = time.monotonic()
+        self.bad_frames = 0
+        self.dropped_clients = 0
+        self._server: asyncio.AbstractServer | None = None
+        self._sampler_stop = threading.Event()
+        self._sampler_thread: threading.Thread | None = None
+        self._log_offset = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._background: set[asyncio.Task[Any]] = set()
+
+    def _spawn(self, coro: Any) -> asyncio.Task[Any]:
+        """A task kept referenced until it ends (asyncio holds only weak references)."""
+        task = asyncio.create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return task
+
+    # -- the record ---------------------------------------------------------------
+
+    def _count_existing_events(self) -> int:
+        try:
+            with open(self.events_path, "rb") as fh:
+                return sum(1 for _ in fh)
+        except FileNotFoundError:
+            return 0
+
+    def record(self, frame_type: str, **fields: Any) -> dict[str, Any]:
+        """Append an event to events.jsonl, then fan it out to subscribed dashboards."""
+        frame = {"v": PROTOCOL_VERSION, "type": frame_type, **fields}
+        frame.setdefault("t", time.time())
+        frame["seq"] = self.next_seq
+        data = encode_frame(frame)
+        self._events_file.write(data)
+        self.next_seq += 1
+        for client in list(self.clients.values()):
+            if client.subscribed_from is None or frame["seq"] < client.subscribed_from:
+                continue
+            if not client.send(data):
+                self._drop_client(client, "too far behind")
+        return frame
+
+    def set_status(self, status: str, **fields: Any) -> None:
+        self.status = status
+        self.record("status", status=status, attempt=self.attempt, **fields)
+
+    # -- trainer ------------------------------------------------------------------
+
+    def _replicas_for(self, config: RunConfig) -> int:
+        return self.trainer_replicas or expected_replicas(config)
+
+    async def start_attempt(self, config: RunConfig, *, fresh: bool, reason: str) -> int:
+        self.attempt += 1
+        attempt = self.attempt
+        self.config = config
+        attempt_path = self.run_dir / f"attempt-{attempt}.yaml"
+        attempt_path.write_text(dump_config(config))
+        self.record(
+            "attempt",
+            attempt=attempt,
+            settings=config.model_dump(mode="json"),
+            fresh=fresh,
+            reason=reason,
+            config_path=str(attempt_path),
+        )
+        self.set_status("starting")
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with open(self.trainer_log_path, "ab") as log_file:  # noqa: ASYNC230 - one short line
+            log_file.write(
+                f"=== gpuwatch: attempt {attempt} starting at {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                " ===\n".encode()
+            )
+            self._log_offset = log_file.tell()
+        cmd = [
+            sys.executable,
+            "-m",
+            "trainer_runtime",
+            "--run-dir",
+            str(self.run_dir),
+            "--config",
+            str(attempt_path),
+            "--attempt",
+            str(attempt),
+            "--telemetry-fd",
+            str(child_sock.fileno()),
+        ]
+        if fresh:
+            cmd.append("--fresh")
+        env = dict(os.environ)
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        env["PYTHONUNBUFFERED"] = "1"
+        log_fd = os.open(self.trainer_log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            self.trainer = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                pass_fds=(child_sock.fileno(),),
+                start_new_session=True,
+                cwd=str(self.run_dir),
+                env=env,
+            )
+        finally:
+            os.close(log_fd)
+            child_sock.close()
+        log.info("attempt %d: trainer pid %d", attempt, self.trainer.pid)
+        self.last_done_reason = None
+        self.last_error = None
+        self.trainer_task = asyncio.create_task(
+            self._watch_trainer(self.trainer, parent_sock, attempt)
+        )
+        return attempt
+
+    async def _watch_trainer(
+        self, proc: asyncio.subprocess.Process, sock: socket.socket, attempt: int
+    ) -> None:
+        reader_task = asyncio.create_task(self._read_trainer(sock, attempt))
+        returncode = await proc.wait()
+        # The trainer's last frames may still be in the socket: read them to EOF.
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(reader_task, 5.0)
+        reader_task.cancel()
+        sock.close()
+        self.trainer = None
+        exit_code = returncode if returncode >= 0 else None
+        sig = -returncode if returncode < 0 else None
+        if self._relaunching:
+            self.set_status(
+                "stopped",
+                exit_code=exit_code,
+                signal=_signal_name(sig),
+                message="stopped for relaunch",
+            )
+        elif self._stop_requested:
+            self.set_status(
+                "stopped",
+                exit_code=exit_code,
+                signal=_signal_name(sig),
+                message="stopped on request",
+            )
+        elif returncode == 0 and self.last_done_reason in ("max_steps", "epochs"):
+            self.set_status(
+                "finished",
+                exit_code=0,
+                message=f"reached {self.last_done_reason.replace('_', ' ')}",
+            )
+        elif returncode == 0:
+            self.set_status(
+                "stopped",
+                exit_code=0,
+                message=f"trainer exited ({self.last_done_reason or 'no reason given'})",
+            )
+        else:
+            if sig is not None:
+                why = f"killed by {_signal_name(sig)}"
+                if sig == signal.SIGKILL:
+                    why += " (out of memory, or kill -9)"
+            else:
+                why = f"exited with code {returncode}"
+            if self.last_error:
+                why += f": {self.last_error}"
+            self.set_status(
+                "crashed",
+                exit_code=exit_code,
+                signal=_signal_name(sig),
+                message=why,
+                log_tail=self._trainer_log_tail(),
+            )
+
+    def _trainer_log_tail(self) -> list[str]:
+        try:
+            with open(self.trainer_log_path, "rb") as fh:
+                fh.seek(self._log_offset)
+                data = fh.read()[-(256 * 1024) :]
+        except OSError:
+            return []
+        lines = data.decode("utf-8", "replace").splitlines()
+        return lines[-LOG_TAIL_LINES:]
+
+    async def _read_trainer(self, sock: socket.socket, attempt: int) -> None:
+        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_FRAME_BYTES)
+        frames = FrameBuffer()
+        try:
+            while True:
+                chunk = await reader.read(1 << 16)
+                if not chunk:
+                    return
+                try:
+                    batch = frames.feed(chunk)
+                except ProtocolError as exc:
+                    self.bad_frames += 1
+                    log.warning("attempt %d: bad frame from the trainer: %s", attempt, exc)
+                    return
+                for frame in batch:
+                    self._on_trainer_frame(frame, attempt)
+        finally:
+            writer.close()
+
+    def _on_trainer_frame(self, frame: dict[str, Any], attempt: int) -> None:
+        kind = frame.pop("type")
+        frame.pop("v", None)
+        frame.pop("seq", None)
+        frame["attempt"] = attempt
+        if kind == "hello":
+            replicas = frame.get("replicas")
+            self.trainer_replicas = replicas if isinstance(replicas, int) else None
+            self.record(kind, **frame)
+            self.set_status("running")
+            return
+        if kind == "step":
+            step = frame.get("step")
+            if isinstance(step, int):
+                self.last_step = step
+        elif kind == "resume":
+            from_step = frame.get("from_step")
+            if isinstance(from_step, int):
+                frame["lost_steps"] = max(0, self.last_step - from_step)
+        elif kind == "done":
+            self.last_done_reason = str(frame.get("reason"))
+        elif kind == "error":
+            self.last_error = str(frame.get("message"))
+        self.record(kind, **frame)
+
+    async def stop_trainer(self, grace_s: float = STOP_GRACE_S) -> None:
+        """SIGTERM the trainer's process group, wait, then SIGKILL; return when it is gone."""
+        proc, task = self.trainer, self.trainer_task
+        if proc is None or task is None:
+            return
+        if self.status not in TERMINAL_STATUSES:
+            self.set_status("stopping")
+        _signal_group(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), grace_s)
+        except TimeoutError:
+            log.warning("trainer did not stop within %.0f s; SIGKILL", grace_s)
+            _signal_group(proc.pid, signal.SIGKILL)
+            await task
+        # Anything the trainer left behind in its group goes too.
+        _signal_group(proc.pid, signal.SIGKILL)
+
+    # -- commands -----------------------------------------------------------------
+
+    async def handle_command(self, frame: dict[str, Any], client: _Client) -> dict[str, Any]:
+        kind = frame["type"]
+        if kind == "subscribe":
+            from_seq = frame.get("from_seq", 0)
+            if not isinstance(from_seq, int) or from_seq < 0:
+                raise ValueError("subscribe: from_seq must be a whole number >= 0")
+            if client.subscribed_from is not None:
+                raise ValueError("subscribe: this connection is already subscribed")
+            client.subscribed_from = from_seq
+            self._spawn(self._replay(client, from_seq, self.next_seq))
+            return {"next_seq": self.next_seq, "run_id": self.run_id}
+        if kind == "status":
+            return self.status_fields()
+        async with self._command_lock:
+            if kind == "relaunch":
+                return await self._relaunch(frame)
+            if kind == "stop":
+                await self._stop_run()
+                return self.status_fields()
+        raise ValueError(f"unknown command {kind!r}")
+
+    def status_fields(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "attempt": self.attempt,
+            "step": self.last_step,
+            "trainer_pid": self.trainer.pid if self.trainer else None,
+            "supervisor_pid": os.getpid(),
+            "bad_frames": self.bad_frames,
+            "dropped_clients": self.dropped_clients,
+        }
+
+    async def _relaunch(self, frame: dict[str, Any]) -> dict[str, Any]:
+        if self._stop_requested:
+            raise ValueError("the run is stopping; start a new one with gpuwatch train")
+        overrides = frame.get("overrides") or {}
+        if not isinstance(overrides, dict):
+            raise ValueError("relaunch: overrides must be a mapping of dotted keys to values")
+        fresh = bool(frame.get("fresh", False))
+        config = apply_overrides(self.config, overrides, source="relaunch")
+        check_replicas(config, self._replicas_for(config), source="relaunch")
+        self._relaunching = True
+        try:
+            await self.stop_trainer()
+        finally:
+            self._relaunching = False
+        attempt = await self.start_attempt(config, fresh=fresh, reason="relaunch")
+        return {"attempt": attempt, "overrides": overrides}
+
+    async def _stop_run(self) -> None:
+        self._stop_requested = True
+        if self.trainer is not None:
+            await self.stop_trainer()
+        elif self.status not in TERMINAL_STATUSES:
+            self.set_status("stopped", message="stopped on request")
+        self._finished.set()
+
+    # -- dashboards ---------------------------------------------------------------
+
+    async def _replay(self, client: _Client, from_seq: int, until_seq: int) -> None:
+        """Send recorded events [from_seq, until_seq) from the file, in chunks, then go live.
+
+        Events recorded meanwhile (seq >= until_seq) wait in the client's queue, which
+        its writer drains only once the replay is done: no gap, no duplicate.
+        """
+        try:
+            offset, seq = 0, 0
+            while seq < until_seq and not client.closed:
+                # File reads happen in a thread: a long history must not stall the loop.
+                data, offset, seq = await asyncio.to_thread(
+                    _read_event_lines, self.events_path, offset, seq, from_seq, until_seq
+                )
+                if not data and seq < until_seq:
+                    break  # the file is shorter than the record says: nothing more to send
+                if data and not await self._write_direct(client, data):
+                    return
+        finally:
+            client.replay_done.set()
+
+    async def _write_direct(self, client: _Client, data: bytes) -> bool:
+        if client.closed:
+            return False
+        try:
+            client.writer.write(data)
+            await client.writer.drain()
+        except OSError:
+            self._drop_client(client, "connection lost")
+            return False
+        return True
+
+    async def _client_writer(self, client: _Client) -> None:
+        try:
+            # Queued events are newer than the replay: hold them until it is written.
+            await client.replay_done.wait()
+            while True:
+                data = await client.queue.get()
+                if data is None:
+                    return
+                client.queued_bytes -= len(data)
+                client.writer.write(data)
+                await client.writer.drain()
+        except (OSError, asyncio.CancelledError):
+            return
+
+    def _drop_client(self, client: _Client, why: str) -> None:
+        if client.closed:
+            return
+        client.closed = True
+        self.dropped_clients += why == "too far behind"
+        log.info("client %d dropped: %s", client.cid, why)
+        self.clients.pop(client.cid, None)
+        client.queue.put_nowait(None)
+        client.writer.close()
+
+    async def _serve_client(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        sock = writer.get_extra_info("socket")
+        try:
+            _pid, uid, _gid = peer_credentials(sock)
+        except OSError:
+            uid = -1
+        if not peer_allowed(uid):
+            log.warning("refused a connection from uid %d", uid)
+            writer.write(encode("err", id=None, message="permission denied: not the run's owner"))
+            with contextlib.suppress(OSError):
+                await writer.drain()
+            writer.close()
+            return
+        self._client_ids += 1
+        client = _Client(self._client_ids, writer)
+        self.clients[client.cid] = client
+        self._last_client_seen = time.monotonic()
+        writer_task = asyncio.create_task(self._client_writer(client))
+        frames = FrameBuffer()
+        try:
+            while not client.closed:
+                chunk = await reader.read(1 << 16)
+                if not chunk:
+                    break
+                try:
+                    batch = frames.feed(chunk)
+                except ProtocolError as exc:
+                    self.bad_frames += 1
+                    log.info("client %d sent a bad frame (%s); closing it", client.cid, exc)
+                    break
+                for frame in batch:
+                    self._spawn(self._answer(frame, client))
+        except OSError:
+            pass
+        finally:
+            self._drop_client(client, "disconnected")
+            writer_task.cancel()
+            self._last_client_seen = time.monotonic()
+
+    async def _answer(self, frame: dict[str, Any], client: _Client) -> None:
+        command_id = frame.get("id")
+        try:
+            result = await self.handle_command(frame, client)
+            reply = encode("ack", id=command_id, **result)
+        except (ConfigError, ValueError) as exc:
+            reply = encode("err", id=command_id, message=str(exc))
+        except Exception as exc:  # a bug must not take the supervisor down
+            log.exception("command %r failed", frame.get("type"))
+            reply = encode("err", id=command_id, message=f"internal error: {exc}")
+        # Replies go straight out, ahead of queued events: a command never waits on a replay.
+        if not client.closed:
+            try:
+                client.writer.write(reply)
+            except OSError:
+                self._drop_client(client, "connection lost")
+
+    # -- device sampling ----------------------------------------------------------
+
+    def _run_pids(self) -> set[int]:
+        proc = self.trainer
+        if proc is None:
+            return set()
+        pids = {proc.pid}
+        try:
+            import psutil
+
+            pids.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
+        except Exception:
+            pass
+        return pids
+
+    def _sampler_main(self, post: Callable[[dict[str, Any]], None]) -> None:
+        try:
+            from gpuwatch.sampling import DeviceSampler, sample_to_frame_fields
+        except ImportError as exc:  # the sampling package is part of gpuwatch; be loud if absent
+            log.error("device sampling unavailable: %s", exc)
+            return
+        sampler = DeviceSampler(run_pids=self._run_pids)
+        try:
+            while not self._sampler_stop.is_set():
+                started = time.monotonic()
+                try:
+                    post(sample_to_frame_fields(sampler.sample()))
+                except Exception:
+                    log.exception("device sample failed")
+                self._sampler_stop.wait(max(0.0, SAMPLE_INTERVAL_S - (time.monotonic() - started)))
+        finally:
+            sampler.close()
+
+    def _post_sample(self, fields: dict[str, Any]) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(lambda: self.record("sample", **fields))
+
+    # -- life cycle ---------------------------------------------------------------
+
+    async def _open_socket(self) -> None:
+        runs.ensure_private_dir(self.socket_path.parent)
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        old_umask = os.umask(0o177)  # the socket is born 0600: no window where others could connect
+        try:
+            self._server = await asyncio.start_unix_server(
+                self._serve_client, path=str(self.socket_path), limit=MAX_FRAME_BYTES
+            )
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.socket_path, 0o600)
+
+    def _write_info(self) -> None:
+        info = {"pid": os.getpid(), "socket": str(self.socket_path), "started": time.time()}
+        tmp = self.run_dir / "supervisor.json.tmp"
+        tmp.write_text(json.dumps(info))
+        tmp.replace(self.run_dir / "supervisor.json")
+
+    async def run(self) -> int:
+        self.loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            self.loop.add_signal_handler(sig, lambda: self._spawn(self._stop_run()))
+        await self._open_socket()
+        if self.next_seq == 0:
+            self.record(
+                "run",
+                run_id=self.run_id,
+                name=self.config.name,
+                config_path=str(self.config_path),
+                supervisor_pid=os.getpid(),
+                host=socket.gethostname(),
+                settings=self.config.model_dump(mode="json"),
+            )
+        self._write_info()  # after the socket exists: `gpuwatch train` waits on this file
+        self._sampler_thread = threading.Thread(
+            target=self._sampler_main,
+            args=(self._post_sample,),
+            name="gpuwatch-sampler",
+            daemon=True,
+        )
+        self._sampler_thread.start()
+        fresh = os.environ.get("GPUWATCH_FRESH") == "1"
+        await self.start_attempt(self.config, fresh=fresh, reason="start")
+        while not self._finished.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._finished.wait(), 1.0)
+            if self.clients:
+                self._last_client_seen = time.monotonic()
+            idle = time.monotonic() - self._last_client_seen
+            if self.trainer is None and self.status in TERMINAL_STATUSES and idle > LINGER_S:
+                log.info("run over and no dashboard for %.0f s: exiting", idle)
+                break
+        await self.shutdown()
+        return 0
+
+    async def shutdown(self) -> None:
+        if self.trainer is not None:
+            self._stop_requested = True
+            await self.stop_trainer()
+        # Give dashboards a moment to receive the final status.
+        deadline = time.monotonic() + 2.0
+        while any(c.queued_bytes for c in self.clients.values()) and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+        self._sampler_stop.set()
+        if self._server is not None:
+            self._server.close()
+        for client in list(self.clients.values()):
+            self._drop_client(client, "supervisor exiting")
+        with contextlib.suppress(FileNotFoundError):
+            self.socket_path.unlink()
+        with contextlib.suppress(FileNotFoundError):
+            (self.run_dir / "supervisor.json").unlink()
+        self._events_file.close()
+        if self._sampler_thread is not None:
+            self._sampler_thread.join(timeout=3.0)
+
+
+def _read_event_lines(
+    path: Path, offset: int, seq: int, from_seq: int, until_seq: int
+) -> tuple[bytes, int, int]:
+    """Up to REPLAY_CHUNK_BYTES of events.jsonl lines from byte offset/seq, those in range."""
+    out = bytearray()
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        while seq < until_seq and len(out) < REPLAY_CHUNK_BYTES:
+            line = fh.readline()
+            if not line:
+                break
+            if seq >= from_seq:
+                out += line
+            seq += 1
+            offset += len(line)
+    return bytes(out), offset, seq
+
+
+def _signal_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def _signal_name(sig: int | None) -> str | None:
+    if sig is None:
+        return None
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpuwatch.supervisor")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--socket", type=Path, default=None)
+    args = parser.parse_args(argv)
+    run_dir = args.run_dir.resolve()
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    socket_path = args.socket or runs.socket_path_for(run_dir.name, run_dir.parent.parent)
+    try:
+        supervisor = Supervisor(run_dir, socket_path)
+    except ConfigError as exc:
+        print(f"gpuwatch supervisor: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(supervisor.run())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
