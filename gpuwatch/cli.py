@@ -185,6 +185,8 @@ def start_supervisor(run_dir: Path, *, fresh: bool = False) -> RunInfo:
 
     env = dict(os.environ)
     env["GPUWATCH_HOME"] = str(run_dir.parent.parent)
+    # Factories ("mypkg.models:build") import from where the person ran gpuwatch.
+    env["GPUWATCH_USER_CWD"] = os.getcwd()
     if fresh:
         env["GPUWATCH_FRESH"] = "1"
     cmd = _supervisor_command(run_dir)
@@ -192,7 +194,7 @@ def start_supervisor(run_dir: Path, *, fresh: bool = False) -> RunInfo:
     log_path = run_dir / "supervisor.log"
     with open(log_path, "ab") as log_file:
         if method == "systemd-run":
-            env_args = [f"--setenv={k}={env[k]}" for k in ("GPUWATCH_HOME", "PATH") if k in env]
+            env_args = [f"--setenv={k}={env[k]}" for k in ("GPUWATCH_HOME", "GPUWATCH_USER_CWD", "PATH", "PYTHONPATH") if k in env]
             if fresh:
                 env_args.append("--setenv=GPUWATCH_FRESH=1")
             unit = f"gpuwatch-{run_dir.name}"

@@ -55,7 +55,7 @@ SAMPLE_INTERVAL_S = float(os.environ.get("GPUWATCH_SAMPLE_INTERVAL_S", "1.0"))
 # After the run ends, stay up this long with no dashboard attached (relaunch stays possible).
 LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "600"))
 # A dashboard that stops reading is cut off once this much is queued for it.
-CLIENT_QUEUE_MAX_BYTES = 8 << 20
+CLIENT_QUEUE_MAX_BYTES = int(os.environ.get("GPUWATCH_CLIENT_QUEUE_MAX_BYTES", str(8 << 20)))
 LOG_TAIL_LINES = 50
 REPLAY_CHUNK_BYTES = 1 << 20
 
@@ -210,6 +210,10 @@ class Supervisor:
         env = dict(os.environ)
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         env["PYTHONUNBUFFERED"] = "1"
+        user_cwd = os.environ.get("GPUWATCH_USER_CWD")
+        if user_cwd:
+            # As `python -m` would: the person's working directory comes first on the path.
+            env["PYTHONPATH"] = os.pathsep.join(filter(None, [user_cwd, env.get("PYTHONPATH")]))
         log_fd = os.open(self.trainer_log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             self.trainer = await asyncio.create_subprocess_exec(

@@ -1,0 +1,84 @@
+"""Shared fixtures: a private GPUWATCH_HOME per test, the gpuwatch CLI as a subprocess,
+and clean-up that leaves no supervisor or trainer behind."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = ROOT / "tests" / "data" / "tiny.yaml"
+
+
+def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:
+    """Poll until predicate() is truthy; fail naming what we waited for."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(every_s)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    path = tmp_path / "gpuwatch-home"
+    path.mkdir()
+    monkeypatch.setenv("GPUWATCH_HOME", str(path))
+    monkeypatch.setenv("GPUWATCH_DETACH", "setsid")
+    monkeypatch.setenv("GPUWATCH_STOP_GRACE_S", "20")
+    yield path
+    _kill_everything_under(path)
+
+
+def _kill_everything_under(home: Path) -> None:
+    """Stop every supervisor (and its trainer's process group) a test left running."""
+    import json
+
+    for info_path in (home / "runs").glob("*/supervisor.json"):
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(json.loads(info_path.read_text())["pid"])
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+    for pid_dir in Path("/proc").iterdir():
+        if not pid_dir.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            cmdline = (pid_dir / "cmdline").read_bytes().replace(b"\0", b" ")
+            if str(home).encode() in cmdline and int(pid_dir.name) != os.getpid():
+                deadline = time.monotonic() + 30
+                while Path(pid_dir).exists() and time.monotonic() < deadline:
+                    time.sleep(0.1)
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid_dir.name), signal.SIGKILL)
+
+
+def gpuwatch(*args: str, timeout_s: float = 240, check: bool = False) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "gpuwatch", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=ROOT,
+        env=os.environ.copy(),
+        check=False,
+    )
+    if check and proc.returncode != 0:
+        pytest.fail(f"gpuwatch {' '.join(args)} exited {proc.returncode}:\n{proc.stderr}")
+    return proc
+
+
+def run_async(coro: Any, timeout_s: float = 120) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))

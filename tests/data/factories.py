@@ -1,0 +1,39 @@
+"""Model factories for fault tests; imported by the trainer process, never by gpuwatch."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+
+class _FailAfter(keras.layers.Layer):
+    """Passes its input through, then raises inside the running graph after N steps."""
+
+    def __init__(self, fail_after_calls: int, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.fail_after_calls = fail_after_calls
+        self.calls = 0
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        def check(value: tf.Tensor) -> tf.Tensor:
+            self.calls += 1
+            if self.calls > self.fail_after_calls:
+                raise RuntimeError(f"deliberate failure after {self.fail_after_calls} calls")
+            return value
+
+        out = tf.py_function(check, [x], x.dtype)
+        out.set_shape(x.shape)
+        return out
+
+
+def model_that_fails_after(
+    input_shape: tuple[int, ...], classes: int, fail_after_steps: int = 20, replicas: int = 2
+) -> keras.Model:
+    """A small MLP that trains for `fail_after_steps` optimizer steps, then raises."""
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Dense(32, activation="relu")(inputs)
+    x = _FailAfter(fail_after_steps * replicas)(x)
+    outputs = keras.layers.Dense(classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs)
