@@ -1,0 +1,646 @@
+"""NVML readings per GPU: kept handles, per-field degrade, counters turned into rates.
+
+Only this module talks to NVML (the ``pynvml`` module of nvidia-ml-py, or a fake
+with the same names). Rules it keeps, learnt from nvitop and NVML's docs:
+
+- Each reading is fetched on its own; NotSupported / NoPermission / an unknown
+  error makes *that* reading None and never loses the sample. NotSupported and
+  NoPermission do not change while the process lives, so they are remembered
+  and the call is not repeated every 0.5 s.
+- NVML_ERROR_GPU_IS_LOST from any call marks the GPU lost for good (a GPU that
+  fell off the bus needs a reset, which also invalidates the handle); the other
+  GPUs carry on.
+- On a MIG-enabled GPU whole-device utilization is not available: None, not 0.
+- PCIe throughput prefers the cumulative counters (fields 197/198) differenced
+  over the sampling interval; see counters.py for the counter width and wrap.
+  Where they are missing, or too narrow to difference at 2 Hz, a worker thread
+  reads nvmlDeviceGetPcieThroughput, which blocks ~20 ms per call, so the
+  caller only ever takes the latest finished reading and never waits.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from gpuwatch.sampling.counters import (
+    NVLINK_LINK_MAX_BYTES_PER_S,
+    counter_rate,
+    max_unambiguous_interval_s,
+    pcie_link_max_bytes_per_s,
+)
+from gpuwatch.sampling.types import GpuProcess, GpuSample
+
+# Field ids (nvml.h); read from the module when it has them, these are the values.
+FI_NVLINK_LINK_COUNT = 91
+FI_NVLINK_DATA_TX_KIB = 138
+FI_NVLINK_DATA_RX_KIB = 139
+FI_PCIE_TX_BYTES = 197
+FI_PCIE_RX_BYTES = 198
+
+# A narrow (32-bit) PCIe counter is only differenced if it cannot wrap twice
+# within this interval at the link's full rate: the supervisor samples at 2 Hz,
+# and a late sample (a loaded box) can stretch an interval to ~1 s.
+LONGEST_EXPECTED_INTERVAL_S = 1.0
+# A window reading older than this is stale (the worker is stuck or slow): None.
+WINDOW_MAX_AGE_S = 5.0
+
+NOT_SUPPORTED = "not supported"
+NO_PERMISSION = "no permission"
+GPU_LOST = "GPU is lost"
+FIRST_SAMPLE = "rate needs a second sample"
+
+
+class _GpuLostError(Exception):
+    """Raised inside a read when NVML says NVML_ERROR_GPU_IS_LOST."""
+
+
+def _code(nvml: Any, name: str, default: int) -> int:
+    value = getattr(nvml, name, default)
+    return value if isinstance(value, int) else default
+
+
+def error_code(exc: BaseException) -> int | None:
+    """The NVML error code of an exception raised by pynvml (or the fake)."""
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def describe_init_failure(nvml: Any, exc: BaseException) -> str:
+    """A plain sentence for why nvmlInit failed, for the sample's ``nvml`` field."""
+    code = error_code(exc)
+    if code == _code(nvml, "NVML_ERROR_LIBRARY_NOT_FOUND", 12):
+        return "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver on this machine"
+    if code == _code(nvml, "NVML_ERROR_DRIVER_NOT_LOADED", 9):
+        return "NVIDIA driver not loaded: NVML cannot reach any GPU"
+    if code == _code(nvml, "NVML_ERROR_NO_PERMISSION", 4):
+        return "no permission to open the NVIDIA devices (/dev/nvidia*)"
+    if code == _code(nvml, "NVML_ERROR_LIB_RM_VERSION_MISMATCH", 18):
+        return "NVML library and kernel driver versions differ (driver updated, reboot needed)"
+    return f"NVML failed to start: {exc}"
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+_VALUE_MEMBER_AND_WIDTH: dict[str, tuple[str, int | None]] = {
+    "NVML_VALUE_TYPE_DOUBLE": ("dVal", None),
+    "NVML_VALUE_TYPE_UNSIGNED_INT": ("uiVal", 32),
+    # c_ulong: 64 bits on Linux (LP64), 32 on Windows.
+    "NVML_VALUE_TYPE_UNSIGNED_LONG": ("ulVal", ctypes.sizeof(ctypes.c_ulong) * 8),
+    "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": ("ullVal", 64),
+    "NVML_VALUE_TYPE_SIGNED_LONG_LONG": ("sllVal", 63),
+    "NVML_VALUE_TYPE_SIGNED_INT": ("siVal", 31),
+    "NVML_VALUE_TYPE_UNSIGNED_SHORT": ("usVal", 16),
+}
+_VALUE_TYPE_DEFAULTS = {
+    "NVML_VALUE_TYPE_DOUBLE": 0,
+    "NVML_VALUE_TYPE_UNSIGNED_INT": 1,
+    "NVML_VALUE_TYPE_UNSIGNED_LONG": 2,
+    "NVML_VALUE_TYPE_UNSIGNED_LONG_LONG": 3,
+    "NVML_VALUE_TYPE_SIGNED_LONG_LONG": 4,
+    "NVML_VALUE_TYPE_SIGNED_INT": 5,
+    "NVML_VALUE_TYPE_UNSIGNED_SHORT": 6,
+}
+
+
+def field_value(nvml: Any, fv: Any) -> tuple[float | int, int | None]:
+    """(value, counter width in bits or None for a double) of one nvmlFieldValue_t."""
+    value_type = int(fv.valueType)
+    for name, (member, width) in _VALUE_MEMBER_AND_WIDTH.items():
+        if value_type == _code(nvml, name, _VALUE_TYPE_DEFAULTS[name]):
+            return getattr(fv.value, member), width
+    raise ValueError(f"unknown NVML value type {value_type}")
+
+
+@dataclass(frozen=True, slots=True)
+class _CounterRead:
+    value: int
+    width_bits: int
+    nvml_us: int  # NVML's own timestamp of the read (microseconds), 0 if none
+    clock_s: float  # our clock when we read it, used when NVML gives no timestamp
+
+
+def interval_between(previous: _CounterRead, current: _CounterRead) -> float | None:
+    """Seconds between two counter reads; None when NVML served the same cached read."""
+    if previous.nvml_us > 0 and current.nvml_us > 0:
+        if current.nvml_us == previous.nvml_us:
+            return None
+        return (current.nvml_us - previous.nvml_us) / 1e6
+    return current.clock_s - previous.clock_s
+
+
+class PcieWindowPoller:
+    """Reads nvmlDeviceGetPcieThroughput for some GPUs in a worker thread.
+
+    Each call blocks for NVML's ~20 ms sampling window, TX and RX separately, so
+    8 GPUs take >= 320 ms serially: far too long for the caller. ``kick()`` asks
+    for one more pass and returns at once; ``latest()`` returns the newest
+    finished reading. Passes follow the caller's kicks, so the worker reads no
+    more often than the caller samples and sleeps while nobody samples.
+    """
+
+    def __init__(
+        self,
+        nvml: Any,
+        max_age_s: float = WINDOW_MAX_AGE_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._nvml = nvml
+        self._max_age_s = max_age_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._handles: dict[int, Any] = {}
+        # index -> (tx bytes/s, rx bytes/s, when read, reason when None)
+        self._latest: dict[int, tuple[float | None, float | None, float, str | None]] = {}
+        self._thread: threading.Thread | None = None
+        self.passes = 0
+
+    def watch(self, index: int, handle: Any) -> None:
+        with self._lock:
+            self._handles[index] = handle
+            if self._thread is None and not self._stopping:
+                self._thread = threading.Thread(
+                    target=self._run, name="gpuwatch-pcie-window", daemon=True
+                )
+                self._thread.start()
+
+    def unwatch(self, index: int) -> None:
+        with self._lock:
+            self._handles.pop(index, None)
+
+    def kick(self) -> None:
+        self._wake.set()
+
+    def latest(self, index: int) -> tuple[float | None, float | None, str | None]:
+        with self._lock:
+            reading = self._latest.get(index)
+        if reading is None:
+            return None, None, "PCIe window reading not finished yet"
+        tx, rx, at, reason = reading
+        if self._clock() - at > self._max_age_s:
+            return None, None, "PCIe window reading is stale"
+        return tx, rx, reason
+
+    def close(self, timeout_s: float = 2.0) -> None:
+        with self._lock:
+            self._stopping = True
+            thread = self._thread
+        self._wake.set()
+        if thread is not None:
+            thread.join(timeout_s)
+
+    @property
+    def alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        nvml = self._nvml
+        tx_kind = _code(nvml, "NVML_PCIE_UTIL_TX_BYTES", 0)
+        rx_kind = _code(nvml, "NVML_PCIE_UTIL_RX_BYTES", 1)
+        lost = _code(nvml, "NVML_ERROR_GPU_IS_LOST", 15)
+        while True:
+            self._wake.wait()
+            self._wake.clear()
+            with self._lock:
+                if self._stopping:
+                    return
+                handles = list(self._handles.items())
+            for index, handle in handles:
+                if self._stopping:
+                    return
+                tx: float | None = None
+                rx: float | None = None
+                reason: str | None = None
+                try:
+                    # NVML documents the value as KB/s; nvitop and nvidia-smi
+                    # treat it as KiB/s, and so do we.
+                    tx = float(nvml.nvmlDeviceGetPcieThroughput(handle, tx_kind)) * 1024
+                    rx = float(nvml.nvmlDeviceGetPcieThroughput(handle, rx_kind)) * 1024
+                except Exception as exc:  # the worker must outlive any error
+                    tx = rx = None
+                    reason = GPU_LOST if error_code(exc) == lost else _reason(nvml, exc)
+                with self._lock:
+                    self._latest[index] = (tx, rx, self._clock(), reason)
+            self.passes += 1
+
+
+def _reason(nvml: Any, exc: BaseException) -> str:
+    code = error_code(exc)
+    if code == _code(nvml, "NVML_ERROR_NOT_SUPPORTED", 3):
+        return NOT_SUPPORTED
+    if code == _code(nvml, "NVML_ERROR_NO_PERMISSION", 4):
+        return NO_PERMISSION
+    if code == _code(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13):
+        return "not in this driver's NVML"
+    if code == _code(nvml, "NVML_ERROR_GPU_IS_LOST", 15):
+        return GPU_LOST
+    return f"error: {exc}"
+
+
+class GpuReader:
+    """One GPU: its handle and what it has learnt (unsupported calls, last counters)."""
+
+    def __init__(
+        self,
+        nvml: Any,
+        index: int,
+        poller: PcieWindowPoller,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.index = index
+        self._nvml = nvml
+        self._poller = poller
+        self._clock = clock
+        self._handle: Any = None
+        self.name: str | None = None
+        self.uuid: str | None = None
+        self.lost = False
+        self.mig = False
+        # Readings that will not come back in this process, with why.
+        self._sticky: dict[str, str] = {}
+        self._reasons: dict[str, str] = {}
+        self._counters: dict[tuple[int, int], _CounterRead] = {}
+        self._last_rates: dict[tuple[int, int], float | None] = {}
+        self._pcie_source: str | None = None  # None = not decided yet
+        self._pcie_max_bytes_per_s: float | None = None
+        self._nvlink_links: list[int] | None = None  # active link indices
+        self._memory_v2: bool | None = None
+        self._lost_code = _code(nvml, "NVML_ERROR_GPU_IS_LOST", 15)
+        self._sticky_codes = {
+            _code(nvml, "NVML_ERROR_NOT_SUPPORTED", 3),
+            _code(nvml, "NVML_ERROR_NO_PERMISSION", 4),
+            _code(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
+        }
+        self._success = _code(nvml, "NVML_SUCCESS", 0)
+        self._fi_pcie = (
+            _code(nvml, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", FI_PCIE_TX_BYTES),
+            _code(nvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", FI_PCIE_RX_BYTES),
+        )
+        self._fi_nvlink = (
+            _code(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", FI_NVLINK_DATA_TX_KIB),
+            _code(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", FI_NVLINK_DATA_RX_KIB),
+        )
+        self._fi_link_count = _code(nvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", FI_NVLINK_LINK_COUNT)
+        try:
+            self._open()
+        except _GpuLostError:
+            self._mark_lost()
+
+    # -- calls -----------------------------------------------------------------
+
+    def _call(self, reading: str, function: str, *args: Any, **kwargs: Any) -> Any:
+        """One NVML call for one reading; None (with a reason) instead of an error."""
+        if reading in self._sticky:
+            self._reasons[reading] = self._sticky[reading]
+            return None
+        try:
+            fn = getattr(self._nvml, function)
+        except AttributeError:
+            self._sticky[reading] = self._reasons[reading] = "not in this nvidia-ml-py"
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # any failure degrades this reading only
+            code = error_code(exc)
+            if code == self._lost_code:
+                raise _GpuLostError from exc
+            reason = _reason(self._nvml, exc)
+            if code in self._sticky_codes:
+                self._sticky[reading] = reason
+            self._reasons[reading] = reason
+            return None
+
+    def _open(self) -> None:
+        self._handle = self._call("handle", "nvmlDeviceGetHandleByIndex", self.index)
+        if self._handle is None:
+            return
+        name = self._call("name", "nvmlDeviceGetName", self._handle)
+        uuid = self._call("uuid", "nvmlDeviceGetUUID", self._handle)
+        self.name = None if name is None else _text(name)
+        self.uuid = None if uuid is None else _text(uuid)
+        mode = self._call("mig", "nvmlDeviceGetMigMode", self._handle)
+        enabled = _code(self._nvml, "NVML_DEVICE_MIG_ENABLE", 1)
+        # Not supported (pre-Ampere, consumer cards) means no MIG.
+        self.mig = bool(mode) and mode[0] == enabled
+        self._reasons.pop("mig", None)
+
+    def _mark_lost(self) -> None:
+        if not self.lost:
+            self.lost = True
+            self._poller.unwatch(self.index)
+
+    # -- the sample ------------------------------------------------------------
+
+    def read(self, run_pids: set[int]) -> GpuSample:
+        """This GPU now. Never raises."""
+        self._reasons = {}
+        if self.lost:
+            return self._lost_sample()
+        try:
+            if self._handle is None:
+                self._sticky.pop("handle", None)
+                self._open()
+                if self._handle is None:
+                    return GpuSample(
+                        index=self.index,
+                        name=self.name,
+                        uuid=self.uuid,
+                        unavailable=(("handle", self._reasons.get("handle", "no handle")),),
+                    )
+            return self._read(run_pids)
+        except _GpuLostError:
+            self._mark_lost()
+            return self._lost_sample()
+        except Exception as exc:  # a bug here must not end the sampling
+            return GpuSample(
+                index=self.index,
+                name=self.name,
+                uuid=self.uuid,
+                mig=self.mig,
+                unavailable=(("sample", f"error: {exc!r}"),),
+            )
+
+    def _lost_sample(self) -> GpuSample:
+        return GpuSample(
+            index=self.index,
+            name=self.name,
+            uuid=self.uuid,
+            lost=True,
+            mig=self.mig,
+            unavailable=(("all", GPU_LOST),),
+        )
+
+    def _read(self, run_pids: set[int]) -> GpuSample:
+        nvml, handle = self._nvml, self._handle
+        util_gpu: float | None = None
+        util_mem: float | None = None
+        if self.mig:
+            self._reasons["util_gpu_pct"] = self._reasons["util_mem_pct"] = (
+                "MIG mode: whole-GPU utilization is not available"
+            )
+        else:
+            util = self._call("util", "nvmlDeviceGetUtilizationRates", handle)
+            if util is not None:
+                util_gpu, util_mem = float(util.gpu), float(util.memory)
+        mem_used, mem_total = self._memory()
+        temperature = self._call(
+            "temperature_c",
+            "nvmlDeviceGetTemperature",
+            handle,
+            _code(nvml, "NVML_TEMPERATURE_GPU", 0),
+        )
+        power_mw = self._call("power_w", "nvmlDeviceGetPowerUsage", handle)
+        limit_mw = self._call("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", handle)
+        sm_clock = self._call(
+            "sm_clock_mhz", "nvmlDeviceGetClockInfo", handle, _code(nvml, "NVML_CLOCK_SM", 1)
+        )
+        pcie_gen = self._call("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", handle)
+        pcie_width = self._call("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", handle)
+        pcie_tx, pcie_rx, nvlink_tx, nvlink_rx = self._throughput(pcie_gen, pcie_width)
+        processes = self._processes(run_pids)
+        return GpuSample(
+            index=self.index,
+            name=self.name,
+            uuid=self.uuid,
+            lost=False,
+            mig=self.mig,
+            util_gpu_pct=util_gpu,
+            util_mem_pct=util_mem,
+            mem_used_bytes=mem_used,
+            mem_total_bytes=mem_total,
+            temperature_c=None if temperature is None else float(temperature),
+            power_w=None if power_mw is None else power_mw / 1000.0,
+            power_limit_w=None if limit_mw is None else limit_mw / 1000.0,
+            sm_clock_mhz=None if sm_clock is None else int(sm_clock),
+            pcie_gen=None if pcie_gen is None else int(pcie_gen),
+            pcie_width=None if pcie_width is None else int(pcie_width),
+            pcie_tx_bytes_per_s=pcie_tx,
+            pcie_rx_bytes_per_s=pcie_rx,
+            nvlink_tx_bytes_per_s=nvlink_tx,
+            nvlink_rx_bytes_per_s=nvlink_rx,
+            processes=processes,
+            pcie_source=self._pcie_source,
+            nvlink_links_active=None if self._nvlink_links is None else len(self._nvlink_links),
+            unavailable=tuple(sorted(self._reasons.items())),
+        )
+
+    def _memory(self) -> tuple[int | None, int | None]:
+        # v2 reports driver-reserved memory apart from "used", as nvidia-smi
+        # does since R510; v1 folds it into used (hundreds of MiB on an H100).
+        version = getattr(self._nvml, "nvmlMemory_v2", None)
+        if self._memory_v2 is not False and version is not None:
+            try:
+                info = self._nvml.nvmlDeviceGetMemoryInfo(self._handle, version=version)
+                self._memory_v2 = True
+                return int(info.used), int(info.total)
+            except Exception as exc:  # fall back to v1 below
+                if error_code(exc) == self._lost_code:
+                    raise _GpuLostError from exc
+                if self._memory_v2 is None:
+                    self._memory_v2 = False
+                else:
+                    self._reasons["mem_used_bytes"] = _reason(self._nvml, exc)
+                    return None, None
+        info = self._call("mem_used_bytes", "nvmlDeviceGetMemoryInfo", self._handle)
+        if info is None:
+            self._reasons["mem_total_bytes"] = self._reasons["mem_used_bytes"]
+            return None, None
+        return int(info.used), int(info.total)
+
+    def _processes(self, run_pids: set[int]) -> tuple[GpuProcess, ...]:
+        found: dict[int, int | None] = {}
+        for reading, function in (
+            ("processes", "nvmlDeviceGetComputeRunningProcesses"),
+            ("graphics_processes", "nvmlDeviceGetGraphicsRunningProcesses"),
+        ):
+            procs = self._call(reading, function, self._handle)
+            for proc in procs or ():
+                used = getattr(proc, "usedGpuMemory", None)
+                used = None if used is None else int(used)
+                pid = int(proc.pid)
+                known = found.get(pid)
+                # A process in both lists is one process: keep its larger figure.
+                if pid not in found or (used is not None and (known is None or used > known)):
+                    found[pid] = used
+        if "graphics_processes" in self._reasons and "processes" not in self._reasons:
+            # Compute-only boards do not support the graphics list: not worth a note.
+            self._reasons.pop("graphics_processes")
+        return tuple(
+            GpuProcess(pid=pid, used_bytes=used, in_run=pid in run_pids)
+            for pid, used in sorted(found.items())
+        )
+
+    # -- throughput ------------------------------------------------------------
+
+    def _throughput(
+        self, pcie_gen: int | None, pcie_width: int | None
+    ) -> tuple[float | None, float | None, float | None, float | None]:
+        if self._pcie_max_bytes_per_s is None:
+            # The link can train up under load between two samples: bound the
+            # counter arithmetic by the most the link can do, not its idle speed.
+            max_gen = self._call("pcie_max", "nvmlDeviceGetMaxPcieLinkGeneration", self._handle)
+            max_width = self._call("pcie_max", "nvmlDeviceGetMaxPcieLinkWidth", self._handle)
+            self._reasons.pop("pcie_max", None)
+            self._pcie_max_bytes_per_s = pcie_link_max_bytes_per_s(
+                max_gen if max_gen is not None else pcie_gen,
+                max_width if max_width is not None else pcie_width,
+            )
+        if self._nvlink_links is None and "nvlink" not in self._sticky:
+            self._discover_nvlink()
+
+        wanted: list[tuple[int, int]] = []
+        if self._pcie_source in (None, "counter"):
+            wanted += [(self._fi_pcie[0], 0), (self._fi_pcie[1], 0)]
+        for link in self._nvlink_links or ():
+            wanted += [(self._fi_nvlink[0], link), (self._fi_nvlink[1], link)]
+        reads: dict[tuple[int, int], _CounterRead | str] = {}
+        if wanted:
+            values = self._call("counters", "nvmlDeviceGetFieldValues", self._handle, wanted)
+            now = self._clock()
+            if values is None:
+                reason = self._reasons.pop("counters")
+                for key in wanted:
+                    reads[key] = reason
+            else:
+                for key, fv in zip(wanted, values, strict=False):
+                    reads[key] = self._counter_read(fv, now)
+
+        pcie_tx, pcie_rx = self._pcie(reads)
+        nvlink_tx, nvlink_rx = self._nvlink(reads)
+        return pcie_tx, pcie_rx, nvlink_tx, nvlink_rx
+
+    def _counter_read(self, fv: Any, now: float) -> _CounterRead | str:
+        ret = int(fv.nvmlReturn)
+        if ret == self._lost_code:
+            raise _GpuLostError
+        if ret != self._success:
+            code_reason = {
+                _code(self._nvml, "NVML_ERROR_NOT_SUPPORTED", 3): NOT_SUPPORTED,
+                _code(self._nvml, "NVML_ERROR_NO_PERMISSION", 4): NO_PERMISSION,
+            }
+            return code_reason.get(ret, f"error: NVML return code {ret}")
+        value, width = field_value(self._nvml, fv)
+        if width is None:
+            return "counter is not an integer"
+        return _CounterRead(int(value), width, int(fv.timestamp), now)
+
+    def _rate(
+        self, key: tuple[int, int], read: _CounterRead, unit_bytes: int, ceiling: float
+    ) -> tuple[float | None, str | None]:
+        previous = self._counters.get(key)
+        if previous is None:
+            self._counters[key] = read
+            return None, FIRST_SAMPLE
+        interval = interval_between(previous, read)
+        if interval is None:
+            # NVML served the same cached read again: repeat the last rate
+            # rather than flicker to n/a.
+            last = self._last_rates.get(key)
+            return last, None if last is not None else "counter not updated yet"
+        self._counters[key] = read
+        rate = counter_rate(
+            previous.value, read.value, interval, read.width_bits, unit_bytes, ceiling
+        )
+        self._last_rates[key] = rate
+        if rate is None:
+            return None, "counter reset, or interval too long for its width"
+        return rate, None
+
+    def _pcie(
+        self, reads: dict[tuple[int, int], _CounterRead | str]
+    ) -> tuple[float | None, float | None]:
+        tx_key, rx_key = (self._fi_pcie[0], 0), (self._fi_pcie[1], 0)
+        if self._pcie_source is None:
+            tx_read, rx_read = reads.get(tx_key), reads.get(rx_key)
+            if isinstance(tx_read, _CounterRead) and isinstance(rx_read, _CounterRead):
+                assert self._pcie_max_bytes_per_s is not None
+                safe_s = max_unambiguous_interval_s(
+                    min(tx_read.width_bits, rx_read.width_bits), 1, self._pcie_max_bytes_per_s
+                )
+                self._pcie_source = "counter" if safe_s > LONGEST_EXPECTED_INTERVAL_S else "window"
+            else:
+                self._pcie_source = "window"
+            if self._pcie_source == "window":
+                self._poller.watch(self.index, self._handle)
+                self._poller.kick()
+        if self._pcie_source == "window":
+            tx, rx, reason = self._poller.latest(self.index)
+            if reason is not None:
+                self._reasons["pcie_tx_bytes_per_s"] = self._reasons["pcie_rx_bytes_per_s"] = reason
+            return tx, rx
+        ceiling = self._pcie_max_bytes_per_s or 0.0
+        rates: list[float | None] = []
+        for key, reading in (
+            (tx_key, "pcie_tx_bytes_per_s"),
+            (rx_key, "pcie_rx_bytes_per_s"),
+        ):
+            read = reads.get(key)
+            if not isinstance(read, _CounterRead):
+                self._reasons[reading] = read or "not read"
+                rates.append(None)
+                continue
+            rate, why = self._rate(key, read, 1, ceiling)
+            if why is not None:
+                self._reasons[reading] = why
+            rates.append(rate)
+        return rates[0], rates[1]
+
+    def _discover_nvlink(self) -> None:
+        values = self._call(
+            "nvlink", "nvmlDeviceGetFieldValues", self._handle, [(self._fi_link_count, 0)]
+        )
+        if values is None:
+            return
+        read = self._counter_read(values[0], self._clock())
+        if isinstance(read, str):
+            self._sticky["nvlink"] = self._reasons["nvlink"] = read
+            return
+        active: list[int] = []
+        enabled = _code(self._nvml, "NVML_FEATURE_ENABLED", 1)
+        for link in range(read.value):
+            state = self._call("nvlink_state", "nvmlDeviceGetNvLinkState", self._handle, link)
+            if state == enabled:
+                active.append(link)
+        self._reasons.pop("nvlink_state", None)
+        self._nvlink_links = active
+        if not active:
+            self._sticky["nvlink"] = "no active NVLink link"
+
+    def _nvlink(
+        self, reads: dict[tuple[int, int], _CounterRead | str]
+    ) -> tuple[float | None, float | None]:
+        if not self._nvlink_links:
+            reason = self._sticky.get("nvlink") or self._reasons.get("nvlink") or NOT_SUPPORTED
+            self._reasons.pop("nvlink", None)
+            self._reasons["nvlink_tx_bytes_per_s"] = self._reasons["nvlink_rx_bytes_per_s"] = reason
+            return None, None
+        totals: list[float | None] = []
+        for field_id, reading in zip(
+            self._fi_nvlink, ("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"), strict=True
+        ):
+            total: float | None = 0.0
+            for link in self._nvlink_links:
+                read = reads.get((field_id, link))
+                if not isinstance(read, _CounterRead):
+                    self._reasons[reading] = read or "not read"
+                    total = None
+                    continue
+                rate, why = self._rate((field_id, link), read, 1024, NVLINK_LINK_MAX_BYTES_PER_S)
+                if rate is None:
+                    # One link without a rate makes the sum wrong: the sum is n/a.
+                    self._reasons[reading] = why or "n/a"
+                    total = None
+                elif total is not None:
+                    total += rate
+            totals.append(total)
+        return totals[0], totals[1]
