@@ -1,0 +1,354 @@
+"""The gpuwatch dashboard: a Textual app that follows one run through a RunLink.
+
+A long-lived worker reads batches from the link and folds them into a RunState
+(pure); repaints are throttled (about 4 Hz) and touch only the panels whose
+part of the state changed, inside one ``batch_update``. Keys change *pending*
+settings; nothing restarts until ``r`` sends ``relaunch``.
+
+The app's return value says what happened to the run:
+  "detach"   the dashboard closed, the run was left as it was;
+  "stopped"  the person stopped the run and the supervisor acknowledged;
+  "stop"     the person asked to stop but no ack came (connection lost): the
+             caller should stop the run itself (e.g. ``gpuwatch stop ID``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.reactive import var
+from textual.timer import Timer
+from textual.widgets import Footer
+from textual.worker import Worker, WorkerState
+
+from gpuwatch.advisor import advise
+from gpuwatch.app.link import RunLink
+from gpuwatch.app.screens.modals import (
+    ConfirmStopScreen,
+    KeysScreen,
+    QuitChoice,
+    QuitScreen,
+    RunsScreen,
+)
+from gpuwatch.app.widgets.panels import (
+    AdvicePanel,
+    AttemptsPanel,
+    CrashPanel,
+    DevicesPanel,
+    HeaderBar,
+    HistoryPanel,
+    MetricsPanel,
+    PendingBar,
+)
+from gpuwatch.client import ClientError
+from gpuwatch.runs import RunInfo, list_runs
+from gpuwatch.runstate import (
+    RunState,
+    SettingRefused,
+    describe_pending,
+    pending_overrides,
+    step_accumulation,
+    step_batch,
+    toggle_prefetch,
+)
+
+_ACCUMULATION = Binding.Group("accum", compact=True)
+_BATCH = Binding.Group("batch", compact=True)
+
+
+class GpuwatchApp(App[str]):
+    """Live dashboard of one training run (and a switcher between the live runs)."""
+
+    CSS_PATH = "gpuwatch.tcss"
+    TITLE = "gpuwatch"
+    ENABLE_COMMAND_PALETTE = False
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (Textual's API)
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]  # noqa: RUF012
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("p", "toggle_prefetch", "prefetch", id="prefetch",
+                tooltip="Flip data.prefetch off/on for the next relaunch"),
+        Binding("a", "accumulation(True)", "accum ×2", id="accumulation.up", group=_ACCUMULATION,
+                tooltip="Double accumulation steps for the next relaunch"),
+        Binding("A", "accumulation(False)", "accum ÷2", id="accumulation.down", group=_ACCUMULATION,
+                tooltip="Halve accumulation steps for the next relaunch"),
+        Binding("b", "batch(True)", "batch ×2", id="batch.up", group=_BATCH,
+                tooltip="Double the global batch for the next relaunch"),
+        Binding("B", "batch(False)", "batch ÷2", id="batch.down", group=_BATCH,
+                tooltip="Halve the global batch for the next relaunch"),
+        Binding("r", "relaunch", "relaunch", id="relaunch",
+                tooltip="Stop this attempt and start the next with the pending settings"),
+        Binding("c", "discard", "discard", id="discard", show=False,
+                tooltip="Forget the pending settings"),
+        Binding("s", "stop_run", "stop", id="stop", tooltip="Stop training (asks first)"),
+        Binding("l", "runs", "runs", id="runs", tooltip="List the live runs and switch to one"),
+        Binding("question_mark", "keys", "keys", id="keys", key_display="?",
+                tooltip="List every key"),
+        Binding("q", "quit_dashboard", "quit", id="quit",
+                tooltip="Close the dashboard: detach (training goes on) or stop"),
+        Binding("ctrl+c", "quit_dashboard", "quit", id="quit.ctrl_c", show=False,
+                tooltip="Same as q", priority=True),
+    ]
+
+    KEY_HELP: ClassVar[list[tuple[str, str]]] = [
+        ("p", "prefetch off/on (pending until r)"),
+        ("a / A", "accumulation steps ×2 / ÷2 (pending until r)"),
+        ("b / B", "global batch ×2 / ÷2 (pending until r)"),
+        ("r", "relaunch with the pending settings (resumes from checkpoint)"),
+        ("c", "discard the pending settings"),
+        ("s", "stop training (asks first)"),
+        ("l", "list the live runs on this machine, switch to one"),
+        ("?", "this list"),
+        ("q", "quit: detach (training goes on) or stop the run"),
+    ]
+
+    pending: var[dict[str, Any]] = var(dict, init=False)
+
+    def __init__(
+        self,
+        link: RunLink,
+        *,
+        home: Path | None = None,
+        run_id: str | None = None,
+        link_for: Callable[[RunInfo], RunLink] | None = None,
+        clock: Callable[[], float] = time.time,
+        render_interval_s: float = 0.25,
+    ) -> None:
+        super().__init__()
+        self.link = link
+        self.home = home
+        self.run_id = run_id
+        self.link_for = link_for
+        self.clock = clock
+        self.render_interval_s = render_interval_s
+        self.state = RunState()
+        self.renders = 0
+        self._last_render = 0.0
+        self._render_timer: Timer | None = None
+        self._stopped_by_person = False
+
+    # ---- layout ---------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield HeaderBar(id="header")
+        with Horizontal(id="top"):
+            yield MetricsPanel(id="metrics")
+            yield AdvicePanel(id="advice")
+        yield DevicesPanel(id="devices")
+        yield HistoryPanel(id="history")
+        yield CrashPanel(id="crash")
+        yield AttemptsPanel(id="attempts")
+        yield PendingBar(id="pending")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#devices").border_title = "devices"
+        self.query_one("#history").border_title = "history"
+        self.query_one("#attempts").border_title = "attempts (measured after warm-up)"
+        self.query_one("#crash").border_title = "trainer ended"
+        self.set_interval(1.0, self._tick)
+        self.refresh_view()
+        self.follow_link()
+
+    # ---- following the run ---------------------------------------------
+
+    @work(exclusive=True, exit_on_error=False, group="link")
+    async def follow_link(self) -> None:
+        """Fold every batch from the link into the state; repaint at most ~4 Hz."""
+        link = self.link
+        async for batch in link.events():
+            if link is not self.link:  # switched runs while waiting
+                return
+            self.state.apply_many(batch)
+            self._schedule_render()
+            # A replay arrives faster than we fold it: let input and repaints in.
+            await asyncio.sleep(0)
+
+    @on(Worker.StateChanged)
+    def _worker_changed(self, event: Worker.StateChanged) -> None:
+        if event.state == WorkerState.ERROR and event.worker.group == "link":
+            self.notify(f"lost the run's events: {event.worker.error}", severity="error")
+
+    def _tick(self) -> None:
+        if not self.state.terminal:
+            self.state.changed.add("header")
+            self._schedule_render()
+
+    def _schedule_render(self) -> None:
+        if self._render_timer is not None:
+            return
+        wait = self._last_render + self.render_interval_s - time.monotonic()
+        if wait <= 0:
+            self.refresh_view()
+        else:
+            self._render_timer = self.set_timer(wait, self._timed_render)
+
+    def _timed_render(self) -> None:
+        self._render_timer = None
+        self.refresh_view()
+
+    def refresh_view(self) -> None:
+        """Repaint the panels whose part of the state changed (all of them the first time)."""
+        self._last_render = time.monotonic()
+        changes = self.state.take_changes()
+        if not changes:
+            return
+        self.renders += 1
+        state = self.state
+        with self.batch_update():
+            if changes & {"header", "link"}:
+                self.query_one(HeaderBar).show_state(state, self.clock())
+            if changes & {"metrics", "attempts"}:
+                self.query_one(MetricsPanel).show_state(state)
+            if changes & {"metrics", "devices", "attempts"}:
+                steps = state.recent_steps()
+                current = state.current
+                settings = current.settings if current and current.settings else state.settings
+                self.query_one(AdvicePanel).show_advice(
+                    advise(steps, settings, state.sample, state.replicas)
+                )
+            if changes & {"devices", "metrics"}:
+                self.query_one(DevicesPanel).show_state(state)
+            if "history" in changes:
+                self.query_one(HistoryPanel).show_state(state)
+            if "attempts" in changes or "status" in changes:
+                self.query_one(AttemptsPanel).show_state(state)
+            if "status" in changes:
+                self.query_one(CrashPanel).show_state(state)
+                self.screen.set_class(state.status in ("crashed", "lost"), "-crashed")
+            if "pending" in changes:
+                self._show_pending()
+
+    def _show_pending(self) -> None:
+        self.query_one(PendingBar).show_pending(describe_pending(self.state.settings, self.pending))
+        self.refresh_bindings()
+
+    def watch_pending(self) -> None:
+        self._show_pending()
+
+    # ---- pending settings --------------------------------------------
+
+    def _change(self, make: Callable[[], dict[str, Any]]) -> None:
+        try:
+            self.pending = make()
+        except SettingRefused as refusal:
+            self.notify(str(refusal), title="not changed", severity="warning")
+
+    def action_toggle_prefetch(self) -> None:
+        self._change(lambda: toggle_prefetch(self.state.settings, self.pending))
+
+    def action_accumulation(self, up: bool) -> None:
+        replicas = self.state.replicas
+        self._change(
+            lambda: step_accumulation(self.state.settings, self.pending, up=up, replicas=replicas)
+        )
+
+    def action_batch(self, up: bool) -> None:
+        replicas = self.state.replicas
+        self._change(
+            lambda: step_batch(self.state.settings, self.pending, up=up, replicas=replicas)
+        )
+
+    def action_discard(self) -> None:
+        self.pending = {}
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("relaunch", "discard"):
+            # None: shown greyed out in the footer while nothing is pending.
+            return True if pending_overrides(self.state.settings, self.pending) else None
+        return True
+
+    # ---- commands -------------------------------------------------------
+
+    def action_relaunch(self) -> None:
+        overrides = pending_overrides(self.state.settings, self.pending)
+        if overrides:
+            self.send_relaunch(overrides)
+
+    @work(group="command", exit_on_error=False)
+    async def send_relaunch(self, overrides: dict[str, Any]) -> None:
+        description = describe_pending(self.state.settings, overrides)
+        try:
+            await self.link.command("relaunch", overrides=overrides, fresh=False)
+        except (ClientError, TimeoutError) as exc:
+            self.notify(f"relaunch failed: {exc}", severity="error")
+            return
+        if pending_overrides(self.state.settings, self.pending) == overrides:
+            self.pending = {}
+        self.notify(f"relaunching: {description}", title="relaunch")
+
+    def action_stop_run(self) -> None:
+        def confirmed(answer: bool | None) -> None:
+            if answer:
+                self.send_stop(exit_after=False)
+
+        self.push_screen(ConfirmStopScreen(), callback=confirmed)
+
+    @work(group="command", exit_on_error=False)
+    async def send_stop(self, exit_after: bool) -> None:
+        try:
+            await self.link.command("stop")
+        except (ClientError, TimeoutError) as exc:
+            self.notify(f"stop failed: {exc}", severity="error")
+            if exit_after:
+                self.exit("stop")
+            return
+        self._stopped_by_person = True
+        if exit_after:
+            self.exit("stopped")
+        else:
+            self.notify("stop sent: the trainer checkpoints and exits", title="stop")
+
+    def action_quit_dashboard(self) -> None:
+        if self.state.terminal or self._stopped_by_person:
+            self.exit("stopped" if self._stopped_by_person else "detach")
+            return
+
+        def chosen(choice: QuitChoice | None) -> None:
+            if choice == "detach":
+                self.exit("detach")
+            elif choice == "stop":
+                self.send_stop(exit_after=True)
+
+        self.push_screen(QuitScreen(), callback=chosen)
+
+    def action_keys(self) -> None:
+        self.push_screen(KeysScreen(self.KEY_HELP))
+
+    # ---- switching runs ---------------------------------------------
+
+    @work(group="runs", exclusive=True, exit_on_error=False)
+    async def action_runs(self) -> None:
+        runs = await asyncio.to_thread(list_runs, self.home)
+        live = [info for info in runs if info.live]
+        current = self.state.run_id or self.run_id
+        choice = await self.push_screen_wait(RunsScreen(live, current))
+        if choice is None or choice.run_id == current:
+            return
+        if self.link_for is None:
+            self.notify("this dashboard cannot switch runs", severity="warning")
+            return
+        self.switch_to(self.link_for(choice), choice.run_id)
+
+    def switch_to(self, link: RunLink, run_id: str) -> None:
+        """Follow another run: a new link, a fresh state, nothing pending."""
+        old = self.link
+        self.link = link
+        self.run_id = run_id
+        self.state = RunState()
+        self.pending = {}
+        self.follow_link()  # exclusive: cancels the old follower
+        self.run_worker(old.close(), group="close", exit_on_error=False)
+        self.refresh_view()
+        self.notify(f"now following run {run_id}", title="switched")
+
+    async def on_unmount(self) -> None:
+        await self.link.close()

@@ -1,0 +1,78 @@
+"""Number formatting for the dashboard: every figure with its unit, n/a for a missing reading.
+
+Plain Python (no Textual) so the units are unit-tested. Rates are decimal
+(kB/s, MB/s, GB/s, like link speeds); memory is binary (GiB, like nvidia-smi).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuwatch.advisor import format_rate
+
+NA = "n/a"
+
+__all__ = ["NA", "bytes_binary", "count", "duration", "format_rate", "pct", "prefetch_word"]
+
+
+def pct(value: float | None, digits: int = 0) -> str:
+    if value is None:
+        return NA
+    return f"{value:.{digits}f}%"
+
+
+def count(value: float | None, unit: str = "") -> str:
+    """1,973 ex/s; thousands separated."""
+    if value is None:
+        return NA
+    text = f"{value:,.0f}"
+    return f"{text} {unit}" if unit else text
+
+
+def bytes_binary(value: float | None) -> str:
+    if value is None:
+        return NA
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(size) < 1024.0 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024.0
+    return f"{size:.1f} TiB"  # pragma: no cover
+
+
+def mem_pair(used: float | None, total: float | None) -> str:
+    """'21.3/40.0 GiB'."""
+    if used is None or total is None:
+        return f"{bytes_binary(used)} / {bytes_binary(total)}"
+    gib = 1024.0**3
+    return f"{used / gib:.1f}/{total / gib:.1f} GiB"
+
+
+def duration(seconds: float | None) -> str:
+    """'1:02:03' or '3:07' (m:ss under an hour)."""
+    if seconds is None:
+        return NA
+    total = int(seconds)
+    hours, rest = divmod(total, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def prefetch_word(value: Any) -> str:
+    if value is None:
+        return "?"
+    if value is False:
+        return "off"
+    if value is True:
+        return "on"
+    return str(value)
+
+
+def ms(value: float | None) -> str:
+    if value is None:
+        return NA
+    if value >= 100:
+        return f"{value:.0f} ms"
+    return f"{value:.1f} ms"

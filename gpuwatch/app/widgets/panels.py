@@ -1,0 +1,309 @@
+"""The dashboard's panels: each turns part of a RunState into text, repainting only on change."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import Sparkline, Static
+
+from gpuwatch.advisor import Advice
+from gpuwatch.app import fmt
+from gpuwatch.runstate import WARMUP_STEPS, RunState
+
+STATUS_STYLE = {
+    "starting": "yellow",
+    "running": "bold green",
+    "stopping": "yellow",
+    "stopped": "bold",
+    "finished": "bold cyan",
+    "crashed": "bold white on red",
+    "lost": "bold white on red",
+}
+LEVEL_STYLE = {"high": "bold red", "moderate": "bold yellow", "none": "green", "unknown": "dim"}
+
+
+class StatePanel(Static):
+    """A Static that repaints only when its text really changed (repaints cost over SSH)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__("", *args, **kwargs)
+        self._last_plain: tuple[str, tuple[Any, ...]] | None = None
+
+    def set_text(self, text: Text) -> None:
+        key = (text.plain, tuple((s.start, s.end, str(s.style)) for s in text.spans))
+        if key == self._last_plain:
+            return
+        self._last_plain = key
+        self.update(text)
+
+    @property
+    def plain(self) -> str:
+        """The text shown now, without styles (for tests and screen readers)."""
+        return self._last_plain[0] if self._last_plain else ""
+
+
+class HeaderBar(StatePanel):
+    """Run id, name, attempt, status, elapsed, and the link's state."""
+
+    def show_state(self, state: RunState, now: float) -> None:
+        text = Text(" gpuwatch ", style="bold")
+        text.append(f" {state.run_id or '…'} ", style="bold reverse")
+        if state.name:
+            text.append(f" {state.name}")
+        text.append(f"  attempt {state.attempt or '-'}")
+        status = state.status or "waiting"
+        text.append("  ")
+        text.append(f" {status} ", style=STATUS_STYLE.get(status, ""))
+        text.append(f"  elapsed {fmt.duration(state.elapsed_s(now))}")
+        if state.link_state and state.link_state != "connected":
+            text.append("  ")
+            text.append(f" link {state.link_state} ", style="bold white on red")
+        self.set_text(text)
+
+
+class MetricsPanel(StatePanel):
+    """Step, epoch, loss, examples/s, step time, input wait."""
+
+    def show_state(self, state: RunState) -> None:
+        point = state.last_step
+        text = Text()
+        if point is None:
+            text.append("no steps yet", style="dim")
+            hello = state.hello
+            if hello:
+                text.append(f"\nbatch {hello.get('global_batch_size')} over ")
+                text.append(f"{hello.get('replicas')} replicas")
+            self.set_text(text)
+            return
+        accumulation = (state.current.accumulation_steps if state.current else None) or 1
+        text.append("step ", style="dim")
+        text.append(f"{point.step:,}", style="bold")
+        if accumulation > 1:
+            micro = f" (micro-step {point.micro_step:,}, {accumulation} per update)"
+            text.append(micro, style="dim")
+        if point.epoch is not None:
+            text.append("  epoch ", style="dim")
+            text.append(str(point.epoch))
+        text.append("  loss ", style="dim")
+        text.append(f"{point.loss:.4f}" if point.loss is not None else fmt.NA, style="bold")
+        if point.lr is not None:
+            text.append(f"  lr {point.lr:.1e}", style="dim")
+        text.append("\n")
+        rate = state.recent_examples_per_s()
+        step_ms = state.recent_step_time_ms()
+        if rate is None:
+            warming = f"warming up (the first {WARMUP_STEPS} steps trace; not measured)"
+            text.append(warming, style="dim")
+            self.set_text(text)
+            return
+        text.append(fmt.count(rate, "examples/s"), style="bold")
+        text.append(f"  {fmt.ms(step_ms)} per step", style="")
+        text.append("  input wait ", style="dim")
+        wait = state.recent_input_wait_pct()
+        text.append(fmt.pct(wait, 1), style="bold")
+        text.append(" of step time", style="dim")
+        self.set_text(text)
+
+
+class AdvicePanel(StatePanel):
+    """The advisor's verdict (TF Profiler thresholds) and what to try."""
+
+    def show_advice(self, advice: Advice) -> None:
+        text = Text()
+        text.append(advice.verdict, style=LEVEL_STYLE.get(advice.level, ""))
+        for rec in advice.recommendations:
+            text.append("\n• ")
+            text.append(rec)
+        self.set_text(text)
+
+
+class DevicesPanel(StatePanel):
+    """Per-GPU table with interconnect rates, or the no-GPU line with host and replicas."""
+
+    def show_state(self, state: RunState) -> None:
+        sample = state.sample or {}
+        gpus = sample.get("gpus") or []
+        hello = state.hello or {}
+        sync = state.recent_grad_sync_bytes_per_s()
+        text = Text()
+        if not gpus:
+            self._no_gpu(text, state, sample, hello, sync)
+        else:
+            self._gpu_table(text, gpus, sync, state.replicas)
+        self.set_text(text)
+
+    def _no_gpu(
+        self,
+        text: Text,
+        state: RunState,
+        sample: dict[str, Any],
+        hello: dict[str, Any],
+        sync: float | None,
+    ) -> None:
+        replicas = hello.get("replicas", state.replicas)
+        kind = hello.get("device_kind", "cpu")
+        reason = sample.get("nvml")
+        devices = [
+            str(d).rsplit("/", 1)[-1].removeprefix("device:") for d in hello.get("devices", [])
+        ]
+        if kind == "gpu":
+            text.append(f"{replicas} GPU replicas, but no GPU readings", style="bold yellow")
+        else:
+            text.append("No NVIDIA GPU found", style="bold yellow")
+            text.append(f": training uses {replicas} logical CPU replicas")
+        if devices:
+            text.append(f" ({', '.join(devices)})", style="dim")
+        host = sample.get("host") or {}
+        text.append("\nhost CPU ", style="dim")
+        text.append(fmt.pct(host.get("cpu_pct")), style="bold")
+        text.append("  memory ", style="dim")
+        text.append(fmt.mem_pair(host.get("mem_used_bytes"), host.get("mem_total_bytes")))
+        if host.get("load_1m") is not None:
+            text.append("  load ", style="dim")
+            text.append(f"{host['load_1m']:.1f}")
+        if host.get("run_cpu_pct") is not None or host.get("run_rss_bytes") is not None:
+            text.append("  trainer ", style="dim")
+            text.append(f"{fmt.pct(host.get('run_cpu_pct'))} CPU, ")
+            text.append(f"{fmt.bytes_binary(host.get('run_rss_bytes'))} RSS")
+        text.append("\ngradient sync ", style="dim")
+        text.append(fmt.format_rate(sync), style="bold")
+        text.append(" (estimate)", style="dim")
+        if reason:
+            text.append(f"  NVML: {reason}", style="dim")
+
+    def _gpu_table(
+        self, text: Text, gpus: list[dict[str, Any]], sync: float | None, replicas: int
+    ) -> None:
+        header = f"{'GPU':<4}{'util':>5} {'memory':>15} {'PCIe TX':>10}{'PCIe RX':>10}"
+        header += f"{'NVLink TX':>11}{'NVLink RX':>11}{'temp':>6}"
+        text.append(header, style="bold")
+        for gpu in gpus:
+            text.append("\n")
+            if gpu.get("lost"):
+                text.append(f"{gpu.get('index', '?'):<4}lost (fell off the bus)", style="bold red")
+                continue
+            util = gpu.get("util_gpu_pct")
+            util_text = "n/a" if gpu.get("mig") and util is None else fmt.pct(util)
+            row = f"{gpu.get('index', '?')!s:<4}{util_text:>5} "
+            row += f"{fmt.mem_pair(gpu.get('mem_used_bytes'), gpu.get('mem_total_bytes')):>15} "
+            row += f"{fmt.format_rate(gpu.get('pcie_tx_bytes_per_s')):>10}"
+            row += f"{fmt.format_rate(gpu.get('pcie_rx_bytes_per_s')):>10}"
+            row += f"{fmt.format_rate(gpu.get('nvlink_tx_bytes_per_s')):>11}"
+            row += f"{fmt.format_rate(gpu.get('nvlink_rx_bytes_per_s')):>11}"
+            temp = gpu.get("temperature_c")
+            row += f"{(f'{temp:.0f}°C' if temp is not None else fmt.NA):>6}"
+            text.append(row)
+        text.append("\ngradient sync ", style="dim")
+        text.append(f"{fmt.format_rate(sync)}", style="bold")
+        text.append(f" per replica, estimate (ring all-reduce over {replicas})", style="dim")
+
+
+class HistoryPanel(Vertical):
+    """Sparklines of examples/s and input wait % over the recent steps."""
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="spark-row"):
+            yield Static("ex/s", classes="spark-label")  # examples per second
+            yield Sparkline([], id="spark-rate", classes="spark")
+            yield StatePanel(id="spark-rate-value", classes="spark-value")
+        with Horizontal(classes="spark-row"):
+            yield Static("wait %", classes="spark-label")
+            yield Sparkline([], id="spark-wait", classes="spark")
+            yield StatePanel(id="spark-wait-value", classes="spark-value")
+
+    def show_state(self, state: RunState) -> None:
+        rates: list[float] = []
+        waits: list[float] = []
+        for point in state.window:
+            rate, wait = point.examples_per_s, point.input_wait_pct
+            if rate is not None and wait is not None:
+                rates.append(rate)
+                waits.append(wait)
+        rate_line = self.query_one("#spark-rate", Sparkline)
+        wait_line = self.query_one("#spark-wait", Sparkline)
+        if rates != list(rate_line.data or []):
+            rate_line.data = rates
+            wait_line.data = waits
+        rate_value = self.query_one("#spark-rate-value", StatePanel)
+        wait_value = self.query_one("#spark-wait-value", StatePanel)
+        if rates:
+            rate_value.set_text(
+                Text(f"{fmt.count(rates[-1])} now, max {fmt.count(max(rates))}")
+            )
+            wait_value.set_text(Text(f"{waits[-1]:.1f}% now, max {max(waits):.1f}%"))
+        else:
+            rate_value.set_text(Text("no steps yet", style="dim"))
+            wait_value.set_text(Text(""))
+        self.border_title = f"history: last {len(rates)} steps, all attempts"
+
+
+class AttemptsPanel(StatePanel):
+    """Each attempt's settings and its measured figures after warm-up, side by side."""
+
+    def show_state(self, state: RunState) -> None:
+        text = Text()
+        header = f"{'#':>2} {'prefetch':>8} {'accum':>5} {'batch':>6} {'steps':>6}"
+        header += f" {'ex/s (median)':>14} {'input wait':>11}  ended"
+        text.append(header, style="bold")
+        attempts = list(state.attempts.values())
+        for summary in attempts[-8:]:
+            wait = summary.input_wait_pct
+            row = f"{summary.attempt:>2} {fmt.prefetch_word(summary.prefetch):>8}"
+            row += f" {summary.accumulation_steps or '?'!s:>5}"
+            row += f" {summary.global_batch_size or '?'!s:>6}"
+            row += f" {summary.steps_seen:>6}"
+            if summary.measured:
+                row += f" {fmt.count(summary.median_examples_per_s):>14} {fmt.pct(wait, 1):>11}"
+            else:
+                row += f" {'warming up':>14} {'':>11}"
+            ended = summary.end or ("running" if summary.attempt == state.attempt else "")
+            if summary.attempt == state.attempt and state.terminal:
+                ended = summary.end or state.status or ""
+            text.append("\n" + row + f"  {ended}")
+        if not attempts:
+            text.append("\nno attempt yet", style="dim")
+        self.set_text(text)
+
+
+class PendingBar(StatePanel):
+    """What a relaunch would change, or how to change something."""
+
+    def show_pending(self, description: str) -> None:
+        if description:
+            text = Text("pending: ", style="bold yellow")
+            text.append(description)
+            text.append(" — press r to relaunch, c to discard", style="bold")
+        else:
+            text = Text(
+                "no pending changes · p prefetch · a/A accumulation ×2/÷2 · b/B batch ×2/÷2",
+                style="dim",
+            )
+        self.set_text(text)
+
+
+class CrashPanel(StatePanel):
+    """Exit code or signal, the supervisor's message, and the last lines of the log."""
+
+    def show_state(self, state: RunState) -> None:
+        text = Text()
+        if state.status not in ("crashed", "lost"):
+            self.set_text(text)
+            return
+        how = []
+        if state.exit_code is not None:
+            how.append(f"exit code {state.exit_code}")
+        if state.signal is not None:
+            how.append(f"signal {state.signal}")
+        text.append(f"{state.status}: {', '.join(how) or 'no exit status'}", style="bold red")
+        if state.status_message:
+            text.append(f" — {state.status_message}")
+        if state.error and state.error.get("message"):
+            text.append(f"\nerror ({state.error.get('kind')}): {state.error['message']}")
+        if state.log_tail:
+            text.append("\nlast lines of trainer.log:", style="dim")
+            for line in state.log_tail:
+                text.append("\n  " + line)
+        self.set_text(text)

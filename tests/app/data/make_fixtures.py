@@ -1,0 +1,199 @@
+"""Regenerate the recorded-event fixtures: `python tests/app/data/make_fixtures.py`.
+
+Plausible numbers shaped like the supervisor's events.jsonl (protocol.py frames
+with seq and t). Jitter comes in +d/-d pairs so the after-warm-up figures are
+exact: attempt 1 waits 38.0 % of its step time, attempt 2 4.0 %.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+T0 = 1_750_000_000.0
+NVML_MISSING = "NVML Shared Library Not Found"
+
+
+def settings(prefetch: Any, accumulation: int = 1, batch: int = 256) -> dict[str, Any]:
+    return {
+        "name": "mnist-mlp",
+        "model": {"name": "mlp", "hidden_units": [512, 512], "dropout": 0.0},
+        "data": {"name": "synthetic", "examples": 16384, "input_shape": [784], "classes": 10,
+                 "read_latency_ms": 40.0, "decode_cost": 0, "prefetch": prefetch,
+                 "parallel_calls": 1, "cache": False, "shuffle": True},
+        "train": {"global_batch_size": batch, "accumulation_steps": accumulation,
+                  "optimizer": "adam", "learning_rate": 0.001, "max_steps": 2000,
+                  "steps_per_execution": 1},
+        "strategy": {"cpu_replicas": 2, "cross_device_ops": "auto"},
+        "checkpoint": {"every_steps": 200, "keep": 3, "enabled": True},
+        "telemetry": {"enabled": True, "buffer_frames": 4096},
+    }
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.t = T0
+
+    def emit(self, frame_type: str, **fields: Any) -> None:
+        self.events.append({"v": 1, "type": frame_type, "seq": len(self.events), "t": round(self.t, 3),
+                            **fields})
+
+    def write(self, name: str) -> None:
+        with open(HERE / name, "w", encoding="utf-8") as fh:
+            for event in self.events:
+                fh.write(json.dumps(event, separators=(",", ":")) + "\n")
+
+
+def cpu_sample(rec: Recorder, cpu: float) -> None:
+    rec.emit("sample", host={"cpu_pct": cpu, "per_cpu_pct": [cpu + 3, cpu - 3],
+                             "mem_used_bytes": 5_400_000_000, "mem_total_bytes": 16_700_000_000,
+                             "load_1m": 1.9, "run_cpu_pct": 2 * cpu - 20,
+                             "run_rss_bytes": 1_250_000_000},
+             gpus=[], nvml=NVML_MISSING)
+
+
+def gpu_sample(rec: Recorder, util: float) -> None:
+    gpus = []
+    for index in range(2):
+        gpus.append({
+            "index": index, "name": "NVIDIA A100-SXM4-40GB", "uuid": f"GPU-0000-{index}",
+            "lost": False, "mig": False, "util_gpu_pct": util - 7 * index,
+            "util_mem_pct": 31.0, "mem_used_bytes": 21_300_000_000 + index * 400_000_000,
+            "mem_total_bytes": 42_949_672_960, "temperature_c": 61 + index,
+            "power_w": 251.0, "power_limit_w": 400.0, "sm_clock_mhz": 1410,
+            "pcie_gen": 4, "pcie_width": 16, "pcie_tx_bytes_per_s": 1_250_000_000,
+            "pcie_rx_bytes_per_s": 3_400_000_000,
+            "nvlink_tx_bytes_per_s": 18_700_000_000 if index == 0 else None,
+            "nvlink_rx_bytes_per_s": 18_200_000_000 if index == 0 else None,
+            "processes": [{"pid": 4242, "used_bytes": 20_000_000_000, "in_run": True}],
+        })
+    rec.emit("sample", host={"cpu_pct": 41.0, "per_cpu_pct": [40.0] * 16,
+                             "mem_used_bytes": 48_000_000_000, "mem_total_bytes": 128_000_000_000,
+                             "load_1m": 6.2, "run_cpu_pct": 310.0, "run_rss_bytes": 6_100_000_000},
+             gpus=gpus, nvml=None)
+
+
+def steps(rec: Recorder, attempt: int, first: int, count: int, step_ms: float, wait_ms: float,
+          jitter_ms: float, *, batch: int = 256, sampler: Any = cpu_sample,
+          sample_arg: float = 90.0) -> int:
+    """Emit `count` steps (5 warm-up + count-5 measured, an even number); return next step."""
+    for i in range(count):
+        if i < 5:  # warm-up: tracing makes the first steps slow
+            ms, wait = (2400.0 if i == 0 else step_ms * 1.6), wait_ms * 1.5
+        else:
+            sign = 1 if i % 2 else -1
+            ms = step_ms + sign * jitter_ms
+            wait = wait_ms + sign * jitter_ms * wait_ms / step_ms
+        rec.t += ms / 1000.0
+        number = first + i
+        rec.emit("step", attempt=attempt, step=number, micro_step=number, epoch=number // 64,
+                 loss=round(2.3 * 0.985 ** number + 0.08, 5), lr=0.001, examples=batch,
+                 step_time_ms=round(ms, 3), input_wait_ms=round(wait, 3),
+                 grad_sync_bytes=2_694_440, dropped=0)
+        if i % 4 == 3:
+            sampler(rec, sample_arg)
+    return first + count
+
+
+def hello(rec: Recorder, attempt: int, start_step: int, prefetch_settings: dict[str, Any],
+          kind: str = "cpu", replicas: int = 2) -> None:
+    devices = ([f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(replicas)]
+               if kind == "cpu" else
+               [f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in range(replicas)])
+    rec.emit("hello", attempt=attempt, pid=4242 + attempt, tf_version="2.21.0",
+             replicas=replicas, device_kind=kind, devices=devices, param_count=669_706,
+             param_bytes=2_678_824, global_batch_size=prefetch_settings["train"]["global_batch_size"],
+             accumulation_steps=1, per_replica_batch=128, start_step=start_step,
+             start_micro_step=start_step)
+
+
+def start(rec: Recorder, run_settings: dict[str, Any]) -> None:
+    rec.emit("run", run_id="0612-kq7m", config_path="/home/ana/demo/demo.yaml", created=T0,
+             supervisor_pid=4200, host="gpu-box-3", settings=run_settings)
+    rec.emit("attempt", attempt=1, settings=run_settings, fresh=True, reason="start")
+    rec.emit("status", status="starting", attempt=1, exit_code=None, signal=None,
+             message=None, log_tail=[])
+
+
+def cpu_two_attempts() -> None:
+    rec = Recorder()
+    first = settings(False)
+    start(rec, first)
+    rec.t += 4.0
+    hello(rec, 1, 0, first)
+    rec.emit("status", status="running", attempt=1, exit_code=None, signal=None, message=None,
+             log_tail=[])
+    next_step = steps(rec, 1, 1, 45, 200.0, 76.0, 10.0)
+    rec.emit("status", status="stopping", attempt=1, exit_code=None, signal=None,
+             message="relaunch requested", log_tail=[])
+    rec.emit("checkpoint", attempt=1, step=next_step - 1, micro_step=next_step - 1,
+             path="/runs/0612-kq7m/checkpoints/ckpt-1", seconds=0.21)
+    rec.emit("done", attempt=1, reason="sigterm", step=next_step - 1)
+    second = settings(True)
+    rec.emit("attempt", attempt=2, settings=second, fresh=False, reason="relaunch")
+    rec.t += 4.0
+    hello(rec, 2, next_step - 1, second)
+    rec.emit("resume", attempt=2, from_step=next_step - 1, from_micro_step=next_step - 1,
+             checkpoint="/runs/0612-kq7m/checkpoints/ckpt-1")
+    rec.emit("status", status="running", attempt=2, exit_code=None, signal=None, message=None,
+             log_tail=[])
+    steps(rec, 2, next_step, 45, 130.0, 5.2, 6.0)
+    rec.write("cpu_two_attempts.jsonl")
+
+
+def cpu_one_attempt() -> None:
+    rec = Recorder()
+    first = settings(False)
+    start(rec, first)
+    rec.t += 4.0
+    hello(rec, 1, 0, first)
+    rec.emit("status", status="running", attempt=1, exit_code=None, signal=None, message=None,
+             log_tail=[])
+    steps(rec, 1, 1, 45, 200.0, 76.0, 10.0)
+    rec.write("cpu_one_attempt.jsonl")
+
+
+def gpu_running() -> None:
+    rec = Recorder()
+    first = settings("autotune", batch=1024)
+    first["data"]["parallel_calls"] = "autotune"
+    start(rec, first)
+    rec.t += 6.0
+    hello(rec, 1, 0, first, kind="gpu", replicas=2)
+    rec.emit("status", status="running", attempt=1, exit_code=None, signal=None, message=None,
+             log_tail=[])
+    steps(rec, 1, 1, 45, 48.0, 1.2, 2.0, batch=1024, sampler=gpu_sample, sample_arg=92.0)
+    rec.write("gpu_running.jsonl")
+
+
+def cpu_crashed() -> None:
+    rec = Recorder()
+    first = settings(True)
+    start(rec, first)
+    rec.t += 4.0
+    hello(rec, 1, 0, first)
+    rec.emit("status", status="running", attempt=1, exit_code=None, signal=None, message=None,
+             log_tail=[])
+    last = steps(rec, 1, 1, 15, 130.0, 5.2, 6.0) - 1
+    rec.emit("error", attempt=1, kind="runtime",
+             message="ResourceExhaustedError: OOM when allocating tensor with shape[1024,512]")
+    rec.emit("status", status="crashed", attempt=1, exit_code=1, signal=None,
+             message=f"trainer exited with code 1 at step {last}",
+             log_tail=[
+                 "Traceback (most recent call last):",
+                 '  File "trainer_runtime/loop.py", line 212, in run',
+                 "    loss = self._step(batch)",
+                 "tensorflow.python.framework.errors_impl.ResourceExhaustedError:",
+                 "  OOM when allocating tensor with shape[1024,512] type float",
+             ])
+    rec.write("cpu_crashed.jsonl")
+
+
+if __name__ == "__main__":
+    cpu_two_attempts()
+    cpu_one_attempt()
+    gpu_running()
+    cpu_crashed()
