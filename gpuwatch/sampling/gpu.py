@@ -53,6 +53,10 @@ NOT_SUPPORTED = "not supported"
 NO_PERMISSION = "no permission"
 GPU_LOST = "GPU is lost"
 FIRST_SAMPLE = "rate needs a second sample"
+NOT_UPDATED = "counter not updated yet"
+WINDOW_PENDING = "PCIe window reading not finished yet"
+# Reasons that mean "supported, just no figure yet" (doctor counts these as supported).
+PENDING_REASONS = frozenset({FIRST_SAMPLE, NOT_UPDATED, WINDOW_PENDING})
 
 
 class _GpuLostError(Exception):
@@ -185,7 +189,7 @@ class PcieWindowPoller:
         with self._lock:
             reading = self._latest.get(index)
         if reading is None:
-            return None, None, "PCIe window reading not finished yet"
+            return None, None, WINDOW_PENDING
         tx, rx, at, reason = reading
         if self._clock() - at > self._max_age_s:
             return None, None, "PCIe window reading is stale"
@@ -546,7 +550,7 @@ class GpuReader:
             # NVML served the same cached read again: repeat the last rate
             # rather than flicker to n/a.
             last = self._last_rates.get(key)
-            return last, None if last is not None else "counter not updated yet"
+            return last, None if last is not None else NOT_UPDATED
         self._counters[key] = read
         rate = counter_rate(
             previous.value, read.value, interval, read.width_bits, unit_bytes, ceiling
