@@ -115,7 +115,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         overrides.append(f"train.max_steps={args.max_steps}")
     try:
         loaded = load_config(args.config, overrides)
-        check_replicas(loaded.config, expected_replicas(loaded.config), source=str(args.config))
+        check_replicas(
+            loaded.config,
+            expected_replicas(loaded.config),
+            source=loaded.where("train.global_batch_size"),
+        )
     except ConfigError as exc:
         _err(str(exc))
         return EXIT_USAGE
@@ -194,7 +198,11 @@ def start_supervisor(run_dir: Path, *, fresh: bool = False) -> RunInfo:
     log_path = run_dir / "supervisor.log"
     with open(log_path, "ab") as log_file:
         if method == "systemd-run":
-            env_args = [f"--setenv={k}={env[k]}" for k in ("GPUWATCH_HOME", "GPUWATCH_USER_CWD", "PATH", "PYTHONPATH") if k in env]
+            env_args = [
+                f"--setenv={k}={env[k]}"
+                for k in ("GPUWATCH_HOME", "GPUWATCH_USER_CWD", "PATH", "PYTHONPATH")
+                if k in env
+            ]
             if fresh:
                 env_args.append("--setenv=GPUWATCH_FRESH=1")
             unit = f"gpuwatch-{run_dir.name}"
@@ -251,13 +259,15 @@ def _dashboard(info: RunInfo) -> int:
         _err(f"run {info.run_id} has no live supervisor")
         return EXIT_FAILED
     result = run_dashboard(gpuwatch_home(), info.run_id, info.socket_path)
-    if result == "detach":
-        print(
-            f"gpuwatch: detached from run {info.run_id}; training goes on. "
-            f"Come back with: gpuwatch attach {info.run_id}"
-        )
-    elif result in ("stop", "stopped"):
+    if result == "stop":  # asked for, not yet acknowledged by the supervisor
+        return _stop(info)
+    if result == "stopped":
         print(f"gpuwatch: run {info.run_id} stopped.")
+        return EXIT_OK
+    print(
+        f"gpuwatch: detached from run {info.run_id}; training goes on. "
+        f"Come back with: gpuwatch attach {info.run_id}"
+    )
     return EXIT_OK
 
 
@@ -313,9 +323,6 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from gpuwatch.client import ClientError, RunClient
     from gpuwatch.runs import RunError, resolve_run
 
     try:
@@ -323,6 +330,14 @@ def cmd_stop(args: argparse.Namespace) -> int:
     except RunError as exc:
         _err(str(exc))
         return EXIT_USAGE
+    return _stop(info)
+
+
+def _stop(info: RunInfo) -> int:
+    import asyncio
+
+    from gpuwatch.client import ClientError, RunClient
+
     if not info.live or info.socket_path is None:
         print(f"gpuwatch: run {info.run_id} is already {info.status}")
         return EXIT_OK

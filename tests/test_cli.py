@@ -1,0 +1,132 @@
+"""The gpuwatch command as a person runs it: the demo headless, bad input, ls/logs/attach."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import TINY, gpuwatch
+
+SUMMARY = re.compile(
+    r"^summary: steps=(\d+) examples_per_s=([\d.]+) input_wait_pct=([\d.]+) "
+    r"replicas=(\d+) attempt=(\d+)$",
+    re.M,
+)
+
+
+@pytest.mark.slow
+def test_demo_runs_headless_for_30_steps_on_two_replicas(home: Path) -> None:
+    proc = gpuwatch("train", "demo/demo.yaml", "--headless", "--max-steps", "30")
+    assert proc.returncode == 0, proc.stderr
+    match = SUMMARY.search(proc.stdout)
+    assert match, proc.stdout
+    steps, rate, wait, replicas, attempt = match.groups()
+    assert int(steps) == 30 and int(replicas) == 2 and int(attempt) == 1
+    assert float(rate) > 0 and 0.0 <= float(wait) <= 100.0
+    # The summary's figures are the trainer's own measurements, not made up: recompute
+    # input wait from events.jsonl (steps after the 5 warm-up steps).
+    (run_dir,) = (home / "runs").iterdir()
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    steps_seen = [e for e in events if e["type"] == "step"]
+    assert [e["step"] for e in steps_seen] == list(range(1, 31))
+    measured = steps_seen[5:]
+    expected = (
+        100 * sum(e["input_wait_ms"] for e in measured) / sum(e["step_time_ms"] for e in measured)
+    )
+    assert float(wait) == pytest.approx(expected, abs=0.05)
+    hello = next(e for e in events if e["type"] == "hello")
+    assert hello["replicas"] == 2 and hello["device_kind"] in ("cpu", "gpu")
+    assert events[-1]["type"] == "status" and events[-1]["status"] == "finished"
+
+
+@pytest.mark.slow
+def test_headless_reports_a_crashed_trainer_with_the_tail_of_its_error(home: Path) -> None:
+    proc = gpuwatch(
+        "train",
+        str(TINY),
+        "--headless",
+        "--set",
+        "model.factory=tests.data.factories:model_that_fails_after",
+        "--set",
+        "model.kwargs={fail_after_steps: 5}",
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the trainer crashed" in proc.stderr
+    assert "deliberate failure" in proc.stderr
+    assert "Traceback" not in proc.stdout
+
+
+@pytest.mark.slow
+def test_a_factory_that_cannot_be_imported_is_one_clear_line_and_exit_2(home: Path) -> None:
+    proc = gpuwatch(
+        "train", str(TINY), "--headless", "--set", "model.factory=no_such_pkg.models:build"
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("gpuwatch: ")]
+    assert "model.factory 'no_such_pkg.models:build'" in line
+    assert "No module named 'no_such_pkg'" in line
+    assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["train", "missing.yaml"], "missing.yaml"),
+        (["train", str(TINY), "--set", "train.global_batch_size=0"], "train.global_batch_size"),
+        (["train", str(TINY), "--set", "train.accumulation_steps=3"], "divisible"),
+        (["train", str(TINY), "--set", "data.prefetc=on"], "prefetch"),
+        (["train", str(TINY), "--max-steps", "0"], "--max-steps"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line_and_starts_nothing(
+    home: Path, args: list[str], needle: str
+) -> None:
+    proc = gpuwatch(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gpuwatch: ") and needle in lines[0]
+    assert "Traceback" not in proc.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_ls_with_no_runs_says_so(home: Path) -> None:
+    proc = gpuwatch("ls", check=True)
+    assert "no runs yet" in proc.stdout
+
+
+def test_attach_without_a_live_run_is_a_clear_error(home: Path) -> None:
+    proc = gpuwatch("attach")
+    assert proc.returncode == 2
+    assert (
+        proc.stderr.strip() == "gpuwatch: no live run on this machine (gpuwatch ls lists all runs)"
+    )
+
+
+def test_unknown_run_prefix_is_a_clear_error(home: Path) -> None:
+    for command in ("stop", "logs", "attach"):
+        proc = gpuwatch(command, "zzzz")
+        assert proc.returncode == 2
+        assert "no run matches 'zzzz'" in proc.stderr
+
+
+@pytest.mark.slow
+def test_detach_prints_the_run_id_then_ls_logs_and_stop_by_prefix(home: Path) -> None:
+    run_id = gpuwatch("train", str(TINY), "--detach", check=True).stdout.strip()
+    assert re.fullmatch(r"\d{4}-[a-z2-9]{4}", run_id)
+    listed = gpuwatch("ls", check=True).stdout
+    assert run_id in listed and ("running" in listed or "starting" in listed)
+    stop = gpuwatch("stop", run_id[:7], check=True)
+    assert f"run {run_id} stopped" in stop.stdout
+    logs = gpuwatch("logs", run_id, check=True).stdout
+    assert "attempt 1 starting" in logs
+    rows = [json.loads(line) for line in gpuwatch("ls", "--json", check=True).stdout.splitlines()]
+    assert rows[0]["run_id"] == run_id and rows[0]["status"] == "stopped"
+
+
+def test_help_lists_every_command() -> None:
+    proc = gpuwatch("--help", check=True)
+    for command in ("train", "attach", "ls", "stop", "logs", "doctor"):
+        assert command in proc.stdout

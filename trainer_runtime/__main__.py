@@ -1,0 +1,187 @@
+"""Trainer CLI: ``python -m trainer_runtime --run-dir DIR --config FILE --attempt N``.
+
+Exit codes (docs/internals.md): 0 done (max_steps/epochs, SIGTERM or a lost
+telemetry socket, each after a checkpoint); 2 bad config or factory (one
+``error:`` line on stderr and an ``error`` frame); 1 crashed while training
+(traceback on stderr, ``error`` frame kind runtime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import re
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from trainer_runtime.schema import RunConfig, divisibility_error
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m trainer_runtime")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--config", required=True, help="RunConfig as YAML or JSON")
+    p.add_argument("--attempt", type=int, default=1)
+    p.add_argument("--telemetry-fd", type=int, default=None)
+    p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
+    p.add_argument("--max-steps", type=int, default=None, help="overrides train.max_steps")
+    return p.parse_args(argv)
+
+
+def load_config(path: str) -> RunConfig:
+    """Read and validate; raises ValueError with a one-line reason."""
+    text = Path(path).read_text()
+    data: Any
+    if path.endswith(".json"):
+        data = json.loads(text)
+    else:
+        import yaml
+
+        data = yaml.safe_load(text)
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    return RunConfig.model_validate(data)
+
+
+def _one_line(exc: BaseException) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            parts = [f"{'.'.join(str(x) for x in e['loc'])}: {e['msg']}" for e in errors()]
+            return "; ".join(parts)
+        except Exception:
+            pass
+    return " ".join(str(exc).split())
+
+
+_ROOT_CAUSE = re.compile(r"^\s*((?:[A-Za-z_][\w.]*)?(?:Error|Exception|Exhausted)\w*: .+)$", re.M)
+
+
+def _runtime_message(exc: BaseException) -> str:
+    """One line a person can act on, for an exception raised while training.
+
+    TensorFlow wraps a Python error raised inside the graph (a py_function, a
+    dataset) in "Graph execution error: Detected at node ... (most recent call
+    last): File ..." with the real cause near the end; lead with that cause.
+    """
+    text = str(exc)
+    head = f"{type(exc).__name__}: "
+    causes = [m.strip() for m in _ROOT_CAUSE.findall(text)]
+    if "Graph execution error" in text and causes:
+        node = re.search(r"Detected at node ([^\s]+)", text)
+        where = f" (at node {node.group(1)})" if node else ""
+        return (head + causes[-1] + where)[:1000]
+    return (head + " ".join(text.split()))[:1000]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    # Before TensorFlow loads: its C++ INFO/WARNING chatter would bury trainer.log.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s trainer %(levelname)s %(message)s")
+    log = logging.getLogger("trainer_runtime")
+
+    from trainer_runtime.telemetry import NullEmitter, SocketEmitter
+
+    emitter: SocketEmitter | NullEmitter = NullEmitter()
+    buffer_frames = 4096
+    config: RunConfig | None = None
+
+    def fail(kind: str, message: str, code: int) -> int:
+        print(f"error: {message}", file=sys.stderr, flush=True)
+        emitter.emit("error", attempt=args.attempt, kind=kind, message=message)
+        emitter.close()
+        return code
+
+    try:
+        config = load_config(args.config)
+        if args.max_steps is not None:
+            config.train.max_steps = args.max_steps
+        buffer_frames = config.telemetry.buffer_frames
+    except Exception as exc:
+        if args.telemetry_fd is not None:
+            emitter = SocketEmitter.from_fd(args.telemetry_fd, buffer_frames)
+        return fail("config", f"config {args.config}: {_one_line(exc)}", 2)
+    if args.telemetry_fd is not None:
+        emitter = SocketEmitter.from_fd(args.telemetry_fd, buffer_frames)
+
+    from trainer_runtime.loop import StopFlags
+
+    flags = StopFlags()
+    flags.install()  # early: a SIGTERM during TF start-up must still end cleanly
+
+    t0 = time.monotonic()
+    import tensorflow as tf
+
+    from trainer_runtime.devices import make_strategy, setup_devices
+    from trainer_runtime.factories import FactoryError
+    from trainer_runtime.loop import Trainer, train
+    from trainer_runtime.models import ModelConfigError
+
+    devices = setup_devices(config.strategy.cpu_replicas)
+    strategy, _note = make_strategy(devices, config.strategy.cross_device_ops)
+    problem = divisibility_error(config, strategy.num_replicas_in_sync)
+    if problem:
+        return fail("config", problem, 2)
+    try:
+        trainer = Trainer(config, strategy, devices, run_dir=args.run_dir,
+                          attempt=args.attempt, emitter=emitter)
+    except FactoryError as exc:
+        return fail("factory", str(exc), 2)
+    except ModelConfigError as exc:
+        return fail("config", str(exc), 2)
+    try:
+        resume = trainer.restore(args.fresh)
+    except Exception as exc:
+        return fail("config", f"checkpoint in {args.run_dir}/checkpoints does not fit this "
+                    f"model ({_one_line(exc)[:300]}); relaunch with --fresh", 2)
+    log.info("built in %.1fs: %d replicas on %s, %d parameters", time.monotonic() - t0,
+             trainer.replicas, devices.kind, trainer.param_count)
+    emitter.emit(
+        "hello", attempt=args.attempt, pid=os.getpid(), tf_version=tf.__version__,
+        replicas=trainer.replicas, device_kind=devices.kind, devices=devices.names,
+        param_count=trainer.param_count, param_bytes=trainer.param_bytes,
+        global_batch_size=trainer.global_batch, accumulation_steps=trainer.k,
+        per_replica_batch=trainer.per_replica_batch, start_step=trainer.step,
+        start_micro_step=trainer.micro_step)
+    if resume is not None:
+        log.info("resumed from step %d (%s)", resume.from_step, resume.checkpoint)
+        emitter.emit("resume", attempt=args.attempt, from_step=resume.from_step,
+                     from_micro_step=resume.from_micro_step, checkpoint=resume.checkpoint)
+    try:
+        reason, step = train(trainer, flags)
+    except Exception as exc:
+        traceback.print_exc()
+        sys.stderr.flush()
+        emitter.emit("error", attempt=args.attempt, kind="runtime",
+                     message=_runtime_message(exc))
+        emitter.close()
+        return 1
+    log.info("done: %s at step %d", reason, step)
+    emitter.emit("done", attempt=args.attempt, reason=reason, step=step)
+    emitter.close()
+    return 0
+
+
+def _exit_now(code: int) -> None:
+    """Exit without interpreter finalisation.
+
+    Seen here: after training ends, finalisation can hang for good on TensorFlow's
+    tf.data / py_function threads (the supervisor then had to SIGKILL a trainer that
+    had already checkpointed and said `done`). Everything that matters is flushed
+    and closed by now, so skip it.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    logging.shutdown()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    _exit_now(main())
