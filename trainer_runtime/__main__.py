@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s trainer %(levelname)s %(message)s")
     log = logging.getLogger("trainer_runtime")
+    logging.getLogger("tensorflow").setLevel(logging.WARNING)
 
     from trainer_runtime.telemetry import NullEmitter, SocketEmitter
 

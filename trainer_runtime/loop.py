@@ -1,0 +1,421 @@
+"""The distributed training loop: per-replica steps, gradient accumulation, checkpoints.
+
+One optimizer update = k micro-steps (train.accumulation_steps). With k == 1 a
+replica computes gradients and applies them (one all-reduce inside the Keras
+optimizer). With k > 1 each replica adds its gradients into replica-local
+accumulators (``synchronization=ON_READ``: no cross-replica traffic) for k
+micro-batches, then one apply step all-reduces once and updates once.
+
+Losses are scaled with ``tf.nn.compute_average_loss(global_batch_size=...)``
+where the global batch counts every example of the update (all replicas, all
+micro-steps): the optimizer's all-reduce SUMs, so the applied gradient is the
+mean over the whole update, the same as one big batch.
+
+train.steps_per_execution updates run inside one tf.function call; every
+update's timings still come out, measured in the graph with ``tf.timestamp()``
+around ``next(iterator)`` and after the update's variable writes.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from trainer_runtime.data import input_options, make_dataset_fn
+from trainer_runtime.devices import Devices
+from trainer_runtime.models import build_model
+from trainer_runtime.schema import RunConfig, per_replica_batch
+from trainer_runtime.telemetry import NullEmitter, SocketEmitter
+
+log = logging.getLogger("trainer_runtime")
+
+# Above this many micro-steps the accumulation loop is a tf.while instead of
+# being unrolled in the graph (keeps tracing time bounded).
+UNROLL_MICRO_STEPS = 16
+
+
+@dataclass
+class StopFlags:
+    """Set from signal handlers / other threads; read by the loop between executions."""
+
+    sigterm: threading.Event = field(default_factory=threading.Event)
+
+    def install(self) -> None:
+        def handler(signum: int, frame: Any) -> None:
+            self.sigterm.set()
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+
+@dataclass
+class Resume:
+    from_step: int
+    from_micro_step: int
+    checkpoint: str | None
+
+
+def _schedule(cfg: RunConfig) -> Any:
+    lr = cfg.train.learning_rate
+    if cfg.train.lr_schedule == "cosine":
+        return keras.optimizers.schedules.CosineDecay(lr, cfg.train.lr_decay_steps)
+    if cfg.train.lr_schedule == "step":
+        # Halve every decay_steps / 4 updates.
+        every = max(1, cfg.train.lr_decay_steps // 4)
+        bounds = [every * i for i in range(1, 8)]
+        values = [lr * 0.5**i for i in range(8)]
+        return keras.optimizers.schedules.PiecewiseConstantDecay(bounds, values)
+    return lr
+
+
+def _optimizer(cfg: RunConfig) -> keras.optimizers.Optimizer:
+    schedule = _schedule(cfg)
+    opt: keras.optimizers.Optimizer
+    if cfg.train.optimizer == "sgd":
+        opt = keras.optimizers.SGD(learning_rate=schedule)
+    else:
+        opt = keras.optimizers.Adam(learning_rate=schedule)
+    if cfg.train.mixed_precision == "mixed_float16":
+        opt = keras.optimizers.LossScaleOptimizer(opt)
+    return opt
+
+
+class Trainer:
+    """Builds data, model and optimizer under a MirroredStrategy and runs updates."""
+
+    def __init__(self, cfg: RunConfig, strategy: tf.distribute.MirroredStrategy,
+                 devices: Devices, run_dir: str | None = None, attempt: int = 1,
+                 emitter: SocketEmitter | NullEmitter | None = None) -> None:
+        self.cfg = cfg
+        self.strategy = strategy
+        self.devices = devices
+        self.run_dir = run_dir
+        self.attempt = attempt
+        self.emitter: SocketEmitter | NullEmitter = emitter or NullEmitter()
+        self.step_frames = cfg.telemetry.enabled
+        self.replicas = strategy.num_replicas_in_sync
+        self.k = cfg.train.accumulation_steps
+        self.per_replica_batch = per_replica_batch(cfg, self.replicas)
+        self.global_batch = cfg.train.global_batch_size
+        self.step = 0
+        self.micro_step = 0
+        self._fns: dict[bool, Any] = {}
+        self._last_end: float | None = None
+        # XLA compiles the per-replica forward/backward only: the optimizer's
+        # all-reduce is a merge_call, which cannot live inside an XLA cluster.
+        self._grads_fn: Any = (tf.function(self._grads_eager, jit_compile=True)
+                               if cfg.train.jit_compile else None)
+        self.frames: list[dict[str, Any]] = []  # kept only when record_frames is set
+        self.record_frames = False
+        self._build()
+
+    # ----------------------------------------------------------------- build
+    def _build(self) -> None:
+        cfg = self.cfg
+        keras.mixed_precision.set_global_policy(cfg.train.mixed_precision)
+        keras.utils.set_random_seed(cfg.train.seed)
+        dataset_fn = make_dataset_fn(cfg.data, cfg.train.seed, self.per_replica_batch)
+        self.dist_dataset = self.strategy.distribute_datasets_from_function(
+            dataset_fn, options=input_options(cfg.data, self.devices.kind))
+        spec = self.dist_dataset.element_spec[0]
+        feature_spec = getattr(spec, "_value_specs", [spec])[0] if not hasattr(spec, "shape") \
+            else spec
+        input_shape = tuple(int(d) for d in feature_spec.shape[1:])
+        self.input_shape = input_shape
+        with self.strategy.scope():
+            self.model = build_model(cfg.model, input_shape, cfg.data.classes)
+            self.optimizer = _optimizer(cfg)
+            # Keras 3 needs its optimizer variables before the first tf.function
+            # traces, or the step fails on an unfed placeholder (FACTS.md).
+            self.optimizer.build(self.model.trainable_variables)
+            self.accumulators: list[tf.Variable] = []
+            if self.k > 1:
+                self.accumulators = [
+                    tf.Variable(tf.zeros(v.shape, dtype=v.dtype), trainable=False,
+                                synchronization=tf.VariableSynchronization.ON_READ,
+                                aggregation=tf.VariableAggregation.SUM,
+                                name=f"grad_accum_{i}")
+                    for i, v in enumerate(self.model.trainable_variables)
+                ]
+        self.param_count = int(sum(np.prod(v.shape) for v in self.model.trainable_variables))
+        self.param_bytes = int(sum(np.prod(v.shape) * np.dtype(v.dtype).itemsize
+                                   for v in self.model.trainable_variables))
+        r = self.replicas
+        self.grad_sync_bytes = int(self.param_bytes * 2 * (r - 1) / r) if r > 1 else 0
+        self.iterator = iter(self.dist_dataset)
+        self._step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
+        self._micro_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_step")
+        self.ckpt = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
+                                        step=self._step_var, micro_step=self._micro_var)
+        self.manager: tf.train.CheckpointManager | None = None
+        if self.run_dir and self.cfg.checkpoint.enabled:
+            self.manager = tf.train.CheckpointManager(
+                self.ckpt, os.path.join(self.run_dir, "checkpoints"),
+                max_to_keep=self.cfg.checkpoint.keep)
+        if cfg.data.factory is None:
+            self.examples_per_epoch = cfg.data.examples
+        else:
+            self.examples_per_epoch = 0
+
+    # ------------------------------------------------------------- the graph
+    def _replica_loss(self, features: tf.Tensor, labels: tf.Tensor) -> tuple[Any, Any]:
+        logits = self.model(features, training=True)
+        per_example = keras.losses.sparse_categorical_crossentropy(
+            labels, tf.cast(logits, tf.float32), from_logits=True)
+        scaled = tf.nn.compute_average_loss(per_example, global_batch_size=self.global_batch)
+        if self.model.losses:
+            scaled += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses)) / self.k
+        return scaled, tf.reduce_mean(per_example)
+
+    def _grads(self, features: tf.Tensor, labels: tf.Tensor) -> tuple[list[Any], Any]:
+        if self._grads_fn is not None:
+            return self._grads_fn(features, labels)  # type: ignore[no-any-return]
+        return self._grads_eager(features, labels)
+
+    def _grads_eager(self, features: tf.Tensor, labels: tf.Tensor) -> tuple[list[Any], Any]:
+        with tf.GradientTape() as tape:
+            scaled, mean_loss = self._replica_loss(features, labels)
+            if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+                scaled = self.optimizer.scale_loss(scaled)
+        grads = tape.gradient(scaled, self.model.trainable_variables)
+        return grads, mean_loss
+
+    def _probe(self) -> tf.Tensor:
+        # Reads of the updated variables: auto control deps order them after the
+        # writes, so a timestamp that depends on this marks the end of the update.
+        return tf.add_n([tf.reduce_sum(tf.reshape(tf.cast(v, tf.float32), [-1])[:1])
+                         for v in self.model.trainable_variables])
+
+    def _apply_step(self, features: tf.Tensor, labels: tf.Tensor) -> tuple[Any, Any]:
+        grads, mean_loss = self._grads(features, labels)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
+        return mean_loss, self._probe()
+
+    def _accumulate(self, features: tf.Tensor, labels: tf.Tensor) -> Any:
+        grads, mean_loss = self._grads(features, labels)
+        writes = [acc.assign_add(g) for acc, g in zip(self.accumulators, grads, strict=True)]
+        with tf.control_dependencies(writes):
+            return tf.identity(mean_loss)
+
+    def _apply_accumulated(self) -> Any:
+        grads = [acc.read_value() for acc in self.accumulators]
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
+        probe = self._probe()
+        with tf.control_dependencies([probe]):
+            resets = [acc.assign(tf.zeros_like(acc)) for acc in self.accumulators]
+        with tf.control_dependencies(resets):
+            return tf.identity(probe)
+
+    def _local_sum(self, per_replica: Any) -> tf.Tensor:
+        # Local reads, not strategy.reduce: the loss must not add a collective.
+        return tf.add_n([tf.cast(t, tf.float32)
+                         for t in self.strategy.experimental_local_results(per_replica)])
+
+    def _one_update(self, iterator: Any, after: tf.Tensor) -> tuple[Any, Any, Any, Any]:
+        """Returns (end timestamp, input wait seconds, mean loss, lr) for one update."""
+        lr = tf.cast(self.optimizer.learning_rate, tf.float32)
+        wait = tf.constant(0.0, tf.float64)
+        loss_sum = tf.constant(0.0, tf.float32)
+        dep = after
+        if self.k == 1:
+            with tf.control_dependencies([dep]):
+                t0 = tf.timestamp()
+            with tf.control_dependencies([t0]):
+                batch = next(iterator)
+            with tf.control_dependencies(self._flat(batch)):
+                t1 = tf.timestamp()
+            with tf.control_dependencies([t1]):
+                loss, probe = self.strategy.run(self._apply_step, args=batch)
+            wait += t1 - t0
+            loss_sum += self._local_sum(loss)
+            dep = self._local_sum(probe)
+        else:
+            def micro(dep: tf.Tensor) -> tuple[Any, Any, Any]:
+                with tf.control_dependencies([dep]):
+                    t0 = tf.timestamp()
+                with tf.control_dependencies([t0]):
+                    batch = next(iterator)
+                with tf.control_dependencies(self._flat(batch)):
+                    t1 = tf.timestamp()
+                with tf.control_dependencies([t1]):
+                    loss = self.strategy.run(self._accumulate, args=batch)
+                local = self._local_sum(loss)
+                return t1 - t0, local, local
+
+            if self.k <= UNROLL_MICRO_STEPS:
+                for _ in range(self.k):
+                    w, loss_local, dep = micro(dep)
+                    wait += w
+                    loss_sum += loss_local
+            else:
+                def body(i: Any, wait: Any, loss_sum: Any, dep: Any) -> Any:
+                    w, loss_local, dep = micro(dep)
+                    return i + 1, wait + w, loss_sum + loss_local, dep
+
+                _, wait, loss_sum, dep = tf.while_loop(
+                    lambda i, *_: i < self.k, body,
+                    (tf.constant(0), wait, loss_sum, tf.cast(dep, tf.float32)))
+            with tf.control_dependencies([dep]):
+                probe = self.strategy.run(self._apply_accumulated)
+            dep = self._local_sum(probe)
+        with tf.control_dependencies([dep]):
+            t_end = tf.timestamp()
+        return t_end, wait, loss_sum / float(self.replicas * self.k), lr
+
+    def _flat(self, batch: Any) -> list[tf.Tensor]:
+        out: list[tf.Tensor] = []
+        for part in tf.nest.flatten(batch):
+            out.extend(self.strategy.experimental_local_results(part))
+        return out
+
+    def _make_fn(self, multi: bool) -> Any:
+        if not multi:
+            @tf.function
+            def run_one(iterator: Any) -> Any:
+                t_end, wait, loss, lr = self._one_update(iterator, tf.constant(0.0))
+                return (tf.reshape(t_end, [1]), tf.reshape(wait, [1]),
+                        tf.reshape(loss, [1]), tf.reshape(lr, [1]))
+            return run_one
+
+        @tf.function
+        def run_many(iterator: Any, n: tf.Tensor) -> Any:
+            ends = tf.TensorArray(tf.float64, size=n)
+            waits = tf.TensorArray(tf.float64, size=n)
+            losses = tf.TensorArray(tf.float32, size=n)
+            lrs = tf.TensorArray(tf.float32, size=n)
+            dep = tf.constant(0.0)
+            for i in tf.range(n):
+                t_end, wait, loss, lr = self._one_update(iterator, dep)
+                ends = ends.write(i, t_end)
+                waits = waits.write(i, wait)
+                losses = losses.write(i, loss)
+                lrs = lrs.write(i, lr)
+                dep = tf.cast(t_end, tf.float32)
+            return ends.stack(), waits.stack(), losses.stack(), lrs.stack()
+        return run_many
+
+    def concrete_update_fn(self) -> Any:
+        """The traced one-update function (tests count its collectives)."""
+        fn = self._fns.setdefault(False, self._make_fn(False))
+        return fn.get_concrete_function(self.iterator)
+
+    # --------------------------------------------------------------- running
+    def run_updates(self, n: int) -> list[dict[str, Any]]:
+        """Run n optimizer updates (one tf.function call); emit and return their step fields."""
+        multi = n > 1 or self.cfg.train.steps_per_execution > 1
+        fn = self._fns.get(multi)
+        if fn is None:
+            fn = self._fns[multi] = self._make_fn(multi)
+        start = time.time()
+        out = fn(self.iterator, tf.constant(n, tf.int32)) if multi else fn(self.iterator)
+        ends, waits, losses, lrs = (t.numpy() for t in out)
+        prev = self._last_end if self._last_end is not None else start
+        steps = []
+        for i in range(len(ends)):
+            self.step += 1
+            self.micro_step += self.k
+            end = float(ends[i])
+            loss = float(losses[i])
+            fields = {
+                "attempt": self.attempt, "step": self.step, "micro_step": self.micro_step,
+                "epoch": self.epoch, "loss": loss if math.isfinite(loss) else None,
+                "lr": float(lrs[i]), "examples": self.global_batch,
+                "step_time_ms": max(0.0, (end - prev) * 1000.0),
+                "input_wait_ms": float(waits[i]) * 1000.0,
+                "grad_sync_bytes": self.grad_sync_bytes, "t": end,
+            }
+            prev = end
+            steps.append(fields)
+            if self.step_frames:
+                self.emitter.emit("step", **fields)
+        self._last_end = prev
+        if self.record_frames:
+            self.frames.extend(steps)
+        return steps
+
+    def reset_timing(self) -> None:
+        """Forget the last end time (after a pause that is not training time)."""
+        self._last_end = None
+
+    @property
+    def epoch(self) -> int:
+        if not self.examples_per_epoch:
+            return 0
+        return self.step * self.global_batch // self.examples_per_epoch
+
+    # ----------------------------------------------------------- checkpoints
+    def restore(self, fresh: bool) -> Resume | None:
+        if self.manager is None or fresh or not self.manager.latest_checkpoint:
+            return None
+        path = self.manager.latest_checkpoint
+        # expect_partial: a changed precision policy (LossScaleOptimizer or not)
+        # leaves some saved optimizer values unused; that is fine.
+        self.ckpt.restore(path).expect_partial()
+        self.step = int(self._step_var.numpy())
+        self.micro_step = int(self._micro_var.numpy())
+        return Resume(self.step, self.micro_step, path)
+
+    def save(self) -> tuple[str, float] | None:
+        if self.manager is None:
+            return None
+        t0 = time.monotonic()
+        self._step_var.assign(self.step)
+        self._micro_var.assign(self.micro_step)
+        path = self.manager.save(checkpoint_number=self.step)
+        seconds = time.monotonic() - t0
+        self.emitter.emit("checkpoint", attempt=self.attempt, step=self.step,
+                          micro_step=self.micro_step, path=path, seconds=round(seconds, 4))
+        return path, seconds
+
+
+def step_limit(cfg: RunConfig, examples_per_epoch: int) -> tuple[int | None, str]:
+    """The optimizer-step count at which the run ends, and the done reason it gives."""
+    limit: int | None = cfg.train.max_steps
+    reason = "max_steps"
+    if cfg.train.epochs is not None and examples_per_epoch:
+        by_epochs = cfg.train.epochs * max(1, examples_per_epoch // cfg.train.global_batch_size)
+        if limit is None or by_epochs < limit:
+            limit, reason = by_epochs, "epochs"
+    return limit, reason
+
+
+def train(trainer: Trainer, flags: StopFlags) -> tuple[str, int]:
+    """Run until a limit, SIGTERM or a lost socket; checkpoint; return (reason, step)."""
+    cfg = trainer.cfg
+    limit, limit_reason = step_limit(cfg, trainer.examples_per_epoch)
+    spe = cfg.train.steps_per_execution
+    every = cfg.checkpoint.every_steps
+    last_saved = trainer.step
+    reason = limit_reason
+    while True:
+        if limit is not None and trainer.step >= limit:
+            reason = limit_reason
+            break
+        if flags.sigterm.is_set():
+            reason = "sigterm"
+            break
+        if trainer.emitter.lost:
+            reason = "socket_lost"
+            break
+        n = spe
+        if limit is not None:
+            n = min(n, limit - trainer.step)
+        # End an execution on a checkpoint boundary so saves land on every_steps.
+        n = min(n, every - trainer.step % every)
+        trainer.run_updates(n)
+        if trainer.step // every > last_saved // every:
+            trainer.save()
+            last_saved = trainer.step
+    if trainer.step != last_saved or (trainer.manager and not trainer.manager.latest_checkpoint):
+        trainer.save()
+    return reason, trainer.step

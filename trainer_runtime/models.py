@@ -1,0 +1,100 @@
+"""Built-in models (mlp, convnet, resnet) and ``pkg.module:factory`` plug-ins.
+
+Your own model (``model.factory: "pkg.module:build_model"`` + ``model.kwargs``)
+    Called once, inside ``strategy.scope()``, before training starts::
+
+        build_model(input_shape: tuple[int, ...], classes: int, **model.kwargs) -> keras.Model
+
+    ``input_shape`` is the per-example feature shape (no batch dimension), taken
+    from the data (the built-in synthetic data's ``data.input_shape``, or the
+    element spec of your data factory's dataset); ``classes`` is ``data.classes``.
+    The model maps a batch of features to ``classes`` logits (no softmax): the
+    runtime trains it with sparse categorical cross-entropy from logits. Build
+    layers inside the factory (do not reuse a model built elsewhere) so its
+    variables are mirrored. Under ``train.mixed_precision`` the global Keras
+    dtype policy is set before the factory runs; keep the last layer in float32
+    (``dtype="float32"``) for a stable loss. A factory that cannot be imported,
+    raises, or returns something other than a ``keras.Model`` stops the trainer
+    before training with exit 2 and one ``error:`` line naming the factory.
+"""
+
+from __future__ import annotations
+
+import keras
+
+from trainer_runtime.factories import FactoryError, load_factory
+from trainer_runtime.schema import ModelConfig
+
+
+class ModelConfigError(Exception):
+    """A built-in model that cannot take this input shape."""
+
+
+def _mlp(cfg: ModelConfig, input_shape: tuple[int, ...], classes: int) -> keras.Model:
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Flatten()(inputs) if len(input_shape) > 1 else inputs
+    for units in cfg.hidden_units:
+        x = keras.layers.Dense(units, activation="relu")(x)
+        if cfg.dropout:
+            x = keras.layers.Dropout(cfg.dropout)(x)
+    outputs = keras.layers.Dense(classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="mlp")
+
+
+def _image_input(name: str, input_shape: tuple[int, ...]) -> None:
+    if len(input_shape) != 3:
+        raise ModelConfigError(
+            f"model.name {name!r} needs data.input_shape [height, width, channels], "
+            f"got {list(input_shape)}")
+
+
+def _convnet(cfg: ModelConfig, input_shape: tuple[int, ...], classes: int) -> keras.Model:
+    _image_input("convnet", input_shape)
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(inputs)
+    x = keras.layers.MaxPooling2D()(x)
+    x = keras.layers.Conv2D(64, 3, padding="same", activation="relu")(x)
+    x = keras.layers.MaxPooling2D()(x)
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    if cfg.dropout:
+        x = keras.layers.Dropout(cfg.dropout)(x)
+    outputs = keras.layers.Dense(classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="convnet")
+
+
+def _resnet(cfg: ModelConfig, input_shape: tuple[int, ...], classes: int) -> keras.Model:
+    _image_input("resnet", input_shape)
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Conv2D(32, 3, padding="same", activation="relu")(inputs)
+    for filters, stride in ((32, 1), (64, 2)):
+        shortcut = x
+        y = keras.layers.Conv2D(filters, 3, strides=stride, padding="same", activation="relu")(x)
+        y = keras.layers.Conv2D(filters, 3, padding="same")(y)
+        if stride != 1 or shortcut.shape[-1] != filters:
+            shortcut = keras.layers.Conv2D(filters, 1, strides=stride)(shortcut)
+        x = keras.layers.Activation("relu")(keras.layers.Add()([y, shortcut]))
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    if cfg.dropout:
+        x = keras.layers.Dropout(cfg.dropout)(x)
+    outputs = keras.layers.Dense(classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="resnet")
+
+
+BUILTINS = {"mlp": _mlp, "convnet": _convnet, "resnet": _resnet}
+
+
+def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], classes: int) -> keras.Model:
+    """Call inside ``strategy.scope()``. Raises FactoryError / ModelConfigError."""
+    if not cfg.factory:
+        return BUILTINS[cfg.name](cfg, input_shape, classes)
+    factory = load_factory("model.factory", cfg.factory)
+    try:
+        model = factory(input_shape=input_shape, classes=classes, **cfg.kwargs)
+    except Exception as exc:  # a plug-in may raise anything
+        raise FactoryError(
+            f"model.factory {cfg.factory!r} raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(model, keras.Model):
+        raise FactoryError(
+            f"model.factory {cfg.factory!r} returned {type(model).__name__}, "
+            "expected a keras.Model")
+    return model
