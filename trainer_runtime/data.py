@@ -3,7 +3,7 @@
 Built-in data (``data.name: synthetic``)
     A fixed bank of Gaussian examples (seeded) labelled by a fixed random linear
     "teacher", so the task is learnable and the loss really falls. Per replica the
-    pipeline is: indices -> shard -> shuffle -> batch -> read (gather from the
+    pipeline is: batch ids -> shard -> shuffle -> read (gather from the
     bank, plus the knobs below) -> cache -> repeat -> prefetch.
 
     Knobs (all act on real work, none is cosmetic):
@@ -80,8 +80,19 @@ def synthetic_dataset(cfg: DataConfig, seed: int, input_context: tf.distribute.I
     labels = tf.constant(labels_np)
     shape = list(cfg.input_shape)
 
-    def read_batch(indices: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        rows_index = tf.math.floormod(indices, rows)
+    # Batches are read by batch id: the per-example shuffle is a fixed seeded
+    # permutation and only the order of batches reshuffles each epoch. Shuffling
+    # and batching single examples costs ~10 us each in tf.data, which on two
+    # cores made even a prefetched pipeline the bottleneck.
+    batches = max(1, cfg.examples // per_replica_batch)
+    rng = np.random.default_rng(seed + 1)
+    order = rng.permutation(cfg.examples) if cfg.shuffle else np.arange(cfg.examples)
+    batch_rows = tf.constant(
+        np.resize(order, batches * per_replica_batch).reshape(batches, per_replica_batch)
+        % rows)
+
+    def read_batch(batch_id: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        rows_index = tf.gather(batch_rows, batch_id)
         if cfg.read_latency_ms > 0:
             rows_index = tf.numpy_function(
                 _sleep_ms(cfg.read_latency_ms), [rows_index], tf.int64, stateful=True)
@@ -97,11 +108,10 @@ def synthetic_dataset(cfg: DataConfig, seed: int, input_context: tf.distribute.I
             x = x + 0.0 * tf.reduce_mean(work, axis=[1, 2])[:, None]
         return tf.reshape(x, [per_replica_batch, *shape]), y
 
-    ds = tf.data.Dataset.range(cfg.examples)
+    ds = tf.data.Dataset.range(batches)
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     if cfg.shuffle:
-        ds = ds.shuffle(min(cfg.examples, 16384), seed=seed, reshuffle_each_iteration=True)
-    ds = ds.batch(per_replica_batch, drop_remainder=True)
+        ds = ds.shuffle(batches, seed=seed, reshuffle_each_iteration=True)
     calls = tf.data.AUTOTUNE if cfg.parallel_calls == "autotune" else int(cfg.parallel_calls)
     ds = (ds.map(read_batch) if calls == 1
           else ds.map(read_batch, num_parallel_calls=calls, deterministic=True))

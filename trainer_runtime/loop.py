@@ -196,19 +196,33 @@ class Trainer:
         return tf.add_n([tf.reduce_sum(tf.reshape(tf.cast(v, tf.float32), [-1])[:1])
                          for v in self.model.trainable_variables])
 
-    def _apply_step(self, features: tf.Tensor, labels: tf.Tensor) -> tuple[Any, Any]:
+    @staticmethod
+    def _gate(features: Any, labels: Any, after: tf.Tensor) -> tuple[Any, Any]:
+        # MirroredStrategy traces each replica in its own thread, where the
+        # caller's tf.control_dependencies context does not reach; gate the
+        # inputs explicitly so no replica computes before the whole batch has
+        # arrived (otherwise one replica's compute delays the other's read and
+        # shows up as input wait).
+        with tf.control_dependencies([after]):
+            return tf.identity(features), tf.identity(labels)
+
+    def _apply_step(self, features: tf.Tensor, labels: tf.Tensor,
+                    after: tf.Tensor) -> tuple[Any, Any]:
+        features, labels = self._gate(features, labels, after)
         grads, mean_loss = self._grads(features, labels)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
         return mean_loss, self._probe()
 
-    def _accumulate(self, features: tf.Tensor, labels: tf.Tensor) -> Any:
+    def _accumulate(self, features: tf.Tensor, labels: tf.Tensor, after: tf.Tensor) -> Any:
+        features, labels = self._gate(features, labels, after)
         grads, mean_loss = self._grads(features, labels)
         writes = [acc.assign_add(g) for acc, g in zip(self.accumulators, grads, strict=True)]
         with tf.control_dependencies(writes):
             return tf.identity(mean_loss)
 
-    def _apply_accumulated(self) -> Any:
-        grads = [acc.read_value() for acc in self.accumulators]
+    def _apply_accumulated(self, after: tf.Tensor) -> Any:
+        with tf.control_dependencies([after]):
+            grads = [tf.identity(acc.read_value()) for acc in self.accumulators]
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
         probe = self._probe()
         with tf.control_dependencies([probe]):
@@ -235,7 +249,7 @@ class Trainer:
             with tf.control_dependencies(self._flat(batch)):
                 t1 = tf.timestamp()
             with tf.control_dependencies([t1]):
-                loss, probe = self.strategy.run(self._apply_step, args=batch)
+                loss, probe = self.strategy.run(self._apply_step, args=(*batch, t1))
             wait += t1 - t0
             loss_sum += self._local_sum(loss)
             dep = self._local_sum(probe)
@@ -248,7 +262,7 @@ class Trainer:
                 with tf.control_dependencies(self._flat(batch)):
                     t1 = tf.timestamp()
                 with tf.control_dependencies([t1]):
-                    loss = self.strategy.run(self._accumulate, args=batch)
+                    loss = self.strategy.run(self._accumulate, args=(*batch, t1))
                 local = self._local_sum(loss)
                 return t1 - t0, local, local
 
@@ -266,7 +280,7 @@ class Trainer:
                     lambda i, *_: i < self.k, body,
                     (tf.constant(0), wait, loss_sum, tf.cast(dep, tf.float32)))
             with tf.control_dependencies([dep]):
-                probe = self.strategy.run(self._apply_accumulated)
+                probe = self.strategy.run(self._apply_accumulated, args=(tf.identity(dep),))
             dep = self._local_sum(probe)
         with tf.control_dependencies([dep]):
             t_end = tf.timestamp()
