@@ -52,6 +52,7 @@ class StepPoint:
     input_wait_ms: float
     grad_sync_bytes: float
     t: float | None
+    warmup: bool = False  # one of its attempt's first WARMUP_STEPS steps (tracing)
 
     @property
     def examples_per_s(self) -> float | None:
@@ -230,6 +231,7 @@ class RunState:
 
     def _on_step(self, event: Mapping[str, Any]) -> None:
         number = int(event.get("attempt") or self.attempt)
+        summary = self._attempt(number)
         point = StepPoint(
             attempt=number,
             step=int(event.get("step") or 0),
@@ -242,11 +244,11 @@ class RunState:
             input_wait_ms=float(event.get("input_wait_ms") or 0.0),
             grad_sync_bytes=float(event.get("grad_sync_bytes") or 0.0),
             t=_opt_float(event.get("t")),
+            warmup=summary.steps_seen < WARMUP_STEPS,
         )
         self.last_step = point
         self.window.append(point)
         self.dropped = int(event.get("dropped") or self.dropped)
-        summary = self._attempt(number)
         summary.steps_seen += 1
         if summary.first_step is None:
             summary.first_step = point.step

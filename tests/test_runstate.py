@@ -160,3 +160,11 @@ def test_batch_halves_until_it_cannot_split():
 def test_pending_overrides_drop_values_equal_to_current():
     pending = {"data.prefetch": False, "train.global_batch_size": 512}
     assert pending_overrides(SETTINGS, pending) == {"train.global_batch_size": 512}
+
+
+def test_warmup_steps_are_flagged_per_attempt():
+    state = RunState()
+    state.apply_many(step(i, 1, i + 1, 100, 10) for i in range(8))
+    state.apply_many(step(8 + i, 2, 9 + i, 100, 10) for i in range(7))
+    flags = [(p.attempt, p.warmup) for p in state.window]
+    assert flags == [(1, True)] * 5 + [(1, False)] * 3 + [(2, True)] * 5 + [(2, False)] * 2

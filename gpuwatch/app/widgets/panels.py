@@ -218,6 +218,8 @@ class HistoryPanel(Vertical):
         rates: list[float] = []
         waits: list[float] = []
         for point in state.window:
+            if point.warmup:
+                continue
             rate, wait = point.examples_per_s, point.input_wait_pct
             if rate is not None and wait is not None:
                 rates.append(rate)
@@ -231,13 +233,13 @@ class HistoryPanel(Vertical):
         wait_value = self.query_one("#spark-wait-value", StatePanel)
         if rates:
             rate_value.set_text(
-                Text(f"{fmt.count(rates[-1])} now, max {fmt.count(max(rates))}")
+                Text(f"now {fmt.count(rates[-1])}, {fmt.count(min(rates))}–{fmt.count(max(rates))}")
             )
-            wait_value.set_text(Text(f"{waits[-1]:.1f}% now, max {max(waits):.1f}%"))
+            wait_value.set_text(Text(f"now {waits[-1]:.1f}%, {min(waits):.1f}–{max(waits):.1f}%"))
         else:
             rate_value.set_text(Text("no steps yet", style="dim"))
             wait_value.set_text(Text(""))
-        self.border_title = f"history: last {len(rates)} steps, all attempts"
+        self.border_title = f"history: last {len(rates)} steps after warm-up, all attempts"
 
 
 class AttemptsPanel(StatePanel):
@@ -303,7 +305,10 @@ class CrashPanel(StatePanel):
         if state.error and state.error.get("message"):
             text.append(f"\nerror ({state.error.get('kind')}): {state.error['message']}")
         if state.log_tail:
-            text.append("\nlast lines of trainer.log:", style="dim")
-            for line in state.log_tail:
+            # The last lines matter most (the exception): show as many as the screen allows.
+            keep = 16 if self.app.size.height >= 40 else 5
+            shown = min(keep, len(state.log_tail))
+            self.border_title = f"trainer ended · last {shown} lines of trainer.log"
+            for line in state.log_tail[-keep:]:
                 text.append("\n  " + line)
         self.set_text(text)

@@ -38,8 +38,8 @@ class Recorder:
         self.t = T0
 
     def emit(self, frame_type: str, **fields: Any) -> None:
-        self.events.append({"v": 1, "type": frame_type, "seq": len(self.events), "t": round(self.t, 3),
-                            **fields})
+        head = {"v": 1, "type": frame_type, "seq": len(self.events), "t": round(self.t, 3)}
+        self.events.append({**head, **fields})
 
     def write(self, name: str) -> None:
         with open(HERE / name, "w", encoding="utf-8") as fh:
@@ -105,7 +105,8 @@ def hello(rec: Recorder, attempt: int, start_step: int, prefetch_settings: dict[
                [f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in range(replicas)])
     rec.emit("hello", attempt=attempt, pid=4242 + attempt, tf_version="2.21.0",
              replicas=replicas, device_kind=kind, devices=devices, param_count=669_706,
-             param_bytes=2_678_824, global_batch_size=prefetch_settings["train"]["global_batch_size"],
+             param_bytes=2_678_824,
+             global_batch_size=prefetch_settings["train"]["global_batch_size"],
              accumulation_steps=1, per_replica_batch=128, start_step=start_step,
              start_micro_step=start_step)
 

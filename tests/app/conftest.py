@@ -1,0 +1,61 @@
+"""Helpers for the dashboard's Pilot tests: recorded fixtures, a frozen clock, settling."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwatch.app.app import GpuwatchApp
+from gpuwatch.app.link import ReplayLink
+
+DATA = Path(__file__).parent / "data"
+SIZE = (80, 24)
+
+
+def load_events(name: str) -> list[dict[str, Any]]:
+    with open(DATA / name, encoding="utf-8") as fh:
+        return [json.loads(line) for line in fh if line.strip()]
+
+
+def frozen_clock_for(events: list[dict[str, Any]]) -> Any:
+    last_t = max(float(e.get("t") or 0.0) for e in events)
+    return lambda: last_t
+
+
+def make_app(name: str, **kwargs: Any) -> tuple[GpuwatchApp, ReplayLink]:
+    events = load_events(name)
+    link = ReplayLink(events, batch_size=kwargs.pop("batch_size", 50))
+    app = GpuwatchApp(link, clock=frozen_clock_for(events), **kwargs)
+    return app, link
+
+
+async def settle(app: GpuwatchApp, link: ReplayLink, pilot: Any) -> None:
+    """Until every batch was folded, then paint what changed (not waiting on the 4 Hz timer)."""
+    await link.wait_idle()
+    await pilot.pause()
+    app.refresh_view()
+    await pilot.pause()
+
+
+async def wait_commands(app: GpuwatchApp) -> None:
+    """Until the commands sent so far got their replies (the link follower never ends)."""
+    commands = [w for w in app.workers if w.group == "command"]
+    if commands:  # an empty list would mean "every worker", the endless follower included
+        await app.workers.wait_for_complete(commands)
+
+
+@pytest.fixture
+def notifications(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Every message the app passes to notify()."""
+    seen: list[str] = []
+    original = GpuwatchApp.notify
+
+    def record(self: GpuwatchApp, message: str, *args: Any, **kwargs: Any) -> None:
+        seen.append(str(message))
+        original(self, message, *args, **kwargs)
+
+    monkeypatch.setattr(GpuwatchApp, "notify", record)
+    return seen

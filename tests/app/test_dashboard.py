@@ -1,0 +1,308 @@
+"""Pilot tests of the dashboard at 80x24, fed recorded events through a ReplayLink."""
+
+from __future__ import annotations
+
+import json
+import os
+
+from textual.widgets import OptionList
+
+from gpuwatch.app.app import GpuwatchApp
+from gpuwatch.app.link import ReplayLink, link_event
+from gpuwatch.app.screens.modals import ConfirmStopScreen, KeysScreen, QuitScreen, RunsScreen
+from gpuwatch.app.widgets.panels import (
+    AdvicePanel,
+    AttemptsPanel,
+    CrashPanel,
+    DevicesPanel,
+    HeaderBar,
+    MetricsPanel,
+    PendingBar,
+)
+from gpuwatch.client import ConnectionLost
+from gpuwatch.runs import RunInfo
+
+from .conftest import SIZE, frozen_clock_for, load_events, make_app, settle, wait_commands
+
+
+def text(app: GpuwatchApp, widget_type: type) -> str:
+    return app.query_one(widget_type).plain
+
+
+async def test_input_bound_run_shows_wait_and_verdict():
+    # Fixture ground truth: after warm-up every step waits 38.0 % of its time.
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        metrics = text(app, MetricsPanel)
+        assert "input wait 38.0% of step time" in metrics
+        assert "examples/s" in metrics and "ms per step" in metrics
+        advice = text(app, AdvicePanel)
+        assert advice.startswith("highly input-bound: 38.0% of step time waiting for input")
+        assert "turn prefetch on (p)" in advice
+        assert "running" in text(app, HeaderBar)
+        assert "0612-kq7m" in text(app, HeaderBar)
+
+
+async def test_no_gpu_says_so_with_replicas_and_host():
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        devices = text(app, DevicesPanel)
+        assert devices.splitlines()[0] == (
+            "No NVIDIA GPU found: training uses 2 logical CPU replicas (CPU:0, CPU:1)"
+        )
+        assert "host CPU 90%" in devices
+        assert "memory 5.0/15.6 GiB" in devices
+        # 2,694,440 bytes per 200 ms step = 13.47 MB/s
+        assert "gradient sync 13.5 MB/s (estimate)" in devices
+        assert "NVML: NVML Shared Library Not Found" in devices
+
+
+async def test_gpu_table_shows_rates_with_units_and_na():
+    app, link = make_app("gpu_running.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        lines = text(app, DevicesPanel).splitlines()
+        assert "PCIe TX" in lines[0] and "NVLink RX" in lines[0]
+        gpu0, gpu1 = lines[1], lines[2]
+        assert gpu0.split()[:2] == ["0", "92%"]
+        assert "19.8/40.0 GiB" in gpu0
+        assert "1.2 GB/s" in gpu0 and "3.4 GB/s" in gpu0 and "18.7 GB/s" in gpu0
+        assert gpu1.count("n/a") == 2  # GPU 1 has no NVLink readings
+        assert "gradient sync" in lines[3] and "estimate" in lines[3]
+        # Not input-bound (1.2 of 48 ms = 2.5 %).
+        assert text(app, AdvicePanel).startswith("not input-bound: 2.5%")
+
+
+async def test_two_attempts_side_by_side():
+    app, link = make_app("cpu_two_attempts.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        rows = text(app, AttemptsPanel).splitlines()
+        assert rows[1].split() == ["1", "off", "1", "256", "45", "1,283", "38.0%", "sigterm"]
+        assert rows[2].split() == ["2", "on", "1", "256", "45", "1,973", "4.0%", "running"]
+        assert "attempt 2" in text(app, HeaderBar)
+        assert "input wait 4.0%" in text(app, MetricsPanel)
+
+
+async def test_prefetch_key_shows_pending_and_r_relaunches_with_override():
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        assert app.check_action("relaunch", ()) is None  # greyed out: nothing pending
+        await pilot.press("r")
+        assert link.commands == []
+        await pilot.press("p")
+        assert text(app, PendingBar).startswith(
+            "pending: prefetch off→on — press r to relaunch"
+        )
+        assert app.check_action("relaunch", ()) is True
+        await pilot.press("a")
+        assert "prefetch off→on, accumulation 1→2" in text(app, PendingBar)
+        await pilot.press("a", "A")
+        assert text(app, PendingBar).startswith("pending: prefetch off→on, accumulation 1→2 ")
+        await pilot.press("A")  # back to 1: no longer pending
+        assert "accumulation" not in text(app, PendingBar)
+        await pilot.press("r")
+        await wait_commands(app)
+        assert link.commands == [
+            ("relaunch", {"overrides": {"data.prefetch": True}, "fresh": False})
+        ]
+        await pilot.pause()
+        assert app.pending == {}
+        assert text(app, PendingBar).startswith("no pending changes")
+
+
+async def test_refused_accumulation_says_why(notifications):
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press(*["a"] * 7)  # 1 -> 128: 256 / (2 x 128) = 1 example per replica
+        assert app.pending == {"train.accumulation_steps": 128}
+        await pilot.press("a")
+        assert app.pending == {"train.accumulation_steps": 128}
+        assert notifications[-1] == (
+            "global batch 256 does not split over 2 replicas x 256 accumulation steps = 512"
+        )
+        await pilot.press("c")
+        assert app.pending == {}
+
+
+async def test_batch_keys_double_and_halve():
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("b")
+        assert app.pending == {"train.global_batch_size": 512}
+        await pilot.press("B", "B")
+        assert app.pending == {"train.global_batch_size": 128}
+        assert "batch 256→128" in text(app, PendingBar)
+
+
+async def test_quit_asks_and_detach_is_the_default():
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("q")
+        assert isinstance(app.screen, QuitScreen)
+        await pilot.press("enter")  # the focused default button: Detach
+    assert app.return_value == "detach"
+    assert link.commands == []
+
+
+async def test_quit_with_stop_sends_stop_and_returns_stopped():
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("q", "s")
+        await wait_commands(app)
+    assert link.commands == [("stop", {})]
+    assert app.return_value == "stopped"
+
+
+async def test_quit_with_stop_but_no_connection_returns_stop():
+    events = load_events("cpu_one_attempt.jsonl")
+    link = ReplayLink(events, replies={"stop": ConnectionLost("not connected")})
+    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("q", "s")
+        await wait_commands(app)
+    assert app.return_value == "stop"
+
+
+async def test_stop_key_confirms_before_sending():
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("s")
+        assert isinstance(app.screen, ConfirmStopScreen)
+        await pilot.press("n")
+        assert link.commands == []
+        await pilot.press("s", "y")
+        await wait_commands(app)
+        assert link.commands == [("stop", {})]
+        # The dashboard stays open; q afterwards needs no question.
+        await pilot.press("q")
+    assert app.return_value == "stopped"
+
+
+async def test_crashed_run_shows_exit_code_and_log_tail():
+    app, link = make_app("cpu_crashed.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        crash = app.query_one(CrashPanel)
+        assert crash.display
+        lines = crash.plain.splitlines()
+        assert lines[0] == "crashed: exit code 1 — trainer exited with code 1 at step 15"
+        assert "OOM when allocating tensor with shape[1024,512]" in lines[1]
+        assert lines[-1].strip() == "OOM when allocating tensor with shape[1024,512] type float"
+        assert crash.region.height > 0  # on screen at 80x24
+        assert " crashed " in text(app, HeaderBar)
+
+
+async def test_reconnect_keeps_state_and_counts_no_step_twice():
+    events = load_events("cpu_one_attempt.jsonl")
+    link = ReplayLink(events[:30])
+    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        steps_before = app.state.attempts[1].steps_seen
+        link.push([link_event("lost", "the supervisor closed the connection")])
+        link.push([link_event("reconnecting", "retry 1 in 0.5 s")])
+        await settle(app, link, pilot)
+        assert "link reconnecting" in text(app, HeaderBar)
+        assert app.state.attempts[1].steps_seen == steps_before  # last state kept
+        # The link resubscribes from last seq + 1; even an overlap must not double-count.
+        link.push([link_event("connected", "subscribed from seq 30"), *events[25:]])
+        await settle(app, link, pilot)
+        assert "link" not in text(app, HeaderBar).split("elapsed")[1]
+        assert app.state.attempts[1].steps_seen == 45
+        assert app.state.duplicates_skipped == 5
+        assert "input wait 38.0%" in text(app, MetricsPanel)
+
+
+async def test_long_replay_folds_in_batches_not_per_event():
+    events = load_events("cpu_one_attempt.jsonl")
+    head = [e for e in events if e["type"] != "step" and e["type"] != "sample"]
+    template = next(e for e in events if e["type"] == "step" and e["step"] == 10)
+    steps = []
+    for i in range(30_000):
+        step = dict(template, seq=len(head) + i, step=i + 1, micro_step=i + 1)
+        step["input_wait_ms"] = 76.0 if i >= 5 else 500.0
+        step["step_time_ms"] = 200.0
+        steps.append(step)
+    link = ReplayLink(head + steps, batch_size=2000)
+    app = GpuwatchApp(link, clock=frozen_clock_for(head + steps))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        assert app.state.attempts[1].steps_seen == 30_000
+        assert app.state.attempts[1].input_wait_pct == 38.0
+        assert "step 30,000" in text(app, MetricsPanel)
+        # 16 batches: the throttle repaints a handful of times, never per event.
+        assert app.renders <= 20
+
+
+async def test_throttled_repaint_happens_without_an_explicit_refresh():
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await link.wait_idle()
+        for _ in range(200):  # deadline: 200 pauses
+            if "input wait 38.0%" in text(app, MetricsPanel):
+                break
+            await pilot.pause(0.02)
+        assert "input wait 38.0%" in text(app, MetricsPanel)
+
+
+async def test_keys_screen_lists_every_key():
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, KeysScreen)
+        listing = str(app.screen.query_one("#keys-text").render())
+        for key, _ in GpuwatchApp.KEY_HELP:
+            assert f"{key}  " in listing
+        await pilot.press("escape")
+        assert not isinstance(app.screen, KeysScreen)
+
+
+async def test_run_switcher_lists_live_runs_and_switches(tmp_path):
+    home = tmp_path / "home"
+    other = load_events("cpu_crashed.jsonl")
+    other[0]["run_id"] = "0613-zzzz"
+    runs = (("0612-kq7m", load_events("cpu_one_attempt.jsonl")), ("0613-zzzz", other))
+    for run_id, events in runs:
+        run_dir = home / "runs" / run_id
+        run_dir.mkdir(parents=True)
+        live = [e for e in events if e["type"] != "status" or e["status"] == "running"]
+        (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in live))
+        (run_dir / "supervisor.json").write_text(json.dumps({"pid": os.getpid()}))
+    made: list[str] = []
+
+    def link_for(info: RunInfo) -> ReplayLink:
+        made.append(info.run_id)
+        return ReplayLink(other)
+
+    app, link = make_app("cpu_one_attempt.jsonl", home=home, run_id="0612-kq7m", link_for=link_for)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("l")
+        for _ in range(200):
+            if isinstance(app.screen, RunsScreen):
+                break
+            await pilot.pause(0.01)
+        screen = app.screen
+        assert isinstance(screen, RunsScreen)
+        assert sorted(r.run_id for r in screen.runs) == ["0612-kq7m", "0613-zzzz"]
+        target = [r.run_id for r in screen.runs].index("0613-zzzz")
+        screen.query_one(OptionList).highlighted = target
+        await pilot.press("enter")
+        await pilot.pause()
+        assert made == ["0613-zzzz"]
+        new_link = app.link
+        assert isinstance(new_link, ReplayLink)
+        await settle(app, new_link, pilot)
+        assert "0613-zzzz" in text(app, HeaderBar)
+        assert app.state.status == "crashed"

@@ -1,0 +1,48 @@
+"""SVG snapshots of the dashboard (pytest-textual-snapshot); regenerate with --snapshot-update.
+
+The clock is frozen at the fixture's last event, so elapsed times are stable.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from .conftest import make_app, settle
+
+pytest.importorskip("pytest_textual_snapshot", reason="pytest-textual-snapshot not installed")
+
+
+def shot(
+    snap_compare: Any, fixture: str, size: tuple[int, int], press: tuple[str, ...] = ()
+) -> bool:
+    app, link = make_app(fixture)
+
+    async def run_before(pilot: Any) -> None:
+        await settle(app, link, pilot)
+        if press:
+            await pilot.press(*press)
+            await settle(app, link, pilot)
+
+    return bool(snap_compare(app, terminal_size=size, run_before=run_before))
+
+
+def test_two_attempts_80x24(snap_compare):
+    assert shot(snap_compare, "cpu_two_attempts.jsonl", (80, 24))
+
+
+def test_pending_prefetch_80x24(snap_compare):
+    assert shot(snap_compare, "cpu_one_attempt.jsonl", (80, 24), ("p", "a"))
+
+
+def test_gpus_80x24(snap_compare):
+    assert shot(snap_compare, "gpu_running.jsonl", (80, 24))
+
+
+def test_crashed_80x24(snap_compare):
+    assert shot(snap_compare, "cpu_crashed.jsonl", (80, 24))
+
+
+def test_two_attempts_160x50(snap_compare):
+    assert shot(snap_compare, "cpu_two_attempts.jsonl", (160, 50))
