@@ -7,6 +7,7 @@ only the dashboard needs Textual. TensorFlow is never imported here.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import time
@@ -86,10 +87,19 @@ def main(argv: list[str] | None = None) -> int:
         "logs": cmd_logs,
         "doctor": cmd_doctor,
     }[args.command]
+    from gpuwatch.runs import RunError
+
     try:
         return handler(args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `gpuwatch logs RUN | head`
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the exit-time flush
+        return EXIT_OK
+    except (OSError, RunError) as exc:
+        _err(str(exc))
+        return EXIT_FAILED
 
 
 # -- train ------------------------------------------------------------------------
@@ -198,13 +208,9 @@ def start_supervisor(run_dir: Path, *, fresh: bool = False) -> RunInfo:
     log_path = run_dir / "supervisor.log"
     with open(log_path, "ab") as log_file:
         if method == "systemd-run":
-            env_args = [
-                f"--setenv={k}={env[k]}"
-                for k in ("GPUWATCH_HOME", "GPUWATCH_USER_CWD", "PATH", "PYTHONPATH")
-                if k in env
-            ]
-            if fresh:
-                env_args.append("--setenv=GPUWATCH_FRESH=1")
+            # Pass the whole environment (CUDA_VISIBLE_DEVICES, LD_LIBRARY_PATH, TF_*,
+            # NCCL_*...): a bare NAME makes systemd-run take the value from its own env.
+            env_args = [f"--setenv={name}" for name in env if name.isidentifier()]
             unit = f"gpuwatch-{run_dir.name}"
             cmd = [
                 "systemd-run",
@@ -279,7 +285,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     except RunError as exc:
         _err(str(exc))
         return EXIT_USAGE
-    if not info.live or info.socket_path is None or not info.socket_path.exists():
+    if info.supervisor_pid is None or info.socket_path is None or not info.socket_path.exists():
         _err(
             f"run {info.run_id} is {info.status}; nothing to attach to "
             f"(gpuwatch logs {info.run_id} shows its log)"

@@ -32,6 +32,10 @@ class CommandError(ClientError):
     """The supervisor answered a command with ``err``."""
 
 
+class CommandTimeout(ClientError):
+    """The supervisor did not answer a command in time."""
+
+
 class RunClient:
     """One connection to one run's supervisor."""
 
@@ -104,7 +108,13 @@ class RunClient:
         except OSError as exc:
             self._pending.pop(command_id, None)
             raise ConnectionLost(f"cannot send to the supervisor: {exc}") from None
-        reply = await asyncio.wait_for(future, timeout_s)
+        try:
+            reply = await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            self._pending.pop(command_id, None)
+            raise CommandTimeout(
+                f"no answer to {frame_type!r} from the supervisor within {timeout_s:.0f} s"
+            ) from None
         if reply["type"] == "err":
             raise CommandError(str(reply.get("message", "command failed")))
         return reply

@@ -104,9 +104,14 @@ async def follow(info: RunInfo, out: TextIO = sys.stdout, err: TextIO = sys.stde
     print(progress_line(state), file=out, flush=True)
     print(summary_line(state), file=out, flush=True)
     error = state.error or {}
-    if state.status == "crashed" and state.exit_code == 2 and error.get("kind") in (
-        "config",
-        "factory",
+    if (
+        state.status == "crashed"
+        and state.exit_code == 2
+        and error.get("kind")
+        in (
+            "config",
+            "factory",
+        )
     ):
         # The trainer refused its settings before training: that is bad input, exit 2.
         print(f"gpuwatch: {error.get('message')}", file=err)

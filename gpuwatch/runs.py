@@ -89,7 +89,7 @@ def ensure_private_dir(path: Path) -> Path:
 def socket_dir(home: Path | None = None) -> Path:
     base = (home or gpuwatch_home()).resolve()
     candidate = base / "sock"
-    if len(str(candidate)) + 20 <= SOCKET_PATH_MAX:
+    if len(os.fsencode(candidate)) + 20 <= SOCKET_PATH_MAX:
         return candidate
     digest = hashlib.sha1(str(base).encode()).hexdigest()[:10]
     return Path(f"/tmp/gpuwatch-{os.getuid()}-{digest}")
@@ -97,6 +97,17 @@ def socket_dir(home: Path | None = None) -> Path:
 
 def socket_path_for(run_id: str, home: Path | None = None) -> Path:
     return socket_dir(home) / f"{run_id}.sock"
+
+
+def supervisor_alive(pid: int | None, run_dir: Path) -> bool:
+    """The supervisor of run_dir is this live pid (not a recycled pid of another program)."""
+    if not pid_alive(pid):
+        return False
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return True  # cannot tell (no /proc): trust the pid
+    return b"gpuwatch.supervisor" in cmdline and os.fsencode(run_dir.name) in cmdline
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -177,7 +188,7 @@ def _tail_lines(path: Path, max_bytes: int = 256 * 1024) -> list[bytes]:
 
 
 def read_run_info(run_dir: Path) -> RunInfo:
-    """Summarise a run from the tail of events.jsonl and whether its supervisor lives."""
+    """Summarise a run from state.json (status), the tail of events.jsonl, and its supervisor."""
     run_id = run_dir.name
     name = run_id
     status = "starting"
@@ -196,22 +207,37 @@ def read_run_info(run_dir: Path) -> RunInfo:
             event = json.loads(raw)
         except ValueError:
             continue
+        if not isinstance(event, dict):
+            continue
         kind = event.get("type")
         if kind == "status":
             status = str(event.get("status", status))
-            attempt = int(event.get("attempt") or attempt)
-            exit_code = event.get("exit_code")
+            attempt = _as_int(event.get("attempt"), attempt)
+            exit_code = _as_int(event.get("exit_code"), None)
             message = event.get("message")
         elif kind == "attempt":
-            attempt = int(event.get("attempt") or attempt)
+            attempt = _as_int(event.get("attempt"), attempt)
         elif kind == "step":
-            step = int(event.get("step") or step)
-            ms = event.get("step_time_ms") or 0
-            if ms > 0:
-                rates.append(float(event.get("examples", 0)) * 1000.0 / ms)
+            step = _as_int(event.get("step"), step)
+            ms, examples = event.get("step_time_ms"), event.get("examples")
+            if isinstance(ms, int | float) and ms > 0 and isinstance(examples, int | float):
+                rates.append(float(examples) * 1000.0 / ms)
+    # The supervisor writes state.json on every status change: the tail of a long
+    # events.jsonl (8 GPUs of samples) may no longer hold the last status.
+    try:
+        state = json.loads((run_dir / "state.json").read_text())
+    except (OSError, ValueError):
+        state = None
+    if isinstance(state, dict) and isinstance(state.get("status"), str):
+        status = state["status"]
+        attempt = _as_int(state.get("attempt"), attempt)
+        exit_code = _as_int(state.get("exit_code"), None)
+        message = state.get("message") if isinstance(state.get("message"), str) else None
+        step = max(step, _as_int(state.get("step"), 0) or 0)
     info = read_supervisor_info(run_dir)
-    pid = info.get("pid")
-    if status not in TERMINAL_STATUSES and not pid_alive(pid):
+    pid = info.get("pid") if isinstance(info.get("pid"), int) else None
+    alive = supervisor_alive(pid, run_dir)
+    if status not in TERMINAL_STATUSES and not alive:
         status = "lost"
         message = message or "the supervisor is gone (killed, or the machine restarted)"
     sock = info.get("socket")
@@ -225,11 +251,15 @@ def read_run_info(run_dir: Path) -> RunInfo:
         step=step,
         examples_per_s=recent[len(recent) // 2] if recent else None,
         started=started,
-        supervisor_pid=pid if pid_alive(pid) else None,
+        supervisor_pid=pid if alive else None,
         socket_path=Path(sock) if sock else None,
         exit_code=exit_code,
         message=message,
     )
+
+
+def _as_int(value: Any, default: Any) -> Any:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def _head_event(path: Path) -> dict[str, Any] | None:

@@ -57,6 +57,7 @@ LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "600"))
 # A dashboard that stops reading is cut off once this much is queued for it.
 CLIENT_QUEUE_MAX_BYTES = int(os.environ.get("GPUWATCH_CLIENT_QUEUE_MAX_BYTES", str(8 << 20)))
 LOG_TAIL_LINES = 50
+TRAINER_FRAMES = frozenset({"hello", "step", "checkpoint", "resume", "done", "error", "log"})
 REPLAY_CHUNK_BYTES = 1 << 20
 
 
@@ -146,7 +147,7 @@ class Supervisor:
         except FileNotFoundError:
             return 0
 
-    def record(self, frame_type: str, **fields: Any) -> dict[str, Any]:
+    def record(self, frame_type: str, /, **fields: Any) -> dict[str, Any]:
         """Append an event to events.jsonl, then fan it out to subscribed dashboards."""
         frame = {"v": PROTOCOL_VERSION, "type": frame_type, **fields}
         frame.setdefault("t", time.time())
@@ -163,7 +164,14 @@ class Supervisor:
 
     def set_status(self, status: str, **fields: Any) -> None:
         self.status = status
-        self.record("status", status=status, attempt=self.attempt, **fields)
+        frame = self.record("status", status=status, attempt=self.attempt, **fields)
+        # `gpuwatch ls` reads this small file, not the tail of a long events.jsonl.
+        state = {k: frame.get(k) for k in ("status", "attempt", "exit_code", "signal", "message")}
+        state["step"] = self.last_step
+        state["t"] = frame["t"]
+        tmp = self.run_dir / "state.json.tmp"
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.run_dir / "state.json")
 
     # -- trainer ------------------------------------------------------------------
 
@@ -175,7 +183,11 @@ class Supervisor:
         attempt = self.attempt
         self.config = config
         attempt_path = self.run_dir / f"attempt-{attempt}.yaml"
-        attempt_path.write_text(dump_config(config))
+        try:
+            attempt_path.write_text(dump_config(config))
+        except OSError as exc:
+            self.set_status("crashed", message=f"could not write {attempt_path}: {exc}")
+            return attempt
         self.record(
             "attempt",
             attempt=attempt,
@@ -214,7 +226,13 @@ class Supervisor:
         if user_cwd:
             # As `python -m` would: the person's working directory comes first on the path.
             env["PYTHONPATH"] = os.pathsep.join(filter(None, [user_cwd, env.get("PYTHONPATH")]))
-        log_fd = os.open(self.trainer_log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            log_fd = os.open(self.trainer_log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            parent_sock.close()
+            child_sock.close()
+            self.set_status("crashed", message=f"could not open {self.trainer_log_path}: {exc}")
+            return attempt
         try:
             self.trainer = await asyncio.create_subprocess_exec(
                 *cmd,
@@ -226,6 +244,10 @@ class Supervisor:
                 cwd=str(self.run_dir),
                 env=env,
             )
+        except OSError as exc:
+            parent_sock.close()
+            self.set_status("crashed", message=f"could not start the trainer: {exc}")
+            return attempt
         finally:
             os.close(log_fd)
             child_sock.close()
@@ -242,22 +264,25 @@ class Supervisor:
     ) -> None:
         reader_task = asyncio.create_task(self._read_trainer(sock, attempt))
         returncode = await proc.wait()
+        # Whatever it forked (data loaders) goes with it, however it ended.
+        _signal_group(proc.pid, signal.SIGKILL)
         # The trainer's last frames may still be in the socket: read them to EOF.
-        with contextlib.suppress(TimeoutError):
+        with contextlib.suppress(Exception):
             await asyncio.wait_for(reader_task, 5.0)
         reader_task.cancel()
         sock.close()
         self.trainer = None
         exit_code = returncode if returncode >= 0 else None
         sig = -returncode if returncode < 0 else None
-        if self._relaunching:
+        if self._relaunching and returncode in (0, -signal.SIGTERM, -signal.SIGKILL):
+            # Not a terminal status: a new attempt follows at once.
             self.set_status(
-                "stopped",
+                "relaunching",
                 exit_code=exit_code,
                 signal=_signal_name(sig),
                 message="stopped for relaunch",
             )
-        elif self._stop_requested:
+        elif self._stop_requested and returncode in (0, -signal.SIGTERM, -signal.SIGKILL):
             self.set_status(
                 "stopped",
                 exit_code=exit_code,
@@ -296,8 +321,9 @@ class Supervisor:
     def _trainer_log_tail(self) -> list[str]:
         try:
             with open(self.trainer_log_path, "rb") as fh:
-                fh.seek(self._log_offset)
-                data = fh.read()[-(256 * 1024) :]
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(self._log_offset, size - 256 * 1024))
+                data = fh.read()
         except OSError:
             return []
         lines = data.decode("utf-8", "replace").splitlines()
@@ -318,12 +344,19 @@ class Supervisor:
                     log.warning("attempt %d: bad frame from the trainer: %s", attempt, exc)
                     return
                 for frame in batch:
-                    self._on_trainer_frame(frame, attempt)
+                    try:
+                        self._on_trainer_frame(frame, attempt)
+                    except (ProtocolError, ValueError, TypeError) as exc:
+                        # e.g. a NaN, or a frame that outgrows the limit once relayed
+                        self.bad_frames += 1
+                        log.warning("attempt %d: dropped a trainer frame: %s", attempt, exc)
         finally:
             writer.close()
 
     def _on_trainer_frame(self, frame: dict[str, Any], attempt: int) -> None:
         kind = frame.pop("type")
+        if kind not in TRAINER_FRAMES:
+            raise ValueError(f"the trainer may not send {kind!r} frames")
         frame.pop("v", None)
         frame.pop("seq", None)
         frame["attempt"] = attempt
@@ -350,7 +383,10 @@ class Supervisor:
     async def stop_trainer(self, grace_s: float = STOP_GRACE_S) -> None:
         """SIGTERM the trainer's process group, wait, then SIGKILL; return when it is gone."""
         proc, task = self.trainer, self.trainer_task
-        if proc is None or task is None:
+        if proc is None or task is None or task.done():
+            return
+        if proc.returncode is not None:  # exited; its watcher is finishing up
+            await task
             return
         if self.status not in TERMINAL_STATUSES:
             self.set_status("stopping")
@@ -478,8 +514,14 @@ class Supervisor:
         self.dropped_clients += why == "too far behind"
         log.info("client %d dropped: %s", client.cid, why)
         self.clients.pop(client.cid, None)
+        while not client.queue.empty():
+            client.queue.get_nowait()
+        client.queued_bytes = 0
         client.queue.put_nowait(None)
-        client.writer.close()
+        # abort(), not close(): close() waits to flush, forever for a peer that never reads.
+        transport = client.writer.transport
+        if transport is not None:
+            transport.abort()
 
     async def _serve_client(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -533,11 +575,16 @@ class Supervisor:
             log.exception("command %r failed", frame.get("type"))
             reply = encode("err", id=command_id, message=f"internal error: {exc}")
         # Replies go straight out, ahead of queued events: a command never waits on a replay.
-        if not client.closed:
-            try:
-                client.writer.write(reply)
-            except OSError:
-                self._drop_client(client, "connection lost")
+        if client.closed:
+            return
+        transport = client.writer.transport
+        if transport is not None and transport.get_write_buffer_size() > CLIENT_QUEUE_MAX_BYTES:
+            self._drop_client(client, "too far behind")  # sends commands, never reads replies
+            return
+        try:
+            client.writer.write(reply)
+        except OSError:
+            self._drop_client(client, "connection lost")
 
     # -- device sampling ----------------------------------------------------------
 
@@ -576,7 +623,13 @@ class Supervisor:
         loop = self.loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(lambda: self.record("sample", **fields))
+                loop.call_soon_threadsafe(self._record_sample, fields)
+
+    def _record_sample(self, fields: dict[str, Any]) -> None:
+        # A finished run lingering for a relaunch records no more samples: the record
+        # stays about training, and does not grow while nothing runs.
+        if self.trainer is not None or self.status not in TERMINAL_STATUSES:
+            self.record("sample", **fields)
 
     # -- life cycle ---------------------------------------------------------------
 
@@ -604,36 +657,38 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             self.loop.add_signal_handler(sig, lambda: self._spawn(self._stop_run()))
         await self._open_socket()
-        if self.next_seq == 0:
-            self.record(
-                "run",
-                run_id=self.run_id,
-                name=self.config.name,
-                config_path=str(self.config_path),
-                supervisor_pid=os.getpid(),
-                host=socket.gethostname(),
-                settings=self.config.model_dump(mode="json"),
+        try:
+            if self.next_seq == 0:
+                self.record(
+                    "run",
+                    run_id=self.run_id,
+                    name=self.config.name,
+                    config_path=str(self.config_path),
+                    supervisor_pid=os.getpid(),
+                    host=socket.gethostname(),
+                    settings=self.config.model_dump(mode="json"),
+                )
+            self._write_info()  # after the socket exists: `gpuwatch train` waits on this file
+            self._sampler_thread = threading.Thread(
+                target=self._sampler_main,
+                args=(self._post_sample,),
+                name="gpuwatch-sampler",
+                daemon=True,
             )
-        self._write_info()  # after the socket exists: `gpuwatch train` waits on this file
-        self._sampler_thread = threading.Thread(
-            target=self._sampler_main,
-            args=(self._post_sample,),
-            name="gpuwatch-sampler",
-            daemon=True,
-        )
-        self._sampler_thread.start()
-        fresh = os.environ.get("GPUWATCH_FRESH") == "1"
-        await self.start_attempt(self.config, fresh=fresh, reason="start")
-        while not self._finished.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._finished.wait(), 1.0)
-            if self.clients:
-                self._last_client_seen = time.monotonic()
-            idle = time.monotonic() - self._last_client_seen
-            if self.trainer is None and self.status in TERMINAL_STATUSES and idle > LINGER_S:
-                log.info("run over and no dashboard for %.0f s: exiting", idle)
-                break
-        await self.shutdown()
+            self._sampler_thread.start()
+            fresh = os.environ.get("GPUWATCH_FRESH") == "1"
+            await self.start_attempt(self.config, fresh=fresh, reason="start")
+            while not self._finished.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._finished.wait(), 1.0)
+                if self.clients:
+                    self._last_client_seen = time.monotonic()
+                idle = time.monotonic() - self._last_client_seen
+                if self.trainer is None and self.status in TERMINAL_STATUSES and idle > LINGER_S:
+                    log.info("run over and no dashboard for %.0f s: exiting", idle)
+                    break
+        finally:
+            await self.shutdown()
         return 0
 
     async def shutdown(self) -> None:

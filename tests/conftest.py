@@ -20,7 +20,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
 
 
-def wait_for(predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05) -> Any:
+def wait_for(
+    predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05
+) -> Any:
     """Poll until predicate() is truthy; fail naming what we waited for."""
     deadline = time.monotonic() + timeout_s
     while True:
@@ -65,7 +67,9 @@ def _kill_everything_under(home: Path) -> None:
                     os.kill(int(pid_dir.name), signal.SIGKILL)
 
 
-def gpuwatch(*args: str, timeout_s: float = 240, check: bool = False) -> subprocess.CompletedProcess[str]:
+def gpuwatch(
+    *args: str, timeout_s: float = 240, check: bool = False
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [sys.executable, "-m", "gpuwatch", *args],
         capture_output=True,

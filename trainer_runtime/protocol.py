@@ -49,7 +49,17 @@ from typing import Any
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 1 << 20
 
-STATUSES = ("starting", "running", "stopping", "stopped", "finished", "crashed", "lost")
+# "relaunching": the old attempt stopped and a new one is about to start (not terminal).
+STATUSES = (
+    "starting",
+    "running",
+    "stopping",
+    "relaunching",
+    "stopped",
+    "finished",
+    "crashed",
+    "lost",
+)
 TERMINAL_STATUSES = frozenset({"stopped", "finished", "crashed", "lost"})
 
 
