@@ -94,27 +94,21 @@ def advise(
         if not prefetch_on:
             recs.append("turn prefetch on (p): read the next batch while this step runs")
         if parallel == 1:
-            recs.append(
-                "reads run one at a time: set data.parallel_calls to autotune "
-                "(gpuwatch train --set data.parallel_calls=autotune)"
-            )
+            recs.append("raise data.parallel_calls (now 1: reads run one at a time), e.g. autotune")
         if prefetch_on and parallel != 1:
-            recs.append(
-                "prefetch and parallel reads are on: cache the data (data.cache) "
-                "or make reading/decoding cheaper"
-            )
+            recs.append("prefetch and parallel reads on: try data.cache or cheaper reads/decoding")
         utils = [g["util_gpu_pct"] for g in gpus if g.get("util_gpu_pct") is not None]
         if utils and sum(utils) / len(utils) < LOW_GPU_UTIL_PCT:
             recs.append(
-                f"GPUs average {sum(utils) / len(utils):.0f}% busy while the input waits: "
-                "the input pipeline is the limit, not the GPUs"
+                f"GPUs only {sum(utils) / len(utils):.0f}% busy while waiting: "
+                "the input pipeline is the limit"
             )
     elif level == "none":
         utils = [g["util_gpu_pct"] for g in gpus if g.get("util_gpu_pct") is not None]
         if utils and sum(utils) / len(utils) < LOW_GPU_UTIL_PCT:
             recs.append(
-                f"GPUs average {sum(utils) / len(utils):.0f}% busy without waiting on input: "
-                "a larger global batch (b) gives each step more work"
+                f"GPUs only {sum(utils) / len(utils):.0f}% busy, not waiting on input: "
+                "a larger batch (b) adds work"
             )
         else:
             recs.append("the input keeps up: step time is compute (and gradient sync)")
@@ -126,12 +120,12 @@ def advise(
             if accumulation == 1:
                 recs.append(
                     f"gradient sync est. {format_rate(sync_per_s)}: accumulation (a) "
-                    "all-reduces once per k micro-steps instead of every step"
+                    "syncs once per k micro-steps"
                 )
             else:
                 recs.append(
-                    f"gradient sync est. {format_rate(sync_per_s)} with one all-reduce "
-                    f"per {accumulation} micro-steps"
+                    f"gradient sync est. {format_rate(sync_per_s)}, "
+                    f"one all-reduce per {accumulation} micro-steps"
                 )
 
     for gpu in gpus:
