@@ -1,0 +1,67 @@
+"""Input knobs act for real: injected read latency shows up as input wait, prefetch hides it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+from tests.trainer.conftest import make_config
+
+pytestmark = pytest.mark.slow
+
+READ_LATENCY_MS = 12.0
+STEPS = 40
+
+
+def _measure(strategy: Any, devices: Any, latency_ms: float, prefetch: Any,
+             parallel: Any) -> tuple[float, float, float]:
+    """Median step ms, median input-wait ms and input-wait fraction after warm-up."""
+    from trainer_runtime.loop import Trainer
+
+    cfg = make_config(
+        model={"hidden_units": [512, 512]},
+        data={"input_shape": [256], "read_latency_ms": latency_ms, "prefetch": prefetch,
+              "parallel_calls": parallel},
+        train={"global_batch_size": 256},
+    )
+    trainer = Trainer(cfg, strategy, devices)
+    trainer.run_updates(1)  # tracing
+    trainer.run_updates(1)
+    trainer.reset_timing()
+    steps = []
+    for _ in range(STEPS):
+        steps += trainer.run_updates(1)
+    step_ms = np.array([s["step_time_ms"] for s in steps])
+    wait_ms = np.array([s["input_wait_ms"] for s in steps])
+    return float(np.median(step_ms)), float(np.median(wait_ms)), float(
+        np.median(wait_ms) / np.median(step_ms))
+
+
+def test_read_latency_without_prefetch_is_all_input_wait(strategy: Any, devices: Any) -> None:
+    compute_ms, _, _ = _measure(strategy, devices, 0.0, False, 1)
+    _, _, fraction = _measure(strategy, devices, READ_LATENCY_MS, False, 1)
+    expected = READ_LATENCY_MS / (READ_LATENCY_MS + compute_ms)
+    assert abs(fraction - expected) <= 0.05, (fraction, expected, compute_ms)
+
+
+def test_prefetch_and_parallel_reads_hide_read_latency(strategy: Any, devices: Any) -> None:
+    _, _, fraction = _measure(strategy, devices, READ_LATENCY_MS, "autotune", "autotune")
+    assert fraction < 0.05, fraction
+
+
+def test_decode_cost_adds_input_time(strategy: Any, devices: Any) -> None:
+    from trainer_runtime.loop import Trainer
+
+    waits = []
+    for cost in (0, 40):
+        cfg = make_config(data={"decode_cost": cost, "prefetch": False},
+                          train={"global_batch_size": 256})
+        trainer = Trainer(cfg, strategy, devices)
+        trainer.run_updates(2)
+        steps = []
+        for _ in range(10):
+            steps += trainer.run_updates(1)
+        waits.append(float(np.median([s["input_wait_ms"] for s in steps])))
+    assert waits[1] > waits[0] + 1.0, waits
