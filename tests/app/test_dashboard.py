@@ -7,6 +7,7 @@ import os
 
 from textual.widgets import OptionList
 
+from gpuwatch import runs
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink, link_event
 from gpuwatch.app.screens.modals import ConfirmStopScreen, KeysScreen, QuitScreen, RunsScreen
@@ -268,12 +269,15 @@ async def test_keys_screen_lists_every_key():
         assert not isinstance(app.screen, KeysScreen)
 
 
-async def test_run_switcher_lists_live_runs_and_switches(tmp_path):
+async def test_run_switcher_lists_live_runs_and_switches(tmp_path, monkeypatch):
+    # runs.py checks that a live supervisor's cmdline names the run; these runs are
+    # "supervised" by the test process itself.
+    monkeypatch.setattr(runs, "supervisor_alive", lambda pid, run_dir: pid == os.getpid())
     home = tmp_path / "home"
     other = load_events("cpu_crashed.jsonl")
     other[0]["run_id"] = "0613-zzzz"
-    runs = (("0612-kq7m", load_events("cpu_one_attempt.jsonl")), ("0613-zzzz", other))
-    for run_id, events in runs:
+    recorded = (("0612-kq7m", load_events("cpu_one_attempt.jsonl")), ("0613-zzzz", other))
+    for run_id, events in recorded:
         run_dir = home / "runs" / run_id
         run_dir.mkdir(parents=True)
         live = [e for e in events if e["type"] != "status" or e["status"] == "running"]
