@@ -65,7 +65,7 @@ def test_prefixes_resolve_uniquely_or_say_which_runs_match(tmp_path: Path) -> No
         _write_run(tmp_path, run_id, [{"type": "run", "t": 1.0}], {"status": "finished"})
     assert runs.resolve_run("1122", tmp_path).run_id == "1122-wxyz"
     assert runs.resolve_run("1121-abcd", tmp_path).run_id == "1121-abcd"
-    with pytest.raises(runs.RunError, match="matches 2 runs: .*type more of the id"):
+    with pytest.raises(runs.RunError, match=r"matches 2 runs: .*type more of the id"):
         runs.resolve_run("1121-abc", tmp_path)
     with pytest.raises(runs.RunError, match="no live run"):
         runs.resolve_run(None, tmp_path)
