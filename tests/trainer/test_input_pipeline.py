@@ -16,8 +16,8 @@ STEPS = 40
 
 
 def _measure(strategy: Any, devices: Any, latency_ms: float, prefetch: Any,
-             parallel: Any) -> tuple[float, float, float]:
-    """Median step ms, median input-wait ms and input-wait fraction after warm-up."""
+             parallel: Any) -> tuple[float, float]:
+    """(input-wait fraction, median compute ms = step minus wait), after warm-up."""
     from trainer_runtime.loop import Trainer
 
     cfg = make_config(
@@ -35,19 +35,20 @@ def _measure(strategy: Any, devices: Any, latency_ms: float, prefetch: Any,
         steps += trainer.run_updates(1)
     step_ms = np.array([s["step_time_ms"] for s in steps])
     wait_ms = np.array([s["input_wait_ms"] for s in steps])
-    return float(np.median(step_ms)), float(np.median(wait_ms)), float(
-        np.median(wait_ms) / np.median(step_ms))
+    return (float(np.median(wait_ms) / np.median(step_ms)),
+            float(np.median(step_ms - wait_ms)))
 
 
 def test_read_latency_without_prefetch_is_all_input_wait(strategy: Any, devices: Any) -> None:
-    compute_ms, _, _ = _measure(strategy, devices, 0.0, False, 1)
-    _, _, fraction = _measure(strategy, devices, READ_LATENCY_MS, False, 1)
+    # Compute time C comes from the same run's frames (same load on a noisy
+    # box); the latency L is the injected ground truth, not a measurement.
+    fraction, compute_ms = _measure(strategy, devices, READ_LATENCY_MS, False, 1)
     expected = READ_LATENCY_MS / (READ_LATENCY_MS + compute_ms)
     assert abs(fraction - expected) <= 0.05, (fraction, expected, compute_ms)
 
 
 def test_prefetch_and_parallel_reads_hide_read_latency(strategy: Any, devices: Any) -> None:
-    _, _, fraction = _measure(strategy, devices, READ_LATENCY_MS, "autotune", "autotune")
+    fraction, _ = _measure(strategy, devices, READ_LATENCY_MS, "autotune", "autotune")
     assert fraction < 0.05, fraction
 
 
