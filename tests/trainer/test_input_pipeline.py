@@ -56,7 +56,7 @@ def test_decode_cost_adds_input_time(strategy: Any, devices: Any) -> None:
     from trainer_runtime.loop import Trainer
 
     waits = []
-    for cost in (0, 40):
+    for cost in (0, 200):
         cfg = make_config(data={"decode_cost": cost, "prefetch": False},
                           train={"global_batch_size": 256})
         trainer = Trainer(cfg, strategy, devices)
@@ -65,4 +65,6 @@ def test_decode_cost_adds_input_time(strategy: Any, devices: Any) -> None:
         for _ in range(10):
             steps += trainer.run_updates(1)
         waits.append(float(np.median([s["input_wait_ms"] for s in steps])))
-    assert waits[1] > waits[0] + 1.0, waits
+    # 200 rounds of a 32x32 matmul per example is milliseconds of work per batch, far
+    # above the noise of this shared 2-core box.
+    assert waits[1] > waits[0] + 2.0, waits
