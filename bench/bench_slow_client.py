@@ -6,7 +6,7 @@ byte. Throughput comes from the trainer's own step events (median examples/s aft
 warm-up). Prints each run, the medians, the supervisor's peak RSS, and a last line
 `result: ratio_stalled_client=X` (stalled / none; target >= 0.98).
 
-    .venv/bin/python bench/bench_slow_client.py [--reps 3] [--steps 400]
+    .venv/bin/python bench/bench_slow_client.py [--reps 4] [--steps 2000]
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = """
 name: bench-slow-client
-model: {name: mlp, hidden_units: [256, 256]}
-data: {examples: 8192, input_shape: [256], classes: 10, prefetch: on}
+model: {name: mlp, hidden_units: [512, 512]}
+data: {examples: 8192, input_shape: [784], classes: 10, prefetch: on}
 train: {global_batch_size: 256}
 checkpoint: {every_steps: 100000}
 """
-WARMUP_STEPS = 20
+WARMUP_STEPS = 50
 
 
 def rss_kib(pid: int) -> int:
@@ -96,8 +96,8 @@ def one_run(home: Path, config: Path, steps: int, stalled: bool) -> tuple[float,
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--reps", type=int, default=4)
+    parser.add_argument("--steps", type=int, default=2000)
     args = parser.parse_args()
     results: dict[str, list[float]] = {"none": [], "stalled": []}
     peaks: list[int] = []
