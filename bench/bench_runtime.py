@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 import socket
 import statistics
+import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -41,16 +41,26 @@ CONFIG = RunConfig.model_validate({
 })
 
 
-def dashboard_reader(sock: socket.socket, counter: list[int]) -> None:
-    """Reads the other end like a dashboard would: frames split on newlines."""
-    buf = b""
-    while True:
-        data = sock.recv(65536)
-        if not data:
-            return
-        buf += data
-        *lines, buf = buf.split(b"\n")
-        counter[0] += len(lines)
+# The dashboard-like reader runs in its own process, as a real dashboard does (a
+# thread here would also compete with the trainer for this interpreter's GIL).
+READER = """
+import socket, sys
+sock = socket.socket(fileno=int(sys.argv[1]))
+buf, frames = b"", 0
+while data := sock.recv(65536):
+    buf += data
+    *lines, buf = buf.split(b"\\n")
+    frames += len(lines)
+print(frames)
+"""
+
+
+def start_reader(sock: socket.socket) -> subprocess.Popen[str]:
+    """A separate process that reads the other end like a dashboard: frames on newlines."""
+    proc = subprocess.Popen([sys.executable, "-c", READER, str(sock.fileno())],
+                            pass_fds=(sock.fileno(),), stdout=subprocess.PIPE, text=True)
+    sock.close()  # the reader holds its own copy
+    return proc
 
 
 def main() -> int:
@@ -61,8 +71,7 @@ def main() -> int:
           f"runtime steps_per_execution={SPE}")
 
     ours, theirs = socket.socketpair()
-    frames_read = [0]
-    threading.Thread(target=dashboard_reader, args=(theirs, frames_read), daemon=True).start()
+    reader = start_reader(theirs)
     emitter = SocketEmitter(ours, CONFIG.telemetry.buffer_frames)
     trainer = Trainer(CONFIG, strategy, devices, emitter=emitter)
 
@@ -109,7 +118,8 @@ def main() -> int:
               f"min {min(values):8.0f}  max {max(values):8.0f}   "
               f"runs {' '.join(f'{v:.0f}' for v in values)}")
     emitter.close()
-    print(f"telemetry: {emitter.sent} frames sent, {frames_read[0]} read, "
+    frames_read = int((reader.communicate(timeout=60)[0] or "0").strip() or 0)
+    print(f"telemetry: {emitter.sent} frames sent, {frames_read} read by the reader process, "
           f"{emitter.dropped} dropped")
     on = results["runtime, telemetry on + reader"]
     off = results["runtime, telemetry off"]
