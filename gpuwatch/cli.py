@@ -97,7 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(OSError):
             sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the exit-time flush
         return EXIT_OK
-    except (OSError, RunError) as exc:
+    except RunError as exc:  # no such run, or an ambiguous prefix: the person's input
+        _err(str(exc))
+        return EXIT_USAGE
+    except OSError as exc:
         _err(str(exc))
         return EXIT_FAILED
 
@@ -278,13 +281,9 @@ def _dashboard(info: RunInfo) -> int:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    from gpuwatch.runs import RunError, resolve_run
+    from gpuwatch.runs import resolve_run
 
-    try:
-        info = resolve_run(args.run)
-    except RunError as exc:
-        _err(str(exc))
-        return EXIT_USAGE
+    info = resolve_run(args.run)  # RunError: main() prints it, exit 2
     if info.supervisor_pid is None or info.socket_path is None or not info.socket_path.exists():
         _err(
             f"run {info.run_id} is {info.status}; nothing to attach to "
@@ -329,13 +328,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from gpuwatch.runs import RunError, resolve_run
+    from gpuwatch.runs import resolve_run
 
-    try:
-        info = resolve_run(args.run)
-    except RunError as exc:
-        _err(str(exc))
-        return EXIT_USAGE
+    info = resolve_run(args.run)  # RunError: main() prints it, exit 2
     return _stop(info)
 
 
@@ -364,13 +359,9 @@ def _stop(info: RunInfo) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from gpuwatch.runs import RunError, read_run_info, resolve_run
+    from gpuwatch.runs import read_run_info, resolve_run
 
-    try:
-        info = resolve_run(args.run)
-    except RunError as exc:
-        _err(str(exc))
-        return EXIT_USAGE
+    info = resolve_run(args.run)  # RunError: main() prints it, exit 2
     path = info.run_dir / "trainer.log"
     if not path.exists():
         _err(f"run {info.run_id} has no trainer log yet ({path})")
