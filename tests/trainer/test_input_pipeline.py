@@ -65,6 +65,7 @@ def test_decode_cost_adds_input_time(strategy: Any, devices: Any) -> None:
         for _ in range(10):
             steps += trainer.run_updates(1)
         waits.append(float(np.median([s["input_wait_ms"] for s in steps])))
-    # 200 rounds of a 32x32 matmul per example is milliseconds of work per batch, far
-    # above the noise of this shared 2-core box.
-    assert waits[1] > waits[0] + 2.0, waits
+    # Seen here: 0.22-0.25 ms without decode work, 1.6-1.8 ms with 200 rounds (the
+    # pipeline's own threads absorb much of it). A ratio holds on a loaded 2-core box
+    # where an absolute margin did not.
+    assert waits[1] > 3 * waits[0] and waits[1] > waits[0] + 0.5, waits
