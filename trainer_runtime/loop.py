@@ -242,12 +242,7 @@ class Trainer:
         loss_sum = tf.constant(0.0, tf.float32)
         dep = after
         if self.k == 1:
-            with tf.control_dependencies([dep]):
-                t0 = tf.timestamp()
-            with tf.control_dependencies([t0]):
-                batch = next(iterator)
-            with tf.control_dependencies(self._flat(batch)):
-                t1 = tf.timestamp()
+            batch, t0, t1 = self._timed_next(iterator, dep)
             with tf.control_dependencies([t1]):
                 loss, probe = self.strategy.run(self._apply_step, args=(*batch, t1))
             wait += t1 - t0
@@ -255,12 +250,7 @@ class Trainer:
             dep = self._local_sum(probe)
         else:
             def micro(dep: tf.Tensor) -> tuple[Any, Any, Any]:
-                with tf.control_dependencies([dep]):
-                    t0 = tf.timestamp()
-                with tf.control_dependencies([t0]):
-                    batch = next(iterator)
-                with tf.control_dependencies(self._flat(batch)):
-                    t1 = tf.timestamp()
+                batch, t0, t1 = self._timed_next(iterator, dep)
                 with tf.control_dependencies([t1]):
                     loss = self.strategy.run(self._accumulate, args=(*batch, t1))
                 local = self._local_sum(loss)
@@ -285,6 +275,16 @@ class Trainer:
         with tf.control_dependencies([dep]):
             t_end = tf.timestamp()
         return t_end, wait, loss_sum / float(self.replicas * self.k), lr
+
+    def _timed_next(self, iterator: Any, after: tf.Tensor) -> tuple[Any, tf.Tensor, tf.Tensor]:
+        """The next batch with the host time spent waiting for it: (batch, t0, t1)."""
+        with tf.control_dependencies([after]):
+            t0 = tf.timestamp()
+        with tf.control_dependencies([t0]):
+            batch = next(iterator)
+        with tf.control_dependencies(self._flat(batch)):
+            t1 = tf.timestamp()
+        return batch, t0, t1
 
     def _flat(self, batch: Any) -> list[tf.Tensor]:
         out: list[tf.Tensor] = []
