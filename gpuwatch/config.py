@@ -28,7 +28,7 @@ import annotated_types
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from trainer_runtime.schema import RunConfig, divisibility_error
+from trainer_runtime.schema import LimitError, RunConfig, divisibility_error
 
 __all__ = [
     "ConfigError",
@@ -43,8 +43,8 @@ __all__ = [
 
 Loc = tuple[str | int, ...]
 
-# Where the RunConfig's own check (global batch divisible by accumulation) is pointed:
-# its pydantic loc is (), so we name the first of these the input has.
+# Where a RunConfig check across settings without a LimitError is pointed: its
+# pydantic loc is (), so we name the first of these the input has.
 _BATCH_SPLIT_KEYS: tuple[Loc, ...] = (
     ("train", "global_batch_size"),
     ("train", "accumulation_steps"),
@@ -536,9 +536,16 @@ def _first_error(exc: ValidationError, data: dict[Any, Any], locate: _Locator) -
     candidates: list[tuple[tuple[int, int, int], ConfigError]] = []
     for order, (field_loc, errors) in enumerate(groups.items()):
         if field_loc == () and errors[0]["type"] == "value_error":
-            loc = _batch_split_loc(locate)
+            # A limit across settings (trainer_runtime.schema.LimitError) names its key.
+            cause = (errors[0].get("ctx") or {}).get("error")
+            keys = (
+                tuple(tuple(k.split(".")) for k in cause.keys)
+                if isinstance(cause, LimitError)
+                else _BATCH_SPLIT_KEYS
+            )
+            loc = _limit_loc(locate, keys)
             where, line, from_override = locate.where(loc)
-            key = _key_text(_BATCH_SPLIT_KEYS[0])
+            key = _key_text(keys[0])
             problem = _value_error_text(errors[0])
             problem = problem.removeprefix(f"{key} ")
         else:
@@ -558,15 +565,15 @@ def _first_error(exc: ValidationError, data: dict[Any, Any], locate: _Locator) -
     return candidates[0][1]
 
 
-def _batch_split_loc(locate: _Locator) -> Loc:
-    """Where to point the batch-vs-accumulation check: an override that set one, else the file."""
-    for key in _BATCH_SPLIT_KEYS:
+def _limit_loc(locate: _Locator, keys: tuple[Loc, ...]) -> Loc:
+    """Where to point a check across settings: an override that set one, else the file."""
+    for key in keys:
         if locate.override_for(key):
             return key
-    for key in _BATCH_SPLIT_KEYS:
+    for key in keys:
         if key in locate.lines:
             return key
-    return _BATCH_SPLIT_KEYS[0]
+    return keys[0]
 
 
 def _field_loc(loc: Loc) -> tuple[Loc, Any]:
@@ -739,6 +746,9 @@ def _describe_member(member: Any) -> list[str]:
                 limits.append(f"at most {item.le}")
             elif isinstance(item, annotated_types.Lt):
                 limits.append(f"less than {item.lt}")
+    if len(limits) == 2 and limits[0].startswith("at least ") and limits[1].startswith("at most "):
+        low, high = limits[0].removeprefix("at least "), limits[1].removeprefix("at most ")
+        return [f"{base} from {low} to {high}"]
     return [" ".join([base, *limits]) if limits else base]
 
 

@@ -458,14 +458,25 @@ def toggle_prefetch(settings: Mapping[str, Any], pending: Mapping[str, Any]) -> 
     return _with(settings, pending, PREFETCH_KEY, not enabled)
 
 
-def _check_split(batch: int, accumulation: int, replicas: int) -> None:
-    if batch < 1:
-        raise SettingRefused("the global batch cannot go below 1")
-    if batch % (replicas * accumulation):
-        raise SettingRefused(
-            f"global batch {batch} does not split over {replicas} replicas x "
-            f"{accumulation} accumulation steps = {replicas * accumulation}"
-        )
+def check_pending(settings: Mapping[str, Any], pending: Mapping[str, Any], replicas: int) -> None:
+    """SettingRefused, with the schema's reason, if a relaunch with `pending` would be refused.
+
+    The same checks as `gpuwatch train` and the supervisor's relaunch: the whole config
+    through the schema (bounds, limits of the built-in data) and the split of the global
+    batch over replicas x accumulation steps.
+    """
+    from gpuwatch.config import ConfigError, apply_overrides, check_replicas
+    from trainer_runtime.schema import RunConfig
+
+    try:
+        current = RunConfig.model_validate(dict(settings))
+    except ValueError:
+        return  # settings from another version of gpuwatch: the supervisor still checks
+    try:
+        config = apply_overrides(current, pending_overrides(settings, pending), source="pending")
+        check_replicas(config, replicas, source="pending")
+    except ConfigError as exc:
+        raise SettingRefused(str(exc).removeprefix("pending: ")) from None
 
 
 def step_accumulation(
@@ -473,22 +484,21 @@ def step_accumulation(
 ) -> dict[str, Any]:
     """Double (up) or halve accumulation steps; raises SettingRefused if it cannot split."""
     accumulation = int(effective(settings, pending, ACCUMULATION_KEY) or 1)
-    batch = int(effective(settings, pending, BATCH_KEY) or 1)
     if up:
         new = accumulation * 2
     else:
         if accumulation <= 1:
             raise SettingRefused("accumulation is already 1 (no accumulation)")
         new = max(1, accumulation // 2)
-    _check_split(batch, new, replicas)
-    return _with(settings, pending, ACCUMULATION_KEY, new)
+    changed = _with(settings, pending, ACCUMULATION_KEY, new)
+    check_pending(settings, changed, replicas)
+    return changed
 
 
 def step_batch(
     settings: Mapping[str, Any], pending: Mapping[str, Any], *, up: bool, replicas: int
 ) -> dict[str, Any]:
     """Double (up) or halve the global batch; raises SettingRefused if it cannot split."""
-    accumulation = int(effective(settings, pending, ACCUMULATION_KEY) or 1)
     batch = int(effective(settings, pending, BATCH_KEY) or 1)
     if up:
         new = batch * 2
@@ -496,5 +506,6 @@ def step_batch(
         if batch % 2:
             raise SettingRefused(f"global batch {batch} is odd: cannot halve it")
         new = batch // 2
-    _check_split(new, accumulation, replicas)
-    return _with(settings, pending, BATCH_KEY, new)
+    changed = _with(settings, pending, BATCH_KEY, new)
+    check_pending(settings, changed, replicas)
+    return changed

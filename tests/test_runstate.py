@@ -135,7 +135,7 @@ def test_accumulation_doubles_and_halves_with_divisibility():
     for _ in range(7):
         pending = step_accumulation(SETTINGS, pending, up=True, replicas=2)
     assert pending["train.accumulation_steps"] == 128
-    with pytest.raises(SettingRefused, match="does not split over 2 replicas x 256"):
+    with pytest.raises(SettingRefused, match="less than replicas x accumulation_steps = 2 x 256"):
         step_accumulation(SETTINGS, pending, up=True, replicas=2)
 
 
@@ -153,8 +153,32 @@ def test_batch_halves_until_it_cannot_split():
     for _ in range(7):
         pending = step_batch(SETTINGS, pending, up=False, replicas=2)
     assert pending == {"train.global_batch_size": 2}
-    with pytest.raises(SettingRefused, match="does not split"):
+    with pytest.raises(SettingRefused, match="a replica would get no example"):
         step_batch(SETTINGS, pending, up=False, replicas=2)
+
+
+def test_batch_doubles_up_to_the_data_and_no_further():
+    settings = {**SETTINGS, "data": {**SETTINGS["data"], "examples": 16384}}
+    pending: dict = {}
+    for _ in range(6):  # 256 -> 16384: every example once per update
+        pending = step_batch(settings, pending, up=True, replicas=2)
+    assert pending == {"train.global_batch_size": 16384}
+    with pytest.raises(SettingRefused) as refused:
+        step_batch(settings, pending, up=True, replicas=2)
+    assert str(refused.value) == (
+        "train.global_batch_size: 32768 is more than data.examples 16384: one update would "
+        "need more examples than the data has"
+    )
+
+
+def test_every_bound_of_the_schema_refuses_a_pending_key():
+    settings = {**SETTINGS, "data": {**SETTINGS["data"], "examples": 10_000_000}}
+    pending = {"train.global_batch_size": 1 << 20}
+    with pytest.raises(SettingRefused, match="must be at most 1048576"):
+        step_batch(settings, pending, up=True, replicas=2)
+    pending = {"train.accumulation_steps": 1024, "train.global_batch_size": 1 << 20}
+    with pytest.raises(SettingRefused, match="accumulation_steps: must be at most 1024"):
+        step_accumulation(settings, pending, up=True, replicas=2)
 
 
 def test_pending_overrides_drop_values_equal_to_current():

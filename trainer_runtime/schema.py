@@ -3,10 +3,18 @@
 No TensorFlow here: gpuwatch validates a config with these models before any
 process starts, and the trainer re-validates the JSON it is handed.
 Every model forbids unknown keys so a typo is an error, not a silent default.
+
+Every number has an upper bound as well as a lower one: a value past it is never a
+real setting, only a way to crash the trainer (a batch of 10^18 examples is a
+MemoryError while the data is built). Limits that follow from two settings (a
+global batch no larger than the built-in data, the bytes of one micro-batch) are
+checked by ``RunConfig`` itself, so every path that builds a config (a file,
+``--set``, a relaunch, the dashboard's pending keys, the trainer) refuses them.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -14,12 +22,50 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
+# Upper bounds. Each is far past any real setting on the machines we target.
+MAX_LAYERS = 32
+MAX_UNITS = 65536
+MAX_EXAMPLES = 10_000_000  # the built-in data keeps an int64 id per example
+MAX_INPUT_DIMS = 4
+MAX_INPUT_DIM = 65536
+MAX_FEATURES_PER_EXAMPLE = 1 << 24  # 64 MiB of float32 per example
+MAX_CLASSES = 100_000
+MAX_READ_LATENCY_MS = 60_000.0
+MAX_DECODE_COST = 1000  # rounds of a 32x32 matmul per example, each a graph op
+MAX_PREFETCH = 1024
+MAX_PARALLEL_CALLS = 256
+MAX_GLOBAL_BATCH = 1 << 20
+MAX_ACCUMULATION = 1024
+MAX_LEARNING_RATE = 100.0
+MAX_STEPS = 10**12
+MAX_EPOCHS = 1_000_000
+MAX_SEED = 2**32 - 1  # Keras' set_random_seed takes a 32-bit seed
+MAX_STEPS_PER_EXECUTION = 1000
+MAX_CPU_REPLICAS = 64
+MAX_KEEP = 1000
+MAX_BUFFER_FRAMES = 1_000_000
+MAX_NAME_CHARS = 100
+MAX_FACTORY_CHARS = 200
+# Features of one micro-step of the built-in data, all replicas together.
+MAX_MICRO_BATCH_BYTES = 4 << 30
+
+
+class LimitError(ValueError):
+    """A limit that involves several settings; ``keys`` are those settings, the first named."""
+
+    def __init__(self, keys: tuple[str, ...], problem: str) -> None:
+        super().__init__(problem)
+        self.keys = keys
+        self.problem = problem
+
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 def _check_factory(value: str | None) -> str | None:
+    if value is not None and len(value) > MAX_FACTORY_CHARS:
+        raise ValueError(f"factory must be at most {MAX_FACTORY_CHARS} characters")
     if value is not None and not FACTORY_RE.match(value):
         raise ValueError(f"factory must look like 'package.module:function', got {value!r}")
     return value
@@ -29,7 +75,9 @@ class ModelConfig(_Strict):
     """Which network to train: a built-in by name, or your own factory."""
 
     name: Literal["mlp", "convnet", "resnet"] = "mlp"
-    hidden_units: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [512, 512])
+    hidden_units: Annotated[
+        list[Annotated[int, Field(gt=0, le=MAX_UNITS)]], Field(max_length=MAX_LAYERS)
+    ] = Field(default_factory=lambda: [512, 512])
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     factory: str | None = None
     kwargs: dict[str, Any] = Field(default_factory=dict)
@@ -44,17 +92,22 @@ class DataConfig(_Strict):
     """The input pipeline and its knobs."""
 
     name: Literal["synthetic"] = "synthetic"
-    examples: Annotated[int, Field(gt=0)] = 16384
-    input_shape: list[Annotated[int, Field(gt=0)]] = Field(default_factory=lambda: [784])
-    classes: Annotated[int, Field(ge=2)] = 10
+    examples: Annotated[int, Field(gt=0, le=MAX_EXAMPLES)] = 16384
+    input_shape: Annotated[
+        list[Annotated[int, Field(gt=0, le=MAX_INPUT_DIM)]],
+        Field(min_length=1, max_length=MAX_INPUT_DIMS),
+    ] = Field(default_factory=lambda: [784])
+    classes: Annotated[int, Field(ge=2, le=MAX_CLASSES)] = 10
     # Simulated storage latency per batch read, in milliseconds (releases the GIL).
-    read_latency_ms: Annotated[float, Field(ge=0.0)] = 0.0
+    read_latency_ms: Annotated[float, Field(ge=0.0, le=MAX_READ_LATENCY_MS)] = 0.0
     # Extra CPU work per example (matrix ops in the map function); 0 = none.
-    decode_cost: Annotated[int, Field(ge=0)] = 0
+    decode_cost: Annotated[int, Field(ge=0, le=MAX_DECODE_COST)] = 0
     # off: no overlap at all; on/autotune: tf.data.AUTOTUNE; an int: that many batches.
-    prefetch: bool | Literal["autotune"] | Annotated[int, Field(ge=1)] = False
+    prefetch: bool | Literal["autotune"] | Annotated[int, Field(ge=1, le=MAX_PREFETCH)] = False
     # 1: serial reads; an int > 1: that many parallel calls; "autotune".
-    parallel_calls: Literal["autotune"] | Annotated[int, Field(ge=1)] = 1
+    parallel_calls: Literal["autotune"] | Annotated[
+        int, Field(ge=1, le=MAX_PARALLEL_CALLS)
+    ] = 1
     cache: bool = False
     shuffle: bool = True
     factory: str | None = None
@@ -90,55 +143,69 @@ class DataConfig(_Strict):
             return int(value)
         return value
 
+    @field_validator("input_shape")
+    @classmethod
+    def _features_bounded(cls, value: list[int]) -> list[int]:
+        if math.prod(value) > MAX_FEATURES_PER_EXAMPLE:
+            raise ValueError(
+                f"{value} is {math.prod(value):,} features per example, over the limit of "
+                f"{MAX_FEATURES_PER_EXAMPLE:,}"
+            )
+        return value
+
     @property
     def prefetch_enabled(self) -> bool:
         return self.prefetch is not False
+
+    @property
+    def features_per_example(self) -> int:
+        return math.prod(self.input_shape)
 
 
 class TrainConfig(_Strict):
     """Optimisation: batch, accumulation, optimizer, schedule, precision, length."""
 
     # Examples per optimizer update, across all replicas and micro-steps.
-    global_batch_size: Annotated[int, Field(ge=1)] = 256
-    accumulation_steps: Annotated[int, Field(ge=1)] = 1
+    global_batch_size: Annotated[int, Field(ge=1, le=MAX_GLOBAL_BATCH)] = 256
+    accumulation_steps: Annotated[int, Field(ge=1, le=MAX_ACCUMULATION)] = 1
     optimizer: Literal["sgd", "adam"] = "adam"
-    learning_rate: Annotated[float, Field(gt=0.0)] = 1e-3
+    learning_rate: Annotated[float, Field(gt=0.0, le=MAX_LEARNING_RATE)] = 1e-3
     lr_schedule: Literal["constant", "cosine", "step"] = "constant"
     # For cosine/step schedules: optimizer updates over which the schedule runs.
-    lr_decay_steps: Annotated[int, Field(ge=1)] = 10000
-    epochs: Annotated[int, Field(ge=1)] | None = None
-    max_steps: Annotated[int, Field(ge=1)] | None = None
-    seed: int = 0
+    lr_decay_steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] = 10000
+    epochs: Annotated[int, Field(ge=1, le=MAX_EPOCHS)] | None = None
+    max_steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] | None = None
+    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
     mixed_precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
     jit_compile: bool = False
     # Optimizer steps run inside one tf.function call (timings still per step).
-    steps_per_execution: Annotated[int, Field(ge=1)] = 1
+    steps_per_execution: Annotated[int, Field(ge=1, le=MAX_STEPS_PER_EXECUTION)] = 1
 
 
 class StrategyConfig(_Strict):
     """tf.distribute settings."""
 
     # Logical CPU replicas when there is no GPU (MirroredStrategy still runs).
-    cpu_replicas: Annotated[int, Field(ge=1, le=64)] = 2
+    cpu_replicas: Annotated[int, Field(ge=1, le=MAX_CPU_REPLICAS)] = 2
     cross_device_ops: Literal["auto", "nccl", "hierarchical_copy", "reduce_to_one"] = "auto"
 
 
 class CheckpointConfig(_Strict):
-    every_steps: Annotated[int, Field(ge=1)] = 200
-    keep: Annotated[int, Field(ge=1)] = 3
+    every_steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] = 200
+    keep: Annotated[int, Field(ge=1, le=MAX_KEEP)] = 3
     enabled: bool = True
 
 
 class TelemetryConfig(_Strict):
     enabled: bool = True
     # Frames held while the reader lags; beyond this they are dropped and counted.
-    buffer_frames: Annotated[int, Field(ge=16)] = 4096
+    buffer_frames: Annotated[int, Field(ge=16, le=MAX_BUFFER_FRAMES)] = 4096
 
 
 class RunConfig(_Strict):
     """A whole run: what `gpuwatch train CONFIG` reads."""
 
-    name: str = "run"
+    name: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] = "run"
     model: ModelConfig = Field(default_factory=ModelConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     train: TrainConfig = Field(default_factory=TrainConfig)
@@ -146,21 +213,54 @@ class RunConfig(_Strict):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
 
+    @field_validator("name")
+    @classmethod
+    def _printable_name(cls, value: str) -> str:
+        if not value.isprintable():
+            raise ValueError(f"must be printable text on one line (got {value!r})")
+        return value
+
     @model_validator(mode="after")
-    def _batch_splits_over_accumulation(self) -> RunConfig:
+    def _settings_fit_together(self) -> RunConfig:
         batch, accum = self.train.global_batch_size, self.train.accumulation_steps
         if batch % accum:
-            raise ValueError(
+            raise LimitError(
+                ("train.global_batch_size", "train.accumulation_steps"),
                 f"train.global_batch_size {batch} is not divisible by "
-                f"train.accumulation_steps {accum}"
+                f"train.accumulation_steps {accum}",
             )
+        if self.data.factory is None:
+            self._fits_builtin_data()
         return self
+
+    def _fits_builtin_data(self) -> None:
+        batch, accum = self.train.global_batch_size, self.train.accumulation_steps
+        examples = self.data.examples
+        if batch > examples:
+            raise LimitError(
+                ("train.global_batch_size", "data.examples"),
+                f"train.global_batch_size {batch} is more than data.examples {examples}: "
+                "one update would need more examples than the data has",
+            )
+        micro_bytes = batch // accum * self.data.features_per_example * 4
+        if micro_bytes > MAX_MICRO_BATCH_BYTES:
+            raise LimitError(
+                ("train.global_batch_size", "train.accumulation_steps", "data.input_shape"),
+                f"train.global_batch_size {batch} / accumulation_steps {accum} examples of "
+                f"{self.data.features_per_example:,} features is {micro_bytes / 2**30:.1f} GiB "
+                f"per micro-step, over the {MAX_MICRO_BATCH_BYTES >> 30} GiB limit",
+            )
 
 
 def divisibility_error(config: RunConfig, replicas: int) -> str | None:
     """Why the global batch cannot split over replicas x accumulation, or None if it can."""
     batch = config.train.global_batch_size
     accum = config.train.accumulation_steps
+    if batch < replicas * accum:
+        return (
+            f"train.global_batch_size {batch} is less than replicas x accumulation_steps = "
+            f"{replicas} x {accum} = {replicas * accum}: a replica would get no example"
+        )
     if batch % (replicas * accum):
         return (
             f"train.global_batch_size {batch} is not divisible by replicas x "

@@ -124,10 +124,31 @@ async def test_refused_accumulation_says_why(notifications):
         await pilot.press("a")
         assert app.pending == {"train.accumulation_steps": 128}
         assert notifications[-1] == (
-            "global batch 256 does not split over 2 replicas x 256 accumulation steps = 512"
+            "train.global_batch_size 256 is less than replicas x accumulation_steps = "
+            "2 x 256 = 512: a replica would get no example"
         )
         await pilot.press("c")
         assert app.pending == {}
+
+
+async def test_batch_key_is_refused_at_the_datas_limit_before_relaunch(notifications):
+    # The recorded run has data.examples 16384 and global batch 256, as the demo.
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press(*["b"] * 6)
+        assert app.pending == {"train.global_batch_size": 16384}
+        await pilot.press("b")
+        assert app.pending == {"train.global_batch_size": 16384}, "the 7th press is refused"
+        assert notifications[-1] == (
+            "train.global_batch_size: 32768 is more than data.examples 16384: one update "
+            "would need more examples than the data has"
+        )
+        await pilot.press("r")
+        await pilot.pause()
+        assert link.commands == [
+            ("relaunch", {"overrides": {"train.global_batch_size": 16384}, "fresh": False})
+        ]
 
 
 async def test_batch_keys_double_and_halve():
