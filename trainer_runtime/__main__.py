@@ -9,6 +9,7 @@ telemetry socket, each after a checkpoint); 2 bad config or factory (one
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import logging
 import os
@@ -81,6 +82,8 @@ def _runtime_message(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    # A C++ abort or a segfault still leaves a line in trainer.log for the supervisor.
+    faulthandler.enable()
     # Before TensorFlow loads: its C++ INFO/WARNING chatter would bury trainer.log.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
@@ -125,18 +128,21 @@ def main(argv: list[str] | None = None) -> int:
     from trainer_runtime.loop import Trainer, train
     from trainer_runtime.models import ModelConfigError
 
-    devices = setup_devices(config.strategy.cpu_replicas)
-    strategy, _note = make_strategy(devices, config.strategy.cross_device_ops)
-    problem = divisibility_error(config, strategy.num_replicas_in_sync)
-    if problem:
-        return fail("config", problem, 2)
     try:
+        devices = setup_devices(config.strategy.cpu_replicas)
+        strategy, _note = make_strategy(devices, config.strategy.cross_device_ops)
+        problem = divisibility_error(config, strategy.num_replicas_in_sync)
+        if problem:
+            return fail("config", problem, 2)
         trainer = Trainer(config, strategy, devices, run_dir=args.run_dir,
                           attempt=args.attempt, emitter=emitter)
     except FactoryError as exc:
         return fail("factory", str(exc), 2)
     except ModelConfigError as exc:
         return fail("config", str(exc), 2)
+    except Exception as exc:  # MemoryError, a TensorFlow error: the cause, then exit 1
+        traceback.print_exc()
+        return fail("runtime", _runtime_message(exc), 1)
     try:
         resume = trainer.restore(args.fresh)
     except Exception as exc:
@@ -152,11 +158,17 @@ def main(argv: list[str] | None = None) -> int:
         per_replica_batch=trainer.per_replica_batch, start_step=trainer.step,
         start_micro_step=trainer.micro_step)
     if resume is not None:
-        log.info("resumed from step %d (%s)", resume.from_step, resume.checkpoint)
+        log.info("resumed from step %d (%s), data position %d, data order %s%s",
+                 resume.from_step, resume.checkpoint, resume.position, resume.data_order,
+                 f" ({resume.data_note})" if resume.data_note else "")
         emitter.emit("resume", attempt=args.attempt, from_step=resume.from_step,
-                     from_micro_step=resume.from_micro_step, checkpoint=resume.checkpoint)
+                     from_micro_step=resume.from_micro_step, checkpoint=resume.checkpoint,
+                     position=resume.position, data_order=resume.data_order,
+                     data_note=resume.data_note)
     try:
         reason, step = train(trainer, flags)
+    except FactoryError as exc:  # the first batch of a factory dataset was the wrong size
+        return fail("factory", str(exc), 2)
     except Exception as exc:
         traceback.print_exc()
         sys.stderr.flush()

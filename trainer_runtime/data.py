@@ -2,9 +2,13 @@
 
 Built-in data (``data.name: synthetic``)
     A fixed bank of Gaussian examples (seeded) labelled by a fixed random linear
-    "teacher", so the task is learnable and the loss really falls. Per replica the
-    pipeline is: batch ids -> shard -> shuffle -> read (gather from the
-    bank, plus the knobs below) -> cache -> repeat -> prefetch.
+    "teacher", so the task is learnable and the loss really falls. The run reads
+    one endless stream of examples: the p-th example it trains on is a pure
+    function of p (epoch p // examples is a seeded permutation), so the position,
+    saved with every checkpoint, is all a resume needs to continue the same order,
+    whatever the new batch size. Per replica the pipeline is: batch number ->
+    positions -> example ids -> read (gather from the bank, plus the knobs below)
+    -> prefetch.
 
     Knobs (all act on real work, none is cosmetic):
       read_latency_ms  simulated storage latency per batch read: ``time.sleep`` in a
@@ -12,7 +16,8 @@ Built-in data (``data.name: synthetic``)
                        reads and prefetch really overlap it.
       decode_cost      CPU work per example (that many rounds of a 32x32 matmul).
       parallel_calls   num_parallel_calls of the read map (1 = serial reads).
-      cache            cache read batches after the first epoch (skips the latency).
+      cache            after one epoch of reads in this process, batches come from
+                       memory: no read latency, no decode work.
       prefetch         False: no overlap at all (the runtime also turns off the
                        distributed iterator's own buffer); True/"autotune": AUTOTUNE;
                        an int: that many batches.
@@ -22,6 +27,8 @@ Your own data (``data.factory: "pkg.module:make_dataset"`` + ``data.kwargs``)
 
         make_dataset(input_context: tf.distribute.InputContext,
                      per_replica_batch_size: int, **data.kwargs) -> tf.data.Dataset
+
+    It gets only the parameters it declares (``factories.call_factory``).
 
     It must return a ``tf.data.Dataset`` whose elements are ``(features, labels)``
     already batched to ``per_replica_batch_size`` (use ``drop_remainder=True``),
@@ -36,6 +43,7 @@ Your own data (``data.factory: "pkg.module:make_dataset"`` + ``data.kwargs``)
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -43,12 +51,16 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from trainer_runtime.factories import FactoryError, load_factory
+from trainer_runtime.factories import FactoryError, call_factory, load_factory
 from trainer_runtime.schema import DataConfig
 
 # The bank is bounded so a large input_shape cannot eat the host's memory; the
 # epoch still has data.examples examples (indices wrap around the bank).
 BANK_BYTES = 64 << 20
+# Batches of the built-in stream: endless in practice (positions stay in int64).
+ENDLESS_BATCHES = 1 << 40
+# Debugging and tests: append "first_position id id ..." per batch read to this file.
+RECORD_IDS_ENV = "GPUWATCH_RECORD_EXAMPLE_IDS"
 
 
 def _bank(cfg: DataConfig, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -71,54 +83,98 @@ def _sleep_ms(latency_ms: float) -> Callable[[Any], Any]:
     return read
 
 
+def example_ids(positions: tf.Tensor, examples: int, seed: int, shuffle: bool) -> tf.Tensor:
+    """The example id at each position of the built-in data's endless stream.
+
+    Position p is the p-th example the run trains on, counted over all replicas,
+    micro-steps and attempts. Epoch e = p // examples is a permutation of all ids,
+    seeded by (seed, e) and computed per position (``index_shuffle``), so any
+    position can be read without the ones before it: a resume, with the same or
+    another batch size, continues at the exact example where the checkpoint was taken.
+    """
+    index = positions % examples
+    if not shuffle:
+        return index
+    epoch = positions // examples
+    # The raw op: tf.random.experimental.index_shuffle pads an [n, 2] seed on the
+    # wrong axis (TF 2.21). Seed rows are (seed, epoch, 0).
+    seeds = tf.stack([tf.fill(tf.shape(epoch), tf.constant(seed, tf.int64)), epoch,
+                      tf.zeros_like(epoch)], axis=1)
+    return tf.raw_ops.RandomIndexShuffle(
+        index=index, seed=seeds, max_index=tf.constant(examples - 1, tf.int64), rounds=4)
+
+
+def _recorder(path: str) -> Callable[[Any, Any], Any]:
+    def record(first: Any, ids: Any) -> Any:
+        line = f"{int(first)} {' '.join(str(int(i)) for i in ids)}\n".encode()
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)  # one write per batch: lines of two pipelines never mix
+        finally:
+            os.close(fd)
+        return ids
+
+    return record
+
+
 def synthetic_dataset(cfg: DataConfig, seed: int, input_context: tf.distribute.InputContext,
-                      per_replica_batch: int) -> tf.data.Dataset:
-    """The built-in per-replica pipeline (before the runtime's repeat/prefetch)."""
+                      per_replica_batch: int, start_position: int = 0) -> tf.data.Dataset:
+    """The built-in per-replica pipeline (endless; the runtime adds prefetch).
+
+    The n-th batch of input pipeline i (of P) holds the examples at positions
+    ``start_position + (n * P + i) * per_replica_batch`` onwards: consecutive
+    micro-steps of all replicas read consecutive stretches of the stream.
+    """
     features_np, labels_np = _bank(cfg, seed)
     rows = features_np.shape[0]
     features = tf.constant(features_np)
     labels = tf.constant(labels_np)
     shape = list(cfg.input_shape)
+    pipelines = input_context.num_input_pipelines
+    pipeline = input_context.input_pipeline_id
+    batch = per_replica_batch
+    record_path = os.environ.get(RECORD_IDS_ENV)
 
-    # Batches are read by batch id: the per-example shuffle is a fixed seeded
-    # permutation and only the order of batches reshuffles each epoch. Shuffling
-    # and batching single examples costs ~10 us each in tf.data, which on two
-    # cores made even a prefetched pipeline the bottleneck.
-    batches = max(1, cfg.examples // per_replica_batch)
-    rng = np.random.default_rng(seed + 1)
-    order = rng.permutation(cfg.examples) if cfg.shuffle else np.arange(cfg.examples)
-    batch_rows = tf.constant(
-        np.resize(order, batches * per_replica_batch).reshape(batches, per_replica_batch)
-        % rows)
-
-    def read_batch(batch_id: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        rows_index = tf.gather(batch_rows, batch_id)
+    def slow_part(x: tf.Tensor, ids: tf.Tensor) -> tf.Tensor:
+        # Simulated storage latency and decode work: what `cache` saves after one epoch.
         if cfg.read_latency_ms > 0:
-            rows_index = tf.numpy_function(
-                _sleep_ms(cfg.read_latency_ms), [rows_index], tf.int64, stateful=True)
-            rows_index.set_shape([per_replica_batch])
-        x = tf.gather(features, rows_index)
-        y = tf.gather(labels, rows_index)
+            ids = tf.numpy_function(_sleep_ms(cfg.read_latency_ms), [ids], tf.int64,
+                                    stateful=True)
+            ids.set_shape([batch])
+            x = x + 0.0 * tf.cast(ids[:1, None], x.dtype)
         if cfg.decode_cost > 0:
             # Seeded from the data so constant folding cannot precompute it.
-            work = 0.01 * tf.tanh(x[:, :1, None]) + tf.zeros([per_replica_batch, 32, 32])
+            work = 0.01 * tf.tanh(x[:, :1, None]) + tf.zeros([batch, 32, 32])
             for _ in range(cfg.decode_cost):
                 work = tf.tanh(tf.matmul(work, work) + 0.01)
             # Tie the work to the output so no optimiser can prune it; the term is
             # exactly zero because tanh is bounded.
             x = x + 0.0 * tf.reduce_mean(work, axis=[1, 2])[:, None]
-        return tf.reshape(x, [per_replica_batch, *shape]), y
+        return x
 
-    ds = tf.data.Dataset.range(batches)
-    ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-    if cfg.shuffle:
-        ds = ds.shuffle(batches, seed=seed, reshuffle_each_iteration=True)
+    def read_batch(n: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        first = start_position + (n * pipelines + pipeline) * batch
+        ids = example_ids(first + tf.range(batch, dtype=tf.int64), cfg.examples, seed,
+                          cfg.shuffle)
+        if record_path:
+            ids = tf.numpy_function(_recorder(record_path), [first, ids], tf.int64,
+                                    stateful=True)
+            ids.set_shape([batch])
+        rows_index = ids % rows
+        x = tf.gather(features, rows_index)
+        y = tf.gather(labels, rows_index)
+        if cfg.read_latency_ms > 0 or cfg.decode_cost > 0:
+            if cfg.cache:
+                cached = first >= start_position + cfg.examples
+                x = tf.cond(cached, lambda: x, lambda: slow_part(x, ids))
+            else:
+                x = slow_part(x, ids)
+        return tf.reshape(x, [batch, *shape]), y
+
+    ds = tf.data.Dataset.range(ENDLESS_BATCHES)
     calls = tf.data.AUTOTUNE if cfg.parallel_calls == "autotune" else int(cfg.parallel_calls)
-    ds = (ds.map(read_batch) if calls == 1
-          else ds.map(read_batch, num_parallel_calls=calls, deterministic=True))
-    if cfg.cache:
-        ds = ds.cache()
-    return ds
+    return (ds.map(read_batch) if calls == 1
+            else ds.map(read_batch, num_parallel_calls=calls, deterministic=True))
 
 
 def prefetch_buffer(cfg: DataConfig) -> int | None:
@@ -132,18 +188,22 @@ def prefetch_buffer(cfg: DataConfig) -> int | None:
 
 DatasetFn = Callable[[tf.distribute.InputContext], tf.data.Dataset]
 
+def make_dataset_fn(cfg: DataConfig, seed: int, per_replica_batch: int,
+                    start_position: int = 0) -> DatasetFn:
+    """The function handed to ``strategy.distribute_datasets_from_function``.
 
-def make_dataset_fn(cfg: DataConfig, seed: int, per_replica_batch: int) -> DatasetFn:
-    """The function handed to ``strategy.distribute_datasets_from_function``."""
+    ``start_position`` is where the built-in stream starts (examples already
+    trained on); a factory dataset always starts at its beginning.
+    """
     factory = load_factory("data.factory", cfg.factory) if cfg.factory else None
 
     def dataset_fn(input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         if factory is not None:
-            try:
-                ds = factory(input_context, per_replica_batch, **cfg.kwargs)
-            except Exception as exc:  # a plug-in may raise anything
-                raise FactoryError(
-                    f"data.factory {cfg.factory!r} raised {type(exc).__name__}: {exc}") from exc
+            assert cfg.factory is not None
+            ds = call_factory(
+                "data.factory", cfg.factory, factory,
+                {"input_context": input_context, "per_replica_batch_size": per_replica_batch},
+                cfg.kwargs)
             if not isinstance(ds, tf.data.Dataset):
                 raise FactoryError(
                     f"data.factory {cfg.factory!r} returned {type(ds).__name__}, "
@@ -153,9 +213,10 @@ def make_dataset_fn(cfg: DataConfig, seed: int, per_replica_batch: int) -> Datas
                 raise FactoryError(
                     f"data.factory {cfg.factory!r} returned a dataset of {spec!r}, "
                     "expected (features, labels) pairs")
+            check_static_batch(cfg.factory, spec, per_replica_batch)
+            ds = ds.repeat()
         else:
-            ds = synthetic_dataset(cfg, seed, input_context, per_replica_batch)
-        ds = ds.repeat()
+            ds = synthetic_dataset(cfg, seed, input_context, per_replica_batch, start_position)
         buffer = prefetch_buffer(cfg)
         if buffer is not None:
             ds = ds.prefetch(buffer)
@@ -168,6 +229,23 @@ def make_dataset_fn(cfg: DataConfig, seed: int, per_replica_batch: int) -> Datas
         return ds.with_options(options)
 
     return dataset_fn
+
+
+def check_static_batch(spec_text: str, spec: Any, per_replica_batch: int) -> None:
+    """FactoryError when the dataset's static batch size is known and is not the one asked for."""
+    for part, what in zip(spec, ("features", "labels"), strict=True):
+        shape = getattr(part, "shape", None)
+        if shape is None or shape.rank is None or shape.rank == 0:
+            continue
+        size = shape[0]
+        if size is not None and int(size) != per_replica_batch:
+            raise FactoryError(batch_mismatch(spec_text, int(size), per_replica_batch, what))
+
+
+def batch_mismatch(spec_text: str, got: int, wanted: int, what: str = "batches") -> str:
+    return (f"data.factory {spec_text!r} yields {what} of {got} examples per replica, but "
+            f"was asked for per_replica_batch_size={wanted} (global batch / (replicas x "
+            "accumulation steps)); batch with the size it is given, drop_remainder=True")
 
 
 def input_options(cfg: DataConfig, device_kind: str) -> tf.distribute.InputOptions:

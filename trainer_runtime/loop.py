@@ -18,6 +18,7 @@ around ``next(iterator)`` and after the update's variable writes.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -31,8 +32,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from trainer_runtime.data import input_options, make_dataset_fn
+from trainer_runtime.data import batch_mismatch, input_options, make_dataset_fn
 from trainer_runtime.devices import Devices
+from trainer_runtime.factories import FactoryError
 from trainer_runtime.models import build_model
 from trainer_runtime.schema import RunConfig, per_replica_batch
 from trainer_runtime.telemetry import NullEmitter, SocketEmitter
@@ -63,6 +65,11 @@ class Resume:
     from_step: int
     from_micro_step: int
     checkpoint: str | None
+    # Examples trained on before the checkpoint: where the data continues.
+    position: int = 0
+    # "continued" (the same examples, in order, from `position`) or "restarted".
+    data_order: str = "continued"
+    data_note: str = ""
 
 
 def _schedule(cfg: RunConfig) -> Any:
@@ -90,6 +97,76 @@ def _optimizer(cfg: RunConfig) -> keras.optimizers.Optimizer:
     return opt
 
 
+class PipelineCheckpoint:
+    """A factory dataset's tf.data iterators, saved beside each checkpoint where tf.data can.
+
+    tf.distribute's DistributedIterator is not trackable (TF 2.21: "Checkpoint was
+    expecting iterator to be a trackable object"), but the per-pipeline tf.data
+    iterators inside it are. Each is saved as ``pipeline_<i>`` in
+    ``checkpoints/data/data-<step>``, with the batch layout it was built for; a
+    resume restores them only under the same layout. Anything else (a pipeline
+    tf.data cannot serialise, a changed batch, no saved state) restarts the data
+    order, and the resume event says so and why.
+    """
+
+    def __init__(self, trainer: Trainer) -> None:
+        self.trainer = trainer
+        self.dir = (os.path.join(trainer.run_dir, "checkpoints", "data")
+                    if trainer.run_dir and trainer.cfg.checkpoint.enabled else None)
+        self.broken: str | None = None
+        self._ckpt: tf.train.Checkpoint | None = None
+        self._layout = tf.Variable(self._current_layout(), dtype=tf.int64, trainable=False,
+                                   name="pipeline_layout")
+
+    def _current_layout(self) -> list[int]:
+        return [self.trainer.replicas, self.trainer.per_replica_batch]
+
+    def _checkpoint(self) -> tf.train.Checkpoint:
+        if self._ckpt is None:
+            workers = getattr(self.trainer.iterator, "_iterators", None) or []
+            inner = [getattr(worker, "_iterator", None) for worker in workers]
+            if not inner or any(it is None for it in inner):
+                raise ValueError("tf.distribute does not expose the tf.data iterators here")
+            self._ckpt = tf.train.Checkpoint(
+                layout=self._layout, **{f"pipeline_{i}": it for i, it in enumerate(inner)})
+        return self._ckpt
+
+    def _prefix(self, step: int) -> str:
+        assert self.dir is not None
+        return os.path.join(self.dir, f"data-{step}")
+
+    def save(self, step: int, kept: list[str]) -> None:
+        if self.dir is None or self.broken:
+            return
+        try:
+            self._checkpoint().write(self._prefix(step))
+        except Exception as exc:  # tf.data refuses some pipelines (e.g. external state)
+            self.broken = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
+            log.warning("the data factory's pipeline cannot be checkpointed: %s", self.broken)
+            return
+        keep = {f"data-{path.rsplit('-', 1)[-1]}" for path in kept}
+        for name in os.listdir(self.dir):
+            if name.split(".", 1)[0] not in keep and name.startswith("data-"):
+                with contextlib.suppress(OSError):
+                    os.remove(os.path.join(self.dir, name))
+
+    def restore(self, step: int) -> str:
+        """Restore the iterators saved at `step`; "" if done, else why the data restarts."""
+        if self.dir is None or not os.path.exists(self._prefix(step) + ".index"):
+            return "data order restarted: the data factory's pipeline position was not saved"
+        try:
+            saved = tf.train.load_checkpoint(self._prefix(step)).get_tensor(
+                "layout/.ATTRIBUTES/VARIABLE_VALUE").tolist()
+            if saved != self._current_layout():
+                return ("data order restarted: replicas x per-replica batch changed from "
+                        f"{saved[0]} x {saved[1]}, so the factory's pipeline starts over")
+            self._checkpoint().read(self._prefix(step)).expect_partial()
+        except Exception as exc:
+            return (f"data order restarted: the factory's pipeline could not be restored "
+                    f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})")
+        return ""
+
+
 class Trainer:
     """Builds data, model and optimizer under a MirroredStrategy and runs updates."""
 
@@ -109,6 +186,8 @@ class Trainer:
         self.global_batch = cfg.train.global_batch_size
         self.step = 0
         self.micro_step = 0
+        # Examples trained on so far, over all attempts: the built-in data's position.
+        self.position = 0
         self._fns: dict[bool, Any] = {}
         self._last_end: float | None = None
         # XLA compiles the per-replica forward/backward only: the optimizer's
@@ -117,20 +196,46 @@ class Trainer:
                                if cfg.train.jit_compile else None)
         self.frames: list[dict[str, Any]] = []  # kept only when record_frames is set
         self.record_frames = False
+        self._batch_checked = False
+        self._iterator: Any = None
+        self.dist_dataset: Any = None
         self._build()
 
     # ----------------------------------------------------------------- build
+    def _make_data(self, start_position: int) -> None:
+        """The distributed dataset from `start_position` (built-in data); no iterator yet."""
+        cfg = self.cfg
+        dataset_fn = make_dataset_fn(cfg.data, cfg.train.seed, self.per_replica_batch,
+                                     start_position)
+        self.dist_dataset = self.strategy.distribute_datasets_from_function(
+            dataset_fn, options=input_options(cfg.data, self.devices.kind))
+        self._iterator = None
+
+    @property
+    def iterator(self) -> Any:
+        """The distributed iterator, made on first use: after restore() set the position.
+
+        Made any earlier, a prefetching pipeline would start reading at position 0.
+        """
+        if self._iterator is None:
+            if self.dist_dataset is None:
+                self._make_data(self.position)
+            self._iterator = iter(self.dist_dataset)
+        return self._iterator
+
     def _build(self) -> None:
         cfg = self.cfg
         keras.mixed_precision.set_global_policy(cfg.train.mixed_precision)
         keras.utils.set_random_seed(cfg.train.seed)
-        dataset_fn = make_dataset_fn(cfg.data, cfg.train.seed, self.per_replica_batch)
-        self.dist_dataset = self.strategy.distribute_datasets_from_function(
-            dataset_fn, options=input_options(cfg.data, self.devices.kind))
-        spec = self.dist_dataset.element_spec[0]
-        feature_spec = getattr(spec, "_value_specs", [spec])[0] if not hasattr(spec, "shape") \
-            else spec
-        input_shape = tuple(int(d) for d in feature_spec.shape[1:])
+        if cfg.data.factory is None:
+            # The built-in data's shape is known; its pipeline waits for the position.
+            input_shape = tuple(cfg.data.input_shape)
+        else:
+            self._make_data(0)
+            spec = self.dist_dataset.element_spec[0]
+            feature_spec = (getattr(spec, "_value_specs", [spec])[0]
+                            if not hasattr(spec, "shape") else spec)
+            input_shape = tuple(int(d) for d in feature_spec.shape[1:])
         self.input_shape = input_shape
         with self.strategy.scope():
             self.model = build_model(cfg.model, input_shape, cfg.data.classes)
@@ -152,11 +257,13 @@ class Trainer:
                                    for v in self.model.trainable_variables))
         r = self.replicas
         self.grad_sync_bytes = int(self.param_bytes * 2 * (r - 1) / r) if r > 1 else 0
-        self.iterator = iter(self.dist_dataset)
         self._step_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="step")
         self._micro_var = tf.Variable(0, dtype=tf.int64, trainable=False, name="micro_step")
+        self._position_var = tf.Variable(-1, dtype=tf.int64, trainable=False, name="position")
         self.ckpt = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
-                                        step=self._step_var, micro_step=self._micro_var)
+                                        step=self._step_var, micro_step=self._micro_var,
+                                        data_position=self._position_var)
+        self._pipeline_ckpt = PipelineCheckpoint(self) if cfg.data.factory else None
         self.manager: tf.train.CheckpointManager | None = None
         if self.run_dir and self.cfg.checkpoint.enabled:
             self.manager = tf.train.CheckpointManager(
@@ -235,56 +342,61 @@ class Trainer:
         return tf.add_n([tf.cast(t, tf.float32)
                          for t in self.strategy.experimental_local_results(per_replica)])
 
-    def _one_update(self, iterator: Any, after: tf.Tensor) -> tuple[Any, Any, Any, Any]:
-        """Returns (end timestamp, input wait seconds, mean loss, lr) for one update."""
+    def _one_update(self, iterator: Any, after: tf.Tensor) -> tuple[Any, Any, Any, Any, Any]:
+        """(end timestamp, input wait seconds, mean loss, lr, examples) for one update."""
         lr = tf.cast(self.optimizer.learning_rate, tf.float32)
         wait = tf.constant(0.0, tf.float64)
         loss_sum = tf.constant(0.0, tf.float32)
+        examples = tf.constant(0, tf.int64)
         dep = after
         if self.k == 1:
-            batch, t0, t1 = self._timed_next(iterator, dep)
+            batch, t0, t1, examples = self._timed_next(iterator, dep)
             with tf.control_dependencies([t1]):
                 loss, probe = self.strategy.run(self._apply_step, args=(*batch, t1))
             wait += t1 - t0
             loss_sum += self._local_sum(loss)
             dep = self._local_sum(probe)
         else:
-            def micro(dep: tf.Tensor) -> tuple[Any, Any, Any]:
-                batch, t0, t1 = self._timed_next(iterator, dep)
+            def micro(dep: tf.Tensor) -> tuple[Any, Any, Any, Any]:
+                batch, t0, t1, count = self._timed_next(iterator, dep)
                 with tf.control_dependencies([t1]):
                     loss = self.strategy.run(self._accumulate, args=(*batch, t1))
                 local = self._local_sum(loss)
-                return t1 - t0, local, local
+                return t1 - t0, local, local, count
 
             if self.k <= UNROLL_MICRO_STEPS:
                 for _ in range(self.k):
-                    w, loss_local, dep = micro(dep)
+                    w, loss_local, dep, count = micro(dep)
                     wait += w
                     loss_sum += loss_local
+                    examples += count
             else:
-                def body(i: Any, wait: Any, loss_sum: Any, dep: Any) -> Any:
-                    w, loss_local, dep = micro(dep)
-                    return i + 1, wait + w, loss_sum + loss_local, dep
+                def body(i: Any, wait: Any, loss_sum: Any, examples: Any, dep: Any) -> Any:
+                    w, loss_local, dep, count = micro(dep)
+                    return i + 1, wait + w, loss_sum + loss_local, examples + count, dep
 
-                _, wait, loss_sum, dep = tf.while_loop(
+                _, wait, loss_sum, examples, dep = tf.while_loop(
                     lambda i, *_: i < self.k, body,
-                    (tf.constant(0), wait, loss_sum, tf.cast(dep, tf.float32)))
+                    (tf.constant(0), wait, loss_sum, examples, tf.cast(dep, tf.float32)))
             with tf.control_dependencies([dep]):
                 probe = self.strategy.run(self._apply_accumulated, args=(tf.identity(dep),))
             dep = self._local_sum(probe)
         with tf.control_dependencies([dep]):
             t_end = tf.timestamp()
-        return t_end, wait, loss_sum / float(self.replicas * self.k), lr
+        return t_end, wait, loss_sum / float(self.replicas * self.k), lr, examples
 
-    def _timed_next(self, iterator: Any, after: tf.Tensor) -> tuple[Any, tf.Tensor, tf.Tensor]:
-        """The next batch with the host time spent waiting for it: (batch, t0, t1)."""
+    def _timed_next(self, iterator: Any, after: tf.Tensor
+                    ) -> tuple[Any, tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The next batch, the host time spent waiting for it, and its examples (all replicas)."""
         with tf.control_dependencies([after]):
             t0 = tf.timestamp()
         with tf.control_dependencies([t0]):
             batch = next(iterator)
         with tf.control_dependencies(self._flat(batch)):
             t1 = tf.timestamp()
-        return batch, t0, t1
+        examples = tf.add_n([tf.shape(part, out_type=tf.int64)[0]
+                             for part in self.strategy.experimental_local_results(batch[0])])
+        return batch, t0, t1, examples
 
     def _flat(self, batch: Any) -> list[tf.Tensor]:
         out: list[tf.Tensor] = []
@@ -296,9 +408,9 @@ class Trainer:
         if not multi:
             @tf.function
             def run_one(iterator: Any) -> Any:
-                t_end, wait, loss, lr = self._one_update(iterator, tf.constant(0.0))
+                t_end, wait, loss, lr, examples = self._one_update(iterator, tf.constant(0.0))
                 return (tf.reshape(t_end, [1]), tf.reshape(wait, [1]),
-                        tf.reshape(loss, [1]), tf.reshape(lr, [1]))
+                        tf.reshape(loss, [1]), tf.reshape(lr, [1]), tf.reshape(examples, [1]))
             return run_one
 
         @tf.function
@@ -307,15 +419,17 @@ class Trainer:
             waits = tf.TensorArray(tf.float64, size=n)
             losses = tf.TensorArray(tf.float32, size=n)
             lrs = tf.TensorArray(tf.float32, size=n)
+            counts = tf.TensorArray(tf.int64, size=n)
             dep = tf.constant(0.0)
             for i in tf.range(n):
-                t_end, wait, loss, lr = self._one_update(iterator, dep)
+                t_end, wait, loss, lr, examples = self._one_update(iterator, dep)
                 ends = ends.write(i, t_end)
                 waits = waits.write(i, wait)
                 losses = losses.write(i, loss)
                 lrs = lrs.write(i, lr)
+                counts = counts.write(i, examples)
                 dep = tf.cast(t_end, tf.float32)
-            return ends.stack(), waits.stack(), losses.stack(), lrs.stack()
+            return ends.stack(), waits.stack(), losses.stack(), lrs.stack(), counts.stack()
         return run_many
 
     def concrete_update_fn(self) -> Any:
@@ -332,18 +446,21 @@ class Trainer:
             fn = self._fns[multi] = self._make_fn(multi)
         start = time.time()
         out = fn(self.iterator, tf.constant(n, tf.int32)) if multi else fn(self.iterator)
-        ends, waits, losses, lrs = (t.numpy() for t in out)
+        ends, waits, losses, lrs, counts = (t.numpy() for t in out)
+        if self._pipeline_ckpt is not None and not self._batch_checked:
+            self._check_factory_batch(int(counts[0]))
         prev = self._last_end if self._last_end is not None else start
         steps = []
         for i in range(len(ends)):
             self.step += 1
             self.micro_step += self.k
+            self.position += int(counts[i])
             end = float(ends[i])
             loss = float(losses[i])
             fields = {
                 "attempt": self.attempt, "step": self.step, "micro_step": self.micro_step,
                 "epoch": self.epoch, "loss": loss if math.isfinite(loss) else None,
-                "lr": float(lrs[i]), "examples": self.global_batch,
+                "lr": float(lrs[i]), "examples": int(counts[i]), "position": self.position,
                 "step_time_ms": max(0.0, (end - prev) * 1000.0),
                 "input_wait_ms": float(waits[i]) * 1000.0,
                 "grad_sync_bytes": self.grad_sync_bytes, "t": end,
@@ -357,6 +474,16 @@ class Trainer:
             self.frames.extend(steps)
         return steps
 
+    def _check_factory_batch(self, examples: int) -> None:
+        """The first update of a factory dataset holds the batch it was asked for, or exit 2."""
+        self._batch_checked = True
+        if examples != self.global_batch:
+            assert self.cfg.data.factory is not None
+            got = examples / (self.replicas * self.k)
+            shown = int(got) if got == int(got) else round(got, 2)
+            raise FactoryError(batch_mismatch(self.cfg.data.factory, shown,  # type: ignore[arg-type]
+                                              self.per_replica_batch))
+
     def reset_timing(self) -> None:
         """Forget the last end time (after a pause that is not training time)."""
         self._last_end = None
@@ -365,7 +492,7 @@ class Trainer:
     def epoch(self) -> int:
         if not self.examples_per_epoch:
             return 0
-        return self.step * self.global_batch // self.examples_per_epoch
+        return self.position // self.examples_per_epoch
 
     # ----------------------------------------------------------- checkpoints
     def restore(self, fresh: bool) -> Resume | None:
@@ -377,7 +504,23 @@ class Trainer:
         self.ckpt.restore(path).expect_partial()
         self.step = int(self._step_var.numpy())
         self.micro_step = int(self._micro_var.numpy())
-        return Resume(self.step, self.micro_step, path)
+        saved_position = int(self._position_var.numpy())
+        resume = Resume(self.step, self.micro_step, path)
+        if self._pipeline_ckpt is not None:
+            # A factory dataset: its tf.data iterators, where they could be saved.
+            self.position = max(0, saved_position)
+            note = self._pipeline_ckpt.restore(self.step)
+            if note:
+                resume.data_order, resume.data_note = "restarted", note
+        elif saved_position < 0:
+            # A checkpoint from before positions were saved.
+            resume.data_order = "restarted"
+            resume.data_note = "the checkpoint has no data position"
+        else:
+            self.position = saved_position
+            self._make_data(self.position)
+        resume.position = self.position
+        return resume
 
     def save(self) -> tuple[str, float] | None:
         if self.manager is None:
@@ -385,19 +528,28 @@ class Trainer:
         t0 = time.monotonic()
         self._step_var.assign(self.step)
         self._micro_var.assign(self.micro_step)
+        self._position_var.assign(self.position)
         path = self.manager.save(checkpoint_number=self.step)
+        if self._pipeline_ckpt is not None:
+            self._pipeline_ckpt.save(self.step, self.manager.checkpoints)
         seconds = time.monotonic() - t0
         self.emitter.emit("checkpoint", attempt=self.attempt, step=self.step,
                           micro_step=self.micro_step, path=path, seconds=round(seconds, 4))
         return path, seconds
 
 
-def step_limit(cfg: RunConfig, examples_per_epoch: int) -> tuple[int | None, str]:
-    """The optimizer-step count at which the run ends, and the done reason it gives."""
+def step_limit(cfg: RunConfig, examples_per_epoch: int, step: int = 0,
+               position: int = 0) -> tuple[int | None, str]:
+    """The optimizer-step count at which the run ends, and the done reason it gives.
+
+    Epochs count examples (the data's position), so a batch changed on resume
+    still ends the run after `train.epochs` passes over the data.
+    """
     limit: int | None = cfg.train.max_steps
     reason = "max_steps"
     if cfg.train.epochs is not None and examples_per_epoch:
-        by_epochs = cfg.train.epochs * max(1, examples_per_epoch // cfg.train.global_batch_size)
+        left = max(0, cfg.train.epochs * examples_per_epoch - position)
+        by_epochs = step + -(-left // cfg.train.global_batch_size)
         if limit is None or by_epochs < limit:
             limit, reason = by_epochs, "epochs"
     return limit, reason
@@ -406,7 +558,8 @@ def step_limit(cfg: RunConfig, examples_per_epoch: int) -> tuple[int | None, str
 def train(trainer: Trainer, flags: StopFlags) -> tuple[str, int]:
     """Run until a limit, SIGTERM or a lost socket; checkpoint; return (reason, step)."""
     cfg = trainer.cfg
-    limit, limit_reason = step_limit(cfg, trainer.examples_per_epoch)
+    limit, limit_reason = step_limit(cfg, trainer.examples_per_epoch, trainer.step,
+                                     trainer.position)
     spe = cfg.train.steps_per_execution
     every = cfg.checkpoint.every_steps
     last_saved = trainer.step

@@ -5,6 +5,9 @@ Your own model (``model.factory: "pkg.module:build_model"`` + ``model.kwargs``)
 
         build_model(input_shape: tuple[int, ...], classes: int, **model.kwargs) -> keras.Model
 
+    It gets only the parameters it declares (``factories.call_factory``):
+    ``def build_model(embed_dim=32)`` is called with ``embed_dim`` alone.
+
     ``input_shape`` is the per-example feature shape (no batch dimension), taken
     from the data (the built-in synthetic data's ``data.input_shape``, or the
     element spec of your data factory's dataset); ``classes`` is ``data.classes``.
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import keras
 
-from trainer_runtime.factories import FactoryError, load_factory
+from trainer_runtime.factories import FactoryError, call_factory, load_factory
 from trainer_runtime.schema import ModelConfig
 
 
@@ -88,11 +91,8 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], classes: int) ->
     if not cfg.factory:
         return BUILTINS[cfg.name](cfg, input_shape, classes)
     factory = load_factory("model.factory", cfg.factory)
-    try:
-        model = factory(input_shape=input_shape, classes=classes, **cfg.kwargs)
-    except Exception as exc:  # a plug-in may raise anything
-        raise FactoryError(
-            f"model.factory {cfg.factory!r} raised {type(exc).__name__}: {exc}") from exc
+    model = call_factory("model.factory", cfg.factory, factory,
+                         {"input_shape": input_shape, "classes": classes}, cfg.kwargs)
     if not isinstance(model, keras.Model):
         raise FactoryError(
             f"model.factory {cfg.factory!r} returned {type(model).__name__}, "
