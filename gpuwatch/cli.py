@@ -339,7 +339,9 @@ def _stop(info: RunInfo) -> int:
 
     from gpuwatch.client import ClientError, RunClient
 
-    if not info.live or info.socket_path is None:
+    if not info.live:
+        return _release(info)
+    if info.socket_path is None:
         print(f"gpuwatch: run {info.run_id} is already {info.status}")
         return EXIT_OK
 
@@ -355,6 +357,37 @@ def _stop(info: RunInfo) -> int:
         _err(f"could not stop run {info.run_id}: {exc}")
         return EXIT_FAILED
     print(f"gpuwatch: run {info.run_id} {status}")
+    return EXIT_OK
+
+
+def _release(info: RunInfo) -> int:
+    """An ended run whose supervisor lingers (for a relaunch): tell it to exit now."""
+    import asyncio
+
+    from gpuwatch.client import ClientError, RunClient
+    from gpuwatch.runs import pid_alive
+
+    pid = info.supervisor_pid
+    if pid is None or info.socket_path is None or not info.socket_path.exists():
+        print(f"gpuwatch: run {info.run_id} is already {info.status}")
+        return EXIT_OK
+
+    async def release() -> None:
+        assert info.socket_path is not None
+        async with RunClient(info.socket_path) as client:
+            await client.command("stop", timeout_s=30.0)
+
+    with contextlib.suppress(ClientError, TimeoutError, OSError):
+        asyncio.run(release())  # it may hang up before the ack: its exit is what counts
+    deadline = time.monotonic() + 15.0
+    while pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pid_alive(pid):
+        _err(f"run {info.run_id} is already {info.status}, but its supervisor (pid {pid}) "
+             "did not exit")
+        return EXIT_FAILED
+    print(f"gpuwatch: run {info.run_id} was already {info.status}; its supervisor "
+          f"(pid {pid}) has exited")
     return EXIT_OK
 
 

@@ -96,6 +96,14 @@ class AttemptSummary:
     sum_grad_sync_bytes: float = 0.0
     rates: list[float] = field(default_factory=list)
     end: str | None = None  # "done: max_steps", "crashed: exit 1", ...
+    resume: dict[str, Any] | None = None  # where it resumed: step, data position, data order
+
+    @property
+    def data_restarted(self) -> str | None:
+        """Why the data order started over on this attempt's resume, or None if it did not."""
+        if self.resume is None or self.resume.get("data_order") != "restarted":
+            return None
+        return str(self.resume.get("data_note") or "data order restarted")
 
     @property
     def measured(self) -> bool:
@@ -299,6 +307,11 @@ class RunState:
         self.error = dict(event)
         self.changed.update(("header", "status"))
 
+    def _on_resume(self, event: Mapping[str, Any]) -> None:
+        number = int(event.get("attempt") or self.attempt)
+        self._attempt(number).resume = dict(event)
+        self.changed.add("attempts")
+
     def _on_checkpoint(self, event: Mapping[str, Any]) -> None:
         self.last_checkpoint = dict(event)
 
@@ -387,6 +400,7 @@ _HANDLERS = {
     "done": RunState._on_done,
     "error": RunState._on_error,
     "checkpoint": RunState._on_checkpoint,
+    "resume": RunState._on_resume,
     "link": RunState._on_link,
 }
 

@@ -18,6 +18,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import socket
 import struct
@@ -128,6 +129,8 @@ class Supervisor:
         self._sampler_stop = threading.Event()
         self._sampler_thread: threading.Thread | None = None
         self._log_offset = 0
+        self._trainer_cgroup: Path | None = None
+        self._oom_kills_at_start: int | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._background: set[asyncio.Task[Any]] = set()
 
@@ -252,6 +255,8 @@ class Supervisor:
             os.close(log_fd)
             child_sock.close()
         log.info("attempt %d: trainer pid %d", attempt, self.trainer.pid)
+        self._trainer_cgroup = _memory_cgroup(self.trainer.pid)
+        self._oom_kills_at_start = _oom_kills(self._trainer_cgroup)
         self.last_done_reason = None
         self.last_error = None
         self.trainer_task = asyncio.create_task(
@@ -302,20 +307,17 @@ class Supervisor:
                 message=f"trainer exited ({self.last_done_reason or 'no reason given'})",
             )
         else:
-            if sig is not None:
-                why = f"killed by {_signal_name(sig)}"
-                if sig == signal.SIGKILL:
-                    why += " (out of memory, or kill -9)"
-            else:
-                why = f"exited with code {returncode}"
-            if self.last_error:
-                why += f": {self.last_error}"
+            tail = self._trainer_log_tail()
+            oom = _oom_kills(self._trainer_cgroup)
+            oom_killed = oom is not None and self._oom_kills_at_start is not None and (
+                oom > self._oom_kills_at_start
+            )
             self.set_status(
                 "crashed",
                 exit_code=exit_code,
                 signal=_signal_name(sig),
-                message=why,
-                log_tail=self._trainer_log_tail(),
+                message=describe_crash(returncode, self.last_error, tail, oom_killed),
+                log_tail=tail,
             )
 
     def _trainer_log_tail(self) -> list[str]:
@@ -711,6 +713,80 @@ class Supervisor:
         self._events_file.close()
         if self._sampler_thread is not None:
             self._sampler_thread.join(timeout=3.0)
+
+
+# A line that says what went wrong: a Python exception, a TensorFlow fatal log line
+# (F1121 ... Check failed), a C++ terminate, faulthandler's report, the kernel's words.
+_ERROR_LINE = re.compile(
+    r"(?:^[\w.]*(?:Error|Exception|Exit|Interrupt)\b.*?:"
+    r"|^F\d{4} "
+    r"|Check failed|terminate called|Fatal Python error|Segmentation fault|Aborted"
+    r"|out of memory|Killed)"
+)
+
+
+def describe_crash(
+    returncode: int, error_frame: str | None, log_tail: list[str], oom_killed: bool
+) -> str:
+    """One line for a trainer that ended badly: how it ended, then its root cause.
+
+    The cause is the trainer's own `error` frame when it sent one (a Python
+    exception, with TensorFlow's wrapping peeled off); else the last line of its
+    log that reads like an error (a C++ abort, a segfault, faulthandler); else,
+    for SIGKILL, whether the kernel's OOM killer did it.
+    """
+    if returncode < 0:
+        how = f"killed by {_signal_name(-returncode)}"
+    else:
+        how = f"exited with code {returncode}"
+    cause = error_frame
+    if not cause:
+        for line in reversed(log_tail):
+            text = line.strip()
+            if text and _ERROR_LINE.search(text) and not text.startswith("File "):
+                cause = text[:500]
+                break
+    if returncode == -signal.SIGKILL:
+        if oom_killed:
+            how += " (the kernel's OOM killer: the machine ran out of memory)"
+        elif not cause:
+            how += " (out of memory, or kill -9)"
+    return f"{how}: {cause}" if cause else how
+
+
+def _memory_cgroup(pid: int) -> Path | None:
+    """The memory cgroup directory of a process (v2, or v1's memory controller)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidate = Path("/sys/fs/cgroup") / path.lstrip("/")
+            if (candidate / "memory.events").exists():
+                return candidate
+        if "memory" in controllers.split(","):
+            candidate = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            if (candidate / "memory.oom_control").exists():
+                return candidate
+    return None
+
+
+def _oom_kills(cgroup: Path | None) -> int | None:
+    """The cgroup's count of OOM kills (memory.events, or v1's memory.oom_control)."""
+    if cgroup is None:
+        return None
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            text = (cgroup / name).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None
 
 
 def _read_event_lines(

@@ -97,4 +97,13 @@ def build_model(cfg: ModelConfig, input_shape: tuple[int, ...], classes: int) ->
         raise FactoryError(
             f"model.factory {cfg.factory!r} returned {type(model).__name__}, "
             "expected a keras.Model")
+    if not model.built:
+        # A model written without an input shape (as the Keras guides do): build it
+        # here, in the strategy's scope, so its variables exist before the first step.
+        try:
+            model.build((None, *input_shape))
+        except Exception as exc:
+            raise FactoryError(
+                f"model.factory {cfg.factory!r} returned a model that cannot be built for "
+                f"input shape {list(input_shape)} ({type(exc).__name__}: {exc})") from exc
     return model

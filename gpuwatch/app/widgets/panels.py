@@ -264,7 +264,13 @@ class AttemptsPanel(StatePanel):
             ended = summary.end or ("running" if summary.attempt == state.attempt else "")
             if summary.attempt == state.attempt and state.terminal:
                 ended = summary.end or state.status or ""
+            if summary.data_restarted:
+                ended += "*"
             text.append("\n" + row + f"  {ended}")
+        restarted = [s for s in attempts[-8:] if s.data_restarted]
+        if restarted:
+            last = restarted[-1]
+            text.append(f"\n* attempt {last.attempt}: {last.data_restarted}", style="yellow")
         if not attempts:
             text.append("\nno attempt yet", style="dim")
         self.set_text(text)
