@@ -97,6 +97,9 @@ def _optimizer(cfg: RunConfig) -> keras.optimizers.Optimizer:
     return opt
 
 
+WHY_NOT_SAVED = "why-not-saved.txt"
+
+
 class PipelineCheckpoint:
     """A factory dataset's tf.data iterators, saved beside each checkpoint where tf.data can.
 
@@ -139,10 +142,15 @@ class PipelineCheckpoint:
         if self.dir is None or self.broken:
             return
         try:
+            os.makedirs(self.dir, exist_ok=True)
             self._checkpoint().write(self._prefix(step))
         except Exception as exc:  # tf.data refuses some pipelines (e.g. external state)
             self.broken = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
             log.warning("the data factory's pipeline cannot be checkpointed: %s", self.broken)
+            with contextlib.suppress(OSError), open(  # noqa: PTH123
+                os.path.join(self.dir, WHY_NOT_SAVED), "w", encoding="utf-8"
+            ) as fh:
+                fh.write(self.broken)
             return
         keep = {f"data-{path.rsplit('-', 1)[-1]}" for path in kept}
         for name in os.listdir(self.dir):
@@ -153,7 +161,13 @@ class PipelineCheckpoint:
     def restore(self, step: int) -> str:
         """Restore the iterators saved at `step`; "" if done, else why the data restarts."""
         if self.dir is None or not os.path.exists(self._prefix(step) + ".index"):
-            return "data order restarted: the data factory's pipeline position was not saved"
+            why = ""
+            with contextlib.suppress(OSError, TypeError), open(
+                os.path.join(str(self.dir), WHY_NOT_SAVED), encoding="utf-8"
+            ) as fh:
+                why = f" ({fh.read(300)})"
+            return ("data order restarted: tf.data could not save the data factory's "
+                    f"pipeline{why}")
         try:
             saved = tf.train.load_checkpoint(self._prefix(step)).get_tensor(
                 "layout/.ATTRIBUTES/VARIABLE_VALUE").tolist()

@@ -67,8 +67,11 @@ def _recorder(path: str) -> Any:
 
 
 def counting_dataset(input_context: Any, per_replica_batch_size: int,
-                     record: str = "") -> tf.data.Dataset:
-    """Example ids 0, 1, 2, ... per pipeline; each batch read is appended to `record`."""
+                     record: str = "", stateful: bool = False) -> tf.data.Dataset:
+    """Example ids 0, 1, 2, ... per pipeline; each batch read is appended to `record`.
+
+    A stateful tap makes the pipeline one tf.data cannot checkpoint.
+    """
     ds = tf.data.Dataset.range(1 << 30)
     ds = ds.shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
     ds = ds.batch(per_replica_batch_size, drop_remainder=True)
@@ -76,11 +79,16 @@ def counting_dataset(input_context: Any, per_replica_batch_size: int,
         path = f"{record}.{input_context.input_pipeline_id}"
 
         def tap(ids: tf.Tensor) -> tf.Tensor:
-            out = tf.numpy_function(_recorder(path), [ids], tf.int64, stateful=True)
+            out = tf.numpy_function(_recorder(path), [ids], tf.int64, stateful=stateful)
             out.set_shape(ids.shape)
             return out
 
         ds = ds.map(tap)
+        # The tap records reads; tf.data would otherwise parallelise a stateless map and
+        # read ahead of training (those batches come back from the checkpoint, unrecorded).
+        options = tf.data.Options()
+        options.experimental_optimization.map_parallelization = False
+        ds = ds.with_options(options)
     return ds.map(lambda ids: _pairs(ids, 8))
 
 

@@ -1,0 +1,207 @@
+"""Resume continues the data where the checkpoint was taken; factories are held to their batch.
+
+Ground truth for the built-in data: with GPUWATCH_RECORD_EXAMPLE_IDS set, the trainer
+appends "first_position id id ..." for every batch it reads. An uninterrupted run gives
+the reference id at every position; a SIGKILLed run and its resume must read the same
+ids at the same positions, the resume starting exactly at the checkpoint's position.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.trainer.test_cli import Trainer
+from trainer_runtime.data import RECORD_IDS_ENV
+
+pytestmark = pytest.mark.slow
+
+BATCH = 64
+EXAMPLES = 1000  # not a multiple of the batch: updates straddle epochs
+
+
+def _config(tmp_path: Path, name: str, batch: int = BATCH, accumulation: int = 1,
+            **data: Any) -> Path:
+    cfg = {
+        "model": {"hidden_units": [32]},
+        "data": {"examples": EXAMPLES, "input_shape": [16], "classes": 4, **data},
+        "train": {"global_batch_size": batch, "accumulation_steps": accumulation,
+                  "learning_rate": 0.01},
+        "checkpoint": {"every_steps": 20, "keep": 5},
+    }
+    path = tmp_path / name
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def _recorded(path: Path) -> dict[int, int]:
+    """position -> example id, from a record file; a position read twice must agree."""
+    ids: dict[int, int] = {}
+    for line in path.read_text().splitlines():
+        first, *batch = (int(word) for word in line.split())
+        for offset, example in enumerate(batch):
+            assert ids.setdefault(first + offset, example) == example
+    return ids
+
+
+def _run(run_dir: Path, config: Path, attempt: int, record: Path, *extra: str) -> Trainer:
+    os.environ[RECORD_IDS_ENV] = str(record)
+    try:
+        return Trainer(run_dir, config, attempt, *extra)
+    finally:
+        del os.environ[RECORD_IDS_ENV]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, int]:
+    """The ids of an uninterrupted run, 90 updates of 64 (over five epochs of 1000)."""
+    run_dir = tmp_path_factory.mktemp("reference")
+    run = _run(run_dir, _config(run_dir, "cfg.json"), 1, run_dir / "ids", "--max-steps", "90")
+    assert run.finish() == 0
+    ids = _recorded(run_dir / "ids")
+    assert set(range(90 * BATCH)) <= set(ids)
+    # Each epoch is a permutation of all the examples, and epochs differ in order.
+    for epoch in range(5):
+        assert sorted(ids[p] for p in range(epoch * EXAMPLES, (epoch + 1) * EXAMPLES)) == list(
+            range(EXAMPLES)) or epoch == 5
+    assert [ids[p] for p in range(20)] != [ids[EXAMPLES + p] for p in range(20)]
+    return ids
+
+
+def test_sigkill_and_resume_read_the_same_examples_as_an_uninterrupted_run(
+    tmp_path: Path, reference: dict[int, int]
+) -> None:
+    config = _config(tmp_path, "cfg.json")
+    first = _run(tmp_path, config, 1, tmp_path / "ids1")
+    first.wait_frame(lambda f: f["type"] == "step" and f["step"] >= 47, "step 47")
+    os.killpg(first.proc.pid, signal.SIGKILL)
+    first.finish()
+    checkpoint = first.of("checkpoint")[-1]["step"]
+    assert checkpoint >= 40 and first.of("step")[-1]["step"] > checkpoint, "steps were lost"
+
+    second = _run(tmp_path, config, 2, tmp_path / "ids2", "--max-steps", "90")
+    assert second.finish() == 0
+    resume = second.of("resume")[0]
+    assert resume["from_step"] == checkpoint
+    assert resume["position"] == checkpoint * BATCH
+    assert resume["data_order"] == "continued"
+
+    before, after = _recorded(tmp_path / "ids1"), _recorded(tmp_path / "ids2")
+    assert min(after) == checkpoint * BATCH, "the resume reads from the checkpoint's position"
+    trained = [before[p] for p in range(checkpoint * BATCH)]
+    trained += [after[p] for p in range(checkpoint * BATCH, 90 * BATCH)]
+    assert trained == [reference[p] for p in range(90 * BATCH)]
+    steps = second.of("step")
+    assert steps[0]["position"] == (checkpoint + 1) * BATCH
+    assert [f["examples"] for f in steps] == [BATCH] * len(steps)
+    assert steps[-1]["epoch"] == 90 * BATCH // EXAMPLES
+
+
+def test_resume_with_another_batch_and_accumulation_continues_at_the_same_example(
+    tmp_path: Path, reference: dict[int, int]
+) -> None:
+    first = _run(tmp_path, _config(tmp_path, "a.json"), 1, tmp_path / "ids1",
+                 "--max-steps", "40")
+    assert first.finish() == 0
+    changed = _config(tmp_path, "b.json", batch=128, accumulation=2)
+    second = _run(tmp_path, changed, 2, tmp_path / "ids2", "--max-steps", "60")
+    assert second.finish() == 0
+    resume = second.of("resume")[0]
+    assert (resume["from_step"], resume["position"]) == (40, 40 * BATCH)
+    after = _recorded(tmp_path / "ids2")
+    assert min(after) == 40 * BATCH
+    end = 40 * BATCH + 20 * 128
+    assert [after[p] for p in range(40 * BATCH, end)] == [reference[p] for p in range(40 * BATCH, end)]
+    assert [f["examples"] for f in second.of("step")] == [128] * 20
+
+
+def _factory_config(tmp_path: Path, name: str, factory: str, batch: int = BATCH,
+                    **kwargs: Any) -> Path:
+    cfg = {
+        "model": {"hidden_units": [16]},
+        "data": {"factory": factory, "kwargs": kwargs, "classes": 4},
+        "train": {"global_batch_size": batch, "learning_rate": 0.01},
+        "checkpoint": {"every_steps": 10, "keep": 5},
+    }
+    path = tmp_path / name
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+def test_factory_pipeline_resumes_where_its_checkpoint_was_taken(tmp_path: Path) -> None:
+    record = tmp_path / "ids"
+    config = _factory_config(tmp_path, "cfg.json", "tests.trainer.plugins:counting_dataset",
+                             record=str(record))
+    first = Trainer(tmp_path, config, 1)
+    first.wait_frame(lambda f: f["type"] == "step" and f["step"] >= 25, "step 25")
+    os.killpg(first.proc.pid, signal.SIGKILL)
+    first.finish()
+    checkpoint = first.of("checkpoint")[-1]["step"]
+    for pipeline in (0, 1):
+        Path(f"{record}.{pipeline}").rename(f"{record}.{pipeline}.first")
+
+    second = Trainer(tmp_path, config, 2, "--max-steps", str(checkpoint + 5))
+    assert second.finish() == 0
+    resume = second.of("resume")[0]
+    assert resume["data_order"] == "continued", resume
+    per_replica = BATCH // 2
+    for pipeline in (0, 1):
+        batches = [[int(word) for word in line.split()]
+                   for line in Path(f"{record}.{pipeline}").read_text().splitlines()]
+        # Pipeline i holds ids i, i+2, ...: after `checkpoint` batches of 32 it is at
+        # id 2 * 32 * checkpoint + i.
+        start = 2 * per_replica * checkpoint + pipeline
+        assert min(batches) == list(range(start, start + 2 * per_replica, 2)), pipeline
+
+
+def test_factory_pipeline_tf_data_cannot_save_says_its_data_order_restarted(
+    tmp_path: Path,
+) -> None:
+    config = _factory_config(tmp_path, "cfg.json", "tests.trainer.plugins:counting_dataset",
+                             record=str(tmp_path / "ids"), stateful=True)
+    first = Trainer(tmp_path, config, 1, "--max-steps", "10")
+    assert first.finish() == 0
+    second = Trainer(tmp_path, config, 2, "--max-steps", "12")
+    assert second.finish() == 0
+    resume = second.of("resume")[0]
+    assert resume["data_order"] == "restarted"
+    assert "PyFunc is stateful" in resume["data_note"], resume["data_note"]
+
+
+def test_factory_pipeline_under_a_new_batch_says_its_data_order_restarted(
+    tmp_path: Path,
+) -> None:
+    factory = "tests.trainer.plugins:counting_dataset"
+    first = Trainer(tmp_path, _factory_config(tmp_path, "a.json", factory), 1, "--max-steps", "10")
+    assert first.finish() == 0
+    second = Trainer(tmp_path, _factory_config(tmp_path, "b.json", factory, batch=128), 2,
+                     "--max-steps", "12")
+    assert second.finish() == 0
+    resume = second.of("resume")[0]
+    assert resume["data_order"] == "restarted"
+    assert "2 x 32" in resume["data_note"] and "starts over" in resume["data_note"]
+
+
+@pytest.mark.parametrize(
+    ("factory", "got"),
+    [("tests.trainer.plugins:fixed_batch_dataset", 32),  # static shape: caught at build
+     ("tests.trainer.plugins:half_batch_dataset", 16)],  # unknown shape: the first batch
+)
+def test_a_factory_batch_other_than_asked_exits_2_naming_both(
+    tmp_path: Path, factory: str, got: int
+) -> None:
+    run = Trainer(tmp_path, _factory_config(tmp_path, "cfg.json", factory), 1)
+    assert run.finish() == 2
+    stderr = run.proc.stderr.read() if run.proc.stderr else ""
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, stderr[-2000:]
+    assert f"of {got} examples per replica" in errors[0]
+    assert "per_replica_batch_size=32" in errors[0]
+    assert run.of("error")[0]["kind"] == "factory"
+    assert not run.of("step"), "nothing is reported as trained"
+    assert not list((tmp_path / "checkpoints").glob("ckpt-*")), "and nothing saved"
