@@ -86,10 +86,12 @@ def main(argv: list[str] | None = None) -> int:
     faulthandler.enable()
     # Before TensorFlow loads: its C++ INFO/WARNING chatter would bury trainer.log.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+    # INFO for our own lines only: TensorFlow's Python loggers (e.g. "Sharding callback
+    # duration" twice a step for a factory dataset) would flood trainer.log.
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr,
                         format="%(asctime)s trainer %(levelname)s %(message)s")
     log = logging.getLogger("trainer_runtime")
-    logging.getLogger("tensorflow").setLevel(logging.WARNING)
+    log.setLevel(logging.INFO)
 
     from trainer_runtime.telemetry import NullEmitter, SocketEmitter
 

@@ -190,18 +190,20 @@ def test_factory_pipeline_under_a_new_batch_says_its_data_order_restarted(
 @pytest.mark.parametrize(
     ("factory", "got"),
     [("tests.trainer.plugins:fixed_batch_dataset", 32),  # static shape: caught at build
-     ("tests.trainer.plugins:half_batch_dataset", 16)],  # unknown shape: the first batch
+     ("tests.trainer.plugins:half_batch_dataset", 32)],  # unknown shape: the first batch
 )
 def test_a_factory_batch_other_than_asked_exits_2_naming_both(
     tmp_path: Path, factory: str, got: int
 ) -> None:
-    run = Trainer(tmp_path, _factory_config(tmp_path, "cfg.json", factory), 1)
+    # Global batch 128 over 2 replicas: each factory is asked for 64 per replica.
+    config = _factory_config(tmp_path, "cfg.json", factory, batch=128)
+    run = Trainer(tmp_path, config, 1, "--max-steps", "5")
     assert run.finish() == 2
     stderr = run.proc.stderr.read() if run.proc.stderr else ""
     errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, stderr[-2000:]
     assert f"of {got} examples per replica" in errors[0]
-    assert "per_replica_batch_size=32" in errors[0]
+    assert "per_replica_batch_size=64" in errors[0]
     assert run.of("error")[0]["kind"] == "factory"
     assert not run.of("step"), "nothing is reported as trained"
     assert not list((tmp_path / "checkpoints").glob("ckpt-*")), "and nothing saved"
