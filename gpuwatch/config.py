@@ -9,6 +9,11 @@ Line numbers come from composing the YAML into nodes first: each mapping key and
 sequence item records its 1-based line under its path, so a pydantic `loc` such as
 `("train", "accumulation_steps")` maps back to the line of the offending key (or of the
 closest parent the file has).
+
+No input costs more than about a second and 100 MB to accept or refuse: the file's size,
+its nesting depth and its number of values (counted with YAML aliases expanded, so a
+"billion laughs" file is refused before anything walks it) are bounded by the MAX_*
+constants below, and so are `--set` values and the mappings `apply_overrides` is handed.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import difflib
 import json
 import math
 import os
+import stat
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -31,6 +37,11 @@ from pydantic import BaseModel, ValidationError
 from trainer_runtime.schema import LimitError, RunConfig, divisibility_error
 
 __all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_CONFIG_VALUES",
+    "MAX_NESTING_DEPTH",
+    "MAX_NUMBER_CHARS",
+    "MAX_TEXT_CHARS",
     "ConfigError",
     "LoadedConfig",
     "apply_overrides",
@@ -51,6 +62,22 @@ _BATCH_SPLIT_KEYS: tuple[Loc, ...] = (
     ("train",),
 )
 _SHOW_LIMIT = 60
+
+# Bounds on what a config may hold. A real config is a few KiB with a few hundred values;
+# these leave room for large kwargs while keeping the worst input (measured in
+# tests/test_config_bounds.py) well inside 1 s and 100 MB on a small machine. PyYAML's
+# pure-Python parser costs about 1 us a byte and 20-40 us a value, so the byte and value
+# limits are what bound the time; the depth limit bounds every recursive walk.
+MAX_CONFIG_BYTES = 128 * 1024  # the file, and the config as dump_config writes it
+# Values: every key, list item, setting and section, counted with YAML aliases expanded.
+MAX_CONFIG_VALUES = 5_000
+MAX_NESTING_DEPTH = 32  # mappings and lists inside one another
+# Characters in all keys and text values, aliases expanded; half the byte limit so the
+# config written out for the supervisor (with defaults, quotes, punctuation) loads again.
+MAX_TEXT_CHARS = MAX_CONFIG_BYTES // 2
+# YAML 1.1 reads `1:2:3` as a base-60 integer, which PyYAML builds in quadratic time.
+MAX_NUMBER_CHARS = 100
+_LABEL_LIMIT = 80  # an override longer than this is shortened where messages name it
 
 
 class ConfigError(Exception):
@@ -113,9 +140,14 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadedConfig
     path = Path(path)
     shown = str(path)
     try:
-        parsed = [(parse_override(text), f"--set {text}") for text in overrides]
+        _check_overrides_length(overrides)
+        budget = _Budget()  # the --set values and the file share one budget of values
+        parsed: list[tuple[tuple[str, Any], str]] = []
+        for override in overrides:
+            parsed.append((_parse_override(override, budget), _override_label(override)))
+            budget.spent_on = "the --set values"
         text = _read_text(path, shown)
-        data, lines = _parse_yaml(text, shown)
+        data, lines = _parse_yaml(text, shown, budget)
         override_sources: dict[Loc, str] = {}
         for (key, value), label in parsed:
             parts = _split_key(key, label)
@@ -123,6 +155,7 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadedConfig
             override_sources[_normalise_loc(data, parts)] = label
         locate = _Locator(file=shown, lines=lines, overrides=override_sources)
         config = _validate(data, locate)
+        _check_written_size(config, locate)
         return LoadedConfig(
             config=config, path=path, text=text, lines=lines, override_sources=override_sources
         )
@@ -142,8 +175,14 @@ def parse_override(text: str) -> tuple[str, Any]:
     "train.global_batch_size=512" -> ("train.global_batch_size", 512);
     "data.prefetch=autotune" -> ("data.prefetch", "autotune");
     "model.hidden_units=[256, 128]" -> ("model.hidden_units", [256, 128]).
+    The value is bounded like a config file (MAX_* constants); ConfigError if it is not.
     """
-    label = f"--set {text}"
+    _check_overrides_length([text])
+    return _parse_override(text, _Budget())
+
+
+def _parse_override(text: str, budget: _Budget) -> tuple[str, Any]:
+    label = _override_label(text)
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep:
@@ -152,15 +191,20 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"{label}: expected key.path=value (empty key)", source=label)
     _split_key(key, label)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else None
+        budget.spend(line=None)  # the override itself: many tiny ones cost too
+        value = _load_value(raw, budget) if raw.strip() else None
     except yaml.YAMLError as exc:
         raise ConfigError(
-            f"{label}: {key}: value is not valid YAML ({_yaml_problem(exc)})",
+            f"{label}: {_shorten(key)}: value is not valid YAML ({_yaml_problem(exc)})",
             source=label,
             key=key,
         ) from None
+    except _LimitExceeded as exc:
+        raise exc.error(label, line=None, base=(key,), whole=key) from None
     except RecursionError:
-        raise ConfigError(f"{label}: {key}: value nested too deeply", source=label) from None
+        raise ConfigError(
+            f"{label}: {_shorten(key)}: value nested too deeply", source=label
+        ) from None
     return key, value
 
 
@@ -170,15 +214,22 @@ def apply_overrides(
     """A new RunConfig with dotted-key overrides applied, validated by the same schema.
 
     `source` names where the overrides came from ("relaunch", "--set ...") in messages.
+    The overrides are bounded like a config file (MAX_* constants), cycles included.
     """
-    data = config.model_dump()
-    override_sources: dict[Loc, str] = {}
     try:
+        exceeded = _data_limit(overrides)
+        if exceeded is not None:
+            raise exceeded.error(source, line=None, whole="the mapping of settings")
+        data = config.model_dump()
+        override_sources: dict[Loc, str] = {}
         for key, value in overrides.items():
             parts = _split_key(str(key), source)
             _set_path(data, parts, value, source)
             override_sources[_normalise_loc(data, parts)] = source
-        return _validate(data, _Locator(file=source, lines={}, overrides=override_sources))
+        locate = _Locator(file=source, lines={}, overrides=override_sources)
+        new_config = _validate(data, locate)
+        _check_written_size(new_config, locate)
+        return new_config
     except ConfigError:
         raise
     except RecursionError:
@@ -215,14 +266,26 @@ def expected_replicas(config: RunConfig) -> int:
 
 
 def dump_config(config: RunConfig) -> str:
-    """YAML text of the whole validated config (every key, defaults included); loads back equal."""
+    """YAML text of the whole validated config (every key, defaults included); loads back equal.
+
+    Block style, as a person writes it. A config whose block form is over MAX_CONFIG_BYTES
+    (deep kwargs indent every line) is written in flow style on one line instead, so that
+    load_config reads back anything it accepted (it checks this for every config).
+    """
     try:
-        data = config.model_dump()
-        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+        return _dump(config.model_dump())
     except yaml.YAMLError:
         # A relaunch may put values YAML cannot represent into model/data kwargs.
-        data = config.model_dump(mode="json")
-        return yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+        return _dump(config.model_dump(mode="json"))
+
+
+def _dump(data: dict[str, Any]) -> str:
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+    if len(text.encode("utf-8")) <= MAX_CONFIG_BYTES:
+        return text
+    return yaml.safe_dump(
+        data, sort_keys=False, allow_unicode=True, default_flow_style=True, width=_NO_WRAP
+    )
 
 
 # ------------------------------------------------------------------------ reading the file
@@ -230,7 +293,14 @@ def dump_config(config: RunConfig) -> str:
 
 def _read_text(path: Path, shown: str) -> str:
     try:
-        raw = path.read_bytes()
+        raw = _read_bounded(path)
+    except _TooLarge as exc:
+        size = (
+            f"{exc.size:,} bytes; the limit is {MAX_CONFIG_BYTES:,}"
+            if exc.size is not None
+            else f"more than {MAX_CONFIG_BYTES:,} bytes"
+        )
+        raise ConfigError(f"{shown}: too large for a config ({size})", source=shown) from None
     except FileNotFoundError:
         raise ConfigError(f"{shown}: no such file", source=shown) from None
     except IsADirectoryError:
@@ -254,11 +324,37 @@ def _read_text(path: Path, shown: str) -> str:
         ) from None
 
 
-def _parse_yaml(text: str, shown: str) -> tuple[dict[Any, Any], dict[Loc, int]]:
+class _TooLarge(Exception):
+    def __init__(self, size: int | None) -> None:
+        super().__init__(size)
+        self.size = size  # None when the file has no size to ask for (a pipe, a device)
+
+
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes; _TooLarge past MAX_CONFIG_BYTES, without reading the rest."""
+    info = path.stat()
+    if stat.S_ISREG(info.st_mode):
+        if info.st_size > MAX_CONFIG_BYTES:
+            raise _TooLarge(info.st_size)
+        raw = path.read_bytes()
+        if len(raw) > MAX_CONFIG_BYTES:  # it grew since stat
+            raise _TooLarge(len(raw))
+        return raw
+    # A pipe or a device (`<(...)`, /dev/zero) has no size: read one byte past the limit.
+    with path.open("rb") as stream:
+        raw = stream.read(MAX_CONFIG_BYTES + 1)
+    if len(raw) > MAX_CONFIG_BYTES:
+        raise _TooLarge(None)
+    return raw
+
+
+def _parse_yaml(
+    text: str, shown: str, budget: _Budget | None = None
+) -> tuple[dict[Any, Any], dict[Loc, int]]:
     """Compose and construct one YAML document; returns the data and each key's line."""
-    loader: yaml.SafeLoader | None = None
+    loader: _BoundedLoader | None = None
     try:
-        loader = yaml.SafeLoader(text)  # checks for unprintable characters already
+        loader = _BoundedLoader(text, budget or _Budget())  # checks unprintable characters
         node = loader.get_single_node()
         if node is None:
             raise ConfigError(
@@ -266,7 +362,10 @@ def _parse_yaml(text: str, shown: str) -> tuple[dict[Any, Any], dict[Loc, int]]:
             )
         lines: dict[Loc, int] = {}
         _walk(node, (), lines, set(), set(), loader, shown)
+        _check_expanded(node, loader)
         data = loader.construct_document(node)
+    except _LimitExceeded as exc:
+        raise exc.error(shown, line=exc.line, whole="the config") from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
@@ -298,6 +397,19 @@ def _parse_yaml(text: str, shown: str) -> tuple[dict[Any, Any], dict[Loc, int]]:
             line=line,
         )
     return data, lines
+
+
+def _load_value(text: str, budget: _Budget) -> Any:
+    """One YAML value (a `--set` value), bounded like a file; None for an empty document."""
+    loader = _BoundedLoader(text, budget)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expanded(node, loader)
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
 
 
 def _walk(
@@ -362,6 +474,241 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return " ".join(words.split())
 
 
+# ---------------------------------------------------------------------------------- bounds
+
+_NO_WRAP = 1 << 30  # a flow-style dump stays on one line: wrapping would indent it
+_NUMBER_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
+_BIGGEST_NUMBER = 10**MAX_NUMBER_CHARS
+
+
+class _LimitExceeded(Exception):
+    """A bound broken at `loc` (under whatever the caller prefixes), on `line` if known."""
+
+    def __init__(self, problem: str, *, line: int | None = None, loc: Loc = ()) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.line = line
+        self.loc = loc
+
+    def error(self, source: str, *, line: int | None, whole: str, base: Loc = ()) -> ConfigError:
+        """The ConfigError: "source:line: key: problem", or "...: <whole> problem" at the top."""
+        where = f"{source}:{line}" if line is not None else source
+        loc = (*base, *self.loc)
+        key = _shorten(_key_text(loc)) if loc else None
+        subject = f"{key}:" if key else whole
+        return ConfigError(
+            f"{where}: {subject} {self.problem}",
+            source=source,
+            line=line,
+            key=key,
+            problem=self.problem,
+        )
+
+
+@dataclass
+class _Budget:
+    """The values one load may still compose; the file and its `--set` values share it."""
+
+    values_left: int = MAX_CONFIG_VALUES
+    spent_on: str = ""  # words for what spent some of it before, e.g. "the --set values"
+
+    def spend(self, line: int | None) -> None:
+        self.values_left -= 1
+        if self.values_left < 0:
+            counting = f" (counting {self.spent_on})" if self.spent_on else ""
+            raise _LimitExceeded(
+                f"has more than {MAX_CONFIG_VALUES:,} keys and values{counting}", line=line
+            )
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """A SafeLoader that stops composing at the first value past the budget or the depth.
+
+    PyYAML composes recursively until the document ends; counting as it goes makes a huge
+    or deep document cost no more than the bounds, wherever in it they are broken.
+    """
+
+    def __init__(self, stream: str, budget: _Budget) -> None:
+        super().__init__(stream)
+        self.budget = budget
+        self.depth = 0
+        self.aliases = 0
+        # An alias in a list is the anchored node itself, marked where the anchor is:
+        # (id(list node), index) -> the alias's own line, for messages.
+        self.alias_lines: dict[tuple[int, int], int] = {}
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()
+        line = event.start_mark.line + 1 if event.start_mark else None
+        self.budget.spend(line)
+        if isinstance(event, yaml.AliasEvent):
+            self.aliases += 1
+            if isinstance(parent, yaml.SequenceNode) and isinstance(index, int) and line:
+                self.alias_lines[(id(parent), index)] = line
+        if not isinstance(event, yaml.CollectionStartEvent):
+            return super().compose_node(parent, index)
+        self.depth += 1
+        try:
+            if self.depth > MAX_NESTING_DEPTH:
+                raise _LimitExceeded(_too_deep(), line=line)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _too_deep(expanded: bool = False) -> str:
+    aliases = " once YAML aliases are expanded" if expanded else ""
+    return f"is nested more than {MAX_NESTING_DEPTH} levels deep{aliases}"
+
+
+def _check_expanded(root: yaml.Node, loader: _BoundedLoader) -> None:
+    """_LimitExceeded if the document, with its aliases expanded, breaks a bound.
+
+    An alias repeats a node without copying it, so nine aliases of nine aliases of ...
+    compose in microseconds yet expand to billions of values for anything that walks the
+    data as a tree (validation, dumps). Each node's expanded size is worked out once and
+    reused wherever an alias repeats it, so this costs one visit per composed node.
+    """
+    sizes: dict[int, tuple[int, int, int]] = {}  # id(node) -> (values, depth, characters)
+    open_nodes: set[int] = set()  # collections being measured: an alias to one is a loop
+    expanded = " once YAML aliases are expanded" if loader.aliases else ""
+
+    def visit(node: yaml.Node, loc: Loc, line: int, level: int) -> tuple[int, int, int]:
+        size = sizes.get(id(node))
+        if size is None:
+            if id(node) in open_nodes:
+                raise _LimitExceeded(
+                    "a YAML alias refers to a node that contains it", line=line, loc=loc
+                )
+            size = measure(node, loc, line, level)
+            sizes[id(node)] = size
+        if level + size[1] > MAX_NESTING_DEPTH:  # an alias puts a deep node deeper still
+            raise _LimitExceeded(_too_deep(expanded=True), line=line, loc=loc)
+        return size
+
+    def measure(node: yaml.Node, loc: Loc, line: int, level: int) -> tuple[int, int, int]:
+        if isinstance(node, yaml.ScalarNode):
+            if node.tag in _NUMBER_TAGS and len(node.value) > MAX_NUMBER_CHARS:
+                raise _LimitExceeded(
+                    f"is a number written with more than {MAX_NUMBER_CHARS} characters",
+                    line=line,
+                    loc=loc,
+                )
+            return 1, 0, len(node.value)
+        if level >= MAX_NESTING_DEPTH:
+            raise _LimitExceeded(_too_deep(expanded=True), line=line, loc=loc)
+        children: list[tuple[yaml.Node, Loc, int]] = []
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                name = key_node.value if isinstance(key_node, yaml.ScalarNode) else "?"
+                child_line = key_node.start_mark.line + 1
+                children.append((key_node, (*loc, name), child_line))
+                children.append((value_node, (*loc, name), child_line))
+        else:
+            for index, item in enumerate(node.value):
+                item_line = loader.alias_lines.get((id(node), index), item.start_mark.line + 1)
+                children.append((item, (*loc, index), item_line))
+        open_nodes.add(id(node))
+        values, depth, characters = 1, 1, 0
+        for child, child_loc, child_line in children:
+            child_values, child_depth, child_characters = visit(
+                child, child_loc, child_line, level + 1
+            )
+            values += child_values
+            depth = max(depth, child_depth + 1)
+            characters += child_characters
+            if values > MAX_CONFIG_VALUES:
+                raise _LimitExceeded(
+                    f"has more than {MAX_CONFIG_VALUES:,} keys and values{expanded}",
+                    line=line,
+                    loc=loc,
+                )
+            if characters > MAX_TEXT_CHARS:
+                raise _LimitExceeded(
+                    f"has more than {MAX_TEXT_CHARS:,} characters of text{expanded}",
+                    line=line,
+                    loc=loc,
+                )
+        open_nodes.discard(id(node))
+        return values, depth, characters
+
+    visit(root, (), root.start_mark.line + 1, 0)
+
+
+def _data_limit(data: Any) -> _LimitExceeded | None:
+    """The first bound plain data (JSON-like) breaks, walked as the tree validation sees.
+
+    Stops at the first bound crossed, so data that shares or contains itself costs no
+    more than the bounds. The count and the text are totals, reported at the top (loc ()).
+    """
+    values, characters = 1, 0
+    pending: list[tuple[Loc, Any, int]] = [((), data, 0)]
+    while pending:
+        loc, item, level = pending.pop()
+        if isinstance(item, str | bytes | bytearray):
+            characters += len(item)
+        elif isinstance(item, int) and abs(item) >= _BIGGEST_NUMBER:
+            return _LimitExceeded(f"is a number of more than {MAX_NUMBER_CHARS} digits", loc=loc)
+        elif isinstance(item, Mapping | list | tuple | set | frozenset):
+            if level >= MAX_NESTING_DEPTH:
+                return _LimitExceeded(_too_deep(), loc=loc)
+            pairs = item.items() if isinstance(item, Mapping) else enumerate(item)
+            for key, child in pairs:
+                if isinstance(item, Mapping):
+                    values += 1  # the key
+                    characters += len(key) if isinstance(key, str) else 1
+                values += 1
+                if values > MAX_CONFIG_VALUES:
+                    return _LimitExceeded(f"has more than {MAX_CONFIG_VALUES:,} keys and values")
+                part = key if isinstance(key, str | int) else str(type(key).__name__)
+                pending.append(((*loc, part), child, level + 1))
+        if characters > MAX_TEXT_CHARS:
+            return _LimitExceeded(f"has more than {MAX_TEXT_CHARS:,} characters of text")
+    return None
+
+
+def _check_written_size(config: RunConfig, locate: _Locator) -> None:
+    """ConfigError unless the config, as dump_config writes it, loads again within the bounds.
+
+    `gpuwatch train` writes the config for the supervisor, which reads it back with
+    load_config; by then defaults and `--set` values are added and aliases are expanded.
+    """
+    exceeded = _data_limit(config.model_dump())
+    if exceeded is not None:
+        where = locate.where(exceeded.loc)[0] if exceeded.loc else locate.file
+        raise exceeded.error(where, line=None, whole="the config, with its defaults,")
+    size = len(dump_config(config).encode("utf-8"))
+    if size > MAX_CONFIG_BYTES:
+        raise ConfigError(
+            f"{locate.file}: the config, written out with its defaults, takes {size:,} bytes "
+            f"(the limit is {MAX_CONFIG_BYTES:,})",
+            source=locate.file,
+        )
+
+
+def _check_overrides_length(overrides: Sequence[str]) -> None:
+    total = 0
+    for text in overrides:
+        total += len(text)
+        if total > MAX_TEXT_CHARS:
+            label = _override_label(text)
+            what = "the value is" if len(text) == total else "the --set values together are"
+            raise ConfigError(
+                f"{label}: {what} longer than {MAX_TEXT_CHARS:,} characters", source=label
+            )
+
+
+def _override_label(text: str) -> str:
+    return f"--set {_shorten(text)}"
+
+
+def _shorten(text: str) -> str:
+    """Text for a message: a long key or override is cut, so the message stays short."""
+    if len(text) <= _LABEL_LIMIT:
+        return text
+    return " ".join(text[: _LABEL_LIMIT * 2].split())[: _LABEL_LIMIT - 3] + "..."
+
+
 # ------------------------------------------------------------------------------ overrides
 
 
@@ -369,7 +716,13 @@ def _split_key(key: str, label: str) -> list[str]:
     parts = [part.strip() for part in key.split(".")]
     if not key.strip() or any(not part for part in parts):
         raise ConfigError(
-            f"{label}: {key.strip() or '(empty)'}: a key path needs names between the dots",
+            f"{label}: {_shorten(key.strip()) or '(empty)'}: a key path needs names between "
+            "the dots",
+            source=label,
+        )
+    if len(parts) > MAX_NESTING_DEPTH:
+        raise ConfigError(
+            f"{label}: {_shorten(key.strip())}: a key path of more than {MAX_NESTING_DEPTH} names",
             source=label,
         )
     return parts
