@@ -3,10 +3,12 @@
 Stdlib only: this module is imported by both sides of every socket, so it must
 not pull in TensorFlow, Textual or gpuwatch.
 
-Every frame is one JSON object on one line, with ``"v"`` (the protocol version)
-and ``"type"``. A frame longer than ``MAX_FRAME_BYTES``, one that is not UTF-8,
-not JSON, not an object, or lacks ``v``/``type`` is a ``ProtocolError``; the
-reader of a connection counts it and closes that connection, never crashes.
+Every frame is one JSON object on one line, with ``"v"`` (the protocol version,
+an integer) and ``"type"``. A frame longer than ``MAX_FRAME_BYTES``, one that is
+not UTF-8, not JSON, not an object, nested deeper than ``MAX_NESTING_DEPTH``, or
+lacks ``v``/``type`` is a ``ProtocolError`` (every decode failure is one, never
+anything else); the reader of a connection counts it and closes that connection,
+never crashes.
 
 Frame types
 -----------
@@ -44,10 +46,17 @@ dashboard -> supervisor (commands, each with an "id" the reply echoes):
 from __future__ import annotations
 
 import json
+import math
+from collections.abc import Mapping
 from typing import Any
 
 PROTOCOL_VERSION = 1
 MAX_FRAME_BYTES = 1 << 20
+# The deepest a frame may nest (the frame object itself is level 1). Real frames nest
+# 4-6 levels (settings -> model -> kwargs -> ...); the limit sits far below Python's
+# recursion limit, so nothing that walks a frame later (json.dumps when relaying,
+# pydantic, copy) can blow the stack on one.
+MAX_NESTING_DEPTH = 64
 
 # "relaunching": the old attempt stopped and a new one is about to start (not terminal).
 STATUSES = (
@@ -67,6 +76,9 @@ class ProtocolError(ValueError):
     """A frame that cannot be accepted: too long, not UTF-8, not JSON, wrong shape."""
 
 
+# -- frames ---------------------------------------------------------------------------
+
+
 def encode(frame_type: str, **fields: Any) -> bytes:
     """One frame as bytes, newline included."""
     frame = {"v": PROTOCOL_VERSION, "type": frame_type, **fields}
@@ -74,8 +86,21 @@ def encode(frame_type: str, **fields: Any) -> bytes:
 
 
 def encode_frame(frame: dict[str, Any]) -> bytes:
-    """Serialise an already-built frame dict (must carry v and type)."""
-    data = json.dumps(frame, separators=(",", ":"), allow_nan=False, default=_jsonable)
+    """Serialise an already-built frame dict (must carry v and type).
+
+    Anything the reader would refuse is refused here, as a ProtocolError (a
+    ValueError): NaN, values JSON cannot hold, nesting over the limit, size.
+    """
+    try:
+        data = json.dumps(frame, separators=(",", ":"), allow_nan=False, default=_jsonable)
+    except RecursionError:
+        raise ProtocolError(f"frame nests deeper than {MAX_NESTING_DEPTH} levels") from None
+    except (ValueError, TypeError) as exc:
+        raise ProtocolError(f"frame cannot be sent as JSON ({_one_line(exc)})") from None
+    if _may_nest_deeper_than(data, MAX_NESTING_DEPTH) and _nests_deeper_than(
+        frame, MAX_NESTING_DEPTH
+    ):
+        raise ProtocolError(f"frame nests deeper than {MAX_NESTING_DEPTH} levels")
     out = data.encode("utf-8") + b"\n"
     if len(out) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(out)} bytes is over the {MAX_FRAME_BYTES} limit")
@@ -91,7 +116,10 @@ def _jsonable(value: Any) -> Any:
 
 
 def decode(line: bytes) -> dict[str, Any]:
-    """Parse one line (with or without its newline) into a frame dict."""
+    """Parse one line (with or without its newline) into a frame dict.
+
+    Raises ProtocolError, and only that, for anything it cannot accept.
+    """
     if len(line) > MAX_FRAME_BYTES:
         raise ProtocolError(f"frame of {len(line)} bytes is over the {MAX_FRAME_BYTES} limit")
     try:
@@ -102,15 +130,47 @@ def decode(line: bytes) -> dict[str, Any]:
         frame = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ProtocolError(f"frame is not JSON ({exc.msg})") from None
+    except RecursionError:
+        raise ProtocolError(f"frame nests deeper than {MAX_NESTING_DEPTH} levels") from None
+    except Exception as exc:  # e.g. ValueError for an integer of over 4300 digits
+        raise ProtocolError(f"frame is not acceptable JSON ({_one_line(exc)})") from None
     if not isinstance(frame, dict):
         raise ProtocolError("frame is not a JSON object")
-    if frame.get("v") != PROTOCOL_VERSION:
-        raise ProtocolError(
-            f"frame has protocol version {frame.get('v')!r}, want {PROTOCOL_VERSION}"
-        )
+    if _may_nest_deeper_than(text, MAX_NESTING_DEPTH) and _nests_deeper_than(
+        frame, MAX_NESTING_DEPTH
+    ):
+        raise ProtocolError(f"frame nests deeper than {MAX_NESTING_DEPTH} levels")
+    version = frame.get("v")
+    if type(version) is not int or version != PROTOCOL_VERSION:
+        raise ProtocolError(f"frame has protocol version {_show(version)}, want {PROTOCOL_VERSION}")
     if not isinstance(frame.get("type"), str):
         raise ProtocolError("frame has no string 'type'")
     return frame
+
+
+def _may_nest_deeper_than(text: str, limit: int) -> bool:
+    # Nesting needs an opening bracket per level, so a text with few of them (a flat
+    # step frame has one) cannot be too deep: two C-speed counts instead of a walk.
+    return text.count("{") + text.count("[") > limit
+
+
+def _nests_deeper_than(value: Any, limit: int) -> bool:
+    """True when lists/dicts in value nest more than limit levels (no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item
+        for child in children:
+            if isinstance(child, (dict, list, tuple)):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 class FrameBuffer:
@@ -143,3 +203,21 @@ class FrameBuffer:
     @property
     def pending_bytes(self) -> int:
         return len(self._buf)
+
+
+def _show(value: Any) -> str:
+    """A short, one-line JSON-ish rendering of a refused value, for messages."""
+    if value is None or isinstance(value, bool):
+        return json.dumps(value)
+    if isinstance(value, int):
+        bits = value.bit_length()
+        return str(value) if bits <= 128 else f"an integer of {bits} bits"
+    if isinstance(value, float):
+        return json.dumps(value) if math.isfinite(value) else repr(value)
+    if isinstance(value, str):
+        return json.dumps(value[:60]) + ("..." if len(value) > 60 else "")
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "an object"
+    return f"a {type(value).__name__}"
