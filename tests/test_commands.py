@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -34,6 +35,8 @@ from trainer_runtime.protocol import (
     parse_command,
     reply_id,
 )
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def frame(frame_type: str, **fields: Any) -> dict[str, Any]:
@@ -220,6 +223,12 @@ def test_the_module_docstring_carries_the_reference_generated_from_the_declarati
         for declared in dataclasses.fields(cls):
             assert f"{declared.name}: " in reference
     assert "fresh: true or false; default false" in reference
+
+
+def test_internals_doc_carries_the_same_reference() -> None:
+    text = (ROOT / "docs" / "internals.md").read_text()
+    block = "\n".join("    " + line if line else "" for line in command_reference().splitlines())
+    assert block in text, "docs/internals.md: paste protocol.command_reference(), indented 4"
 
 
 # -- properties ------------------------------------------------------------------------
