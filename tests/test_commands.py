@@ -319,3 +319,15 @@ def test_valid_commands_round_trip(command: Command) -> None:
     parsed = parse_command(decode(encode_command(command)))
     assert parsed == command
     assert_exactly_declared_types(parsed)
+
+
+def test_overrides_may_nest_exactly_as_deep_as_a_frame_may() -> None:
+    # frame (1) -> overrides (2) -> the value (3) -> ...: the deepest value a frame can carry.
+    deepest = frame("relaunch", overrides={"model.kwargs": deep_list(MAX_NESTING_DEPTH - 2)})
+    command = parse_command(decode(json.dumps(deepest).encode()))
+    assert parse_command(decode(encode_command(command))) == command
+    too_deep = frame("relaunch", overrides={"model.kwargs": deep_list(MAX_NESTING_DEPTH - 1)})
+    with pytest.raises(ProtocolError, match="nests deeper"):
+        decode(json.dumps(too_deep).encode())
+    with pytest.raises(InvalidCommand, match=r'overrides\["model.kwargs"\] nests deeper'):
+        parse_command(too_deep)

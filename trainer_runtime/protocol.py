@@ -318,7 +318,8 @@ def _check_overrides(value: Any) -> Mapping[str, Any]:
                 f"between dots, at most {MAX_OVERRIDE_KEY_CHARS} characters)"
             )
         try:
-            checked[str(key)] = _json_value(item, 1)
+            # Level 3: inside the frame (1) and the overrides object (2), as on the wire.
+            checked[str(key)] = _json_value(item, 3)
         except _Refused as exc:
             raise _Refused(f"[{_show(key)}] {exc.reason}") from None
     return MappingProxyType(checked)
