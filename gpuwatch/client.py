@@ -12,10 +12,20 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from trainer_runtime.protocol import FrameBuffer, ProtocolError, encode
+from trainer_runtime.protocol import (
+    Command,
+    FrameBuffer,
+    InvalidCommand,
+    ProtocolError,
+    build_command,
+    command_frame,
+    encode_frame,
+    parse_command,
+)
 
 READ_CHUNK = 1 << 16
 
@@ -29,7 +39,7 @@ class ConnectionLost(ClientError):
 
 
 class CommandError(ClientError):
-    """The supervisor answered a command with ``err``."""
+    """The supervisor answered a command with ``err`` (or would: see ``build``)."""
 
 
 class CommandTimeout(ClientError):
@@ -47,6 +57,7 @@ class RunClient:
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._read_task: asyncio.Task[None] | None = None
+        self._lost: ConnectionLost | None = None
         self._closed = False
 
     async def connect(self, timeout_s: float = 5.0) -> None:
@@ -68,7 +79,7 @@ class RunClient:
     async def _read_loop(self) -> None:
         assert self._reader is not None
         frames = FrameBuffer()
-        failure: BaseException = ConnectionLost("the supervisor closed the connection")
+        failure = ConnectionLost("the supervisor closed the connection")
         try:
             while True:
                 chunk = await self._reader.read(READ_CHUNK)
@@ -76,7 +87,8 @@ class RunClient:
                     break
                 for frame in frames.feed(chunk):
                     kind = frame["type"]
-                    if kind in ("ack", "err") and isinstance(frame.get("id"), int):
+                    # type() is int: a reply with "id": true is not the reply to command 1.
+                    if kind in ("ack", "err") and type(frame.get("id")) is int:
                         future = self._pending.pop(frame["id"], None)
                         if future is not None and not future.done():
                             future.set_result(frame)
@@ -87,6 +99,11 @@ class RunClient:
         except (OSError, asyncio.IncompleteReadError) as exc:
             failure = ConnectionLost(f"connection to the supervisor failed: {exc}")
         finally:
+            # As the supervisor does with a bad frame: the connection is over, close it;
+            # a command sent from now on fails at once instead of waiting for its timeout.
+            self._lost = failure
+            if self._writer is not None:
+                self._writer.close()
             for future in self._pending.values():
                 if not future.done():
                     future.set_exception(ConnectionLost("connection lost before the reply"))
@@ -96,14 +113,35 @@ class RunClient:
     async def command(
         self, frame_type: str, timeout_s: float = 60.0, **fields: Any
     ) -> dict[str, Any]:
-        """Send a command and wait for its ack; raises CommandError on err."""
+        """Send a command built from a type and fields; see ``send``.
+
+        The command is checked here exactly as the supervisor checks it, so one
+        it would refuse is refused before it is sent (CommandError, same message).
+        """
+        return await self.send(build(frame_type, **fields), timeout_s)
+
+    async def send(self, command: Command, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Send a command (its id is this client's own) and wait for its ack.
+
+        Raises CommandError on err, CommandTimeout, or ConnectionLost.
+        """
         if self._writer is None:
             raise ConnectionLost("not connected")
+        if self._lost is not None:
+            raise ConnectionLost(str(self._lost))
         command_id = next(self._ids)
+        try:
+            # Every command leaves through here, checked as the supervisor will check
+            # it, even one built directly (a dataclass does not check its fields).
+            frame = command_frame(replace(command, id=command_id))
+            parse_command(frame)
+            data = encode_frame(frame)
+        except ProtocolError as exc:
+            raise CommandError(str(exc)) from None
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[command_id] = future
         try:
-            self._writer.write(encode(frame_type, id=command_id, **fields))
+            self._writer.write(data)
             await self._writer.drain()
         except OSError as exc:
             self._pending.pop(command_id, None)
@@ -113,7 +151,7 @@ class RunClient:
         except TimeoutError:
             self._pending.pop(command_id, None)
             raise CommandTimeout(
-                f"no answer to {frame_type!r} from the supervisor within {timeout_s:.0f} s"
+                f"no answer to {command.TYPE!r} from the supervisor within {timeout_s:.0f} s"
             ) from None
         if reply["type"] == "err":
             raise CommandError(str(reply.get("message", "command failed")))
@@ -121,7 +159,7 @@ class RunClient:
 
     async def subscribe(self, from_seq: int = 0) -> dict[str, Any]:
         """Ask for every recorded event with seq >= from_seq, then live ones."""
-        return await self.command("subscribe", from_seq=from_seq)
+        return await self.send(build("subscribe", from_seq=from_seq))
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """Yield events until the connection ends; then raise ConnectionLost."""
@@ -161,3 +199,11 @@ class RunClient:
                 await self._read_task
             except (asyncio.CancelledError, Exception):
                 pass
+
+
+def build(frame_type: str, /, **fields: Any) -> Command:
+    """A command checked by the protocol's declarations; CommandError if it is not valid."""
+    try:
+        return build_command(frame_type, **fields)
+    except InvalidCommand as exc:
+        raise CommandError(str(exc)) from None

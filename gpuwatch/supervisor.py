@@ -42,10 +42,17 @@ from trainer_runtime.protocol import (
     MAX_FRAME_BYTES,
     PROTOCOL_VERSION,
     TERMINAL_STATUSES,
+    Command,
     FrameBuffer,
+    InvalidCommand,
     ProtocolError,
+    Relaunch,
+    Status,
+    Stop,
+    Subscribe,
     encode,
     encode_frame,
+    parse_command,
 )
 from trainer_runtime.schema import RunConfig
 
@@ -404,26 +411,23 @@ class Supervisor:
 
     # -- commands -----------------------------------------------------------------
 
-    async def handle_command(self, frame: dict[str, Any], client: _Client) -> dict[str, Any]:
-        kind = frame["type"]
-        if kind == "subscribe":
-            from_seq = frame.get("from_seq", 0)
-            if not isinstance(from_seq, int) or from_seq < 0:
-                raise ValueError("subscribe: from_seq must be a whole number >= 0")
+    async def handle_command(self, command: Command, client: _Client) -> dict[str, Any]:
+        """Carry out a command parse_command accepted; ValueError/ConfigError become err."""
+        if isinstance(command, Subscribe):
             if client.subscribed_from is not None:
                 raise ValueError("subscribe: this connection is already subscribed")
-            client.subscribed_from = from_seq
-            self._spawn(self._replay(client, from_seq, self.next_seq))
+            client.subscribed_from = command.from_seq
+            self._spawn(self._replay(client, command.from_seq, self.next_seq))
             return {"next_seq": self.next_seq, "run_id": self.run_id}
-        if kind == "status":
+        if isinstance(command, Status):
             return self.status_fields()
         async with self._command_lock:
-            if kind == "relaunch":
-                return await self._relaunch(frame)
-            if kind == "stop":
+            if isinstance(command, Relaunch):
+                return await self._relaunch(command)
+            if isinstance(command, Stop):
                 await self._stop_run()
                 return self.status_fields()
-        raise ValueError(f"unknown command {kind!r}")
+        raise ValueError(f"{command.TYPE}: not a command this supervisor carries out")
 
     def status_fields(self) -> dict[str, Any]:
         return {
@@ -437,13 +441,13 @@ class Supervisor:
             "dropped_clients": self.dropped_clients,
         }
 
-    async def _relaunch(self, frame: dict[str, Any]) -> dict[str, Any]:
+    async def _relaunch(self, command: Relaunch) -> dict[str, Any]:
         if self._stop_requested:
             raise ValueError("the run is stopping; start a new one with gpuwatch train")
-        overrides = frame.get("overrides") or {}
-        if not isinstance(overrides, dict):
-            raise ValueError("relaunch: overrides must be a mapping of dotted keys to values")
-        fresh = bool(frame.get("fresh", False))
+        # parse_command checked both: overrides maps dotted keys to JSON values, and
+        # fresh is a literal true/false (only true may discard the run's progress).
+        overrides = dict(command.overrides)
+        fresh = command.fresh
         config = apply_overrides(self.config, overrides, source="relaunch")
         check_replicas(config, self._replicas_for(config), source="relaunch")
         self._relaunching = True
@@ -567,15 +571,21 @@ class Supervisor:
             self._last_client_seen = time.monotonic()
 
     async def _answer(self, frame: dict[str, Any], client: _Client) -> None:
-        command_id = frame.get("id")
         try:
-            result = await self.handle_command(frame, client)
-            reply = encode("ack", id=command_id, **result)
-        except (ConfigError, ValueError) as exc:
-            reply = encode("err", id=command_id, message=str(exc))
-        except Exception as exc:  # a bug must not take the supervisor down
-            log.exception("command %r failed", frame.get("type"))
-            reply = encode("err", id=command_id, message=f"internal error: {exc}")
+            command = parse_command(frame)
+        except InvalidCommand as exc:
+            # Refused before anything is done: the run is exactly as it was. The id is
+            # echoed only when it is itself valid (exc.command_id is None otherwise).
+            reply = encode("err", id=exc.command_id, message=str(exc))
+        else:
+            try:
+                result = await self.handle_command(command, client)
+                reply = encode("ack", id=command.id, **result)
+            except (ConfigError, ValueError) as exc:
+                reply = encode("err", id=command.id, message=str(exc))
+            except Exception as exc:  # a bug must not take the supervisor down
+                log.exception("command %r failed", command.TYPE)
+                reply = encode("err", id=command.id, message=f"internal error: {exc}")
         # Replies go straight out, ahead of queued events: a command never waits on a replay.
         if client.closed:
             return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 from hypothesis import given
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from trainer_runtime.protocol import (
     MAX_FRAME_BYTES,
+    MAX_NESTING_DEPTH,
     PROTOCOL_VERSION,
     FrameBuffer,
     ProtocolError,
@@ -87,3 +89,109 @@ def test_frame_buffer_only_ever_raises_protocol_error(junk: bytes) -> None:
 def test_any_json_fields_survive_the_wire(fields: dict[str, object]) -> None:
     frame = decode(encode("status", **fields))
     assert frame == json.loads(json.dumps({"v": PROTOCOL_VERSION, "type": "status", **fields}))
+
+
+# -- every decode failure is a ProtocolError -------------------------------------------
+
+
+def _nested_frame(depth: int, opener: str = "[") -> bytes:
+    """A log frame whose "x" field nests lists (or objects) so the frame is `depth` deep."""
+    inner = depth - 1  # the frame object itself is level 1
+    if opener == "[":
+        value = "[" * inner + "]" * inner
+    else:
+        value = '{"a":' * (inner - 1) + "{}" + "}" * (inner - 1)
+    return f'{{"v":1,"type":"log","x":{value}}}'.encode()
+
+
+def test_a_hundred_thousand_open_brackets_are_a_protocol_error_quickly() -> None:
+    started = time.monotonic()
+    for line in (b"[" * 100_000, b'{"v":1,"type":"log","x":' + b"[" * 100_000, b"{" * 100_000):
+        with pytest.raises(ProtocolError):
+            decode(line)
+        with pytest.raises(ProtocolError):
+            FrameBuffer().feed(line + b"\n")
+    assert time.monotonic() - started < 2.0
+
+
+@pytest.mark.parametrize("opener", ["[", "{"])
+def test_nesting_over_the_limit_is_refused_and_at_the_limit_accepted(opener: str) -> None:
+    assert decode(_nested_frame(MAX_NESTING_DEPTH, opener))["type"] == "log"
+    with pytest.raises(ProtocolError, match=f"nests deeper than {MAX_NESTING_DEPTH} levels"):
+        decode(_nested_frame(MAX_NESTING_DEPTH + 1, opener))
+
+
+def test_brackets_inside_strings_do_not_count_as_nesting() -> None:
+    frame = decode(encode("log", text="[" * 5000 + "{" * 5000))
+    assert frame["text"].startswith("[[[")
+
+
+@pytest.mark.parametrize(
+    ("line", "why"),
+    [
+        (b'{"v":1,"type":"log","n":' + b"1" * 5000 + b"}", "not acceptable JSON"),
+        (b'{"v":true,"type":"log"}', "protocol version true"),
+        (b'{"v":1.0,"type":"log"}', "protocol version 1.0"),
+        (b'{"v":"1","type":"log"}', 'protocol version "1"'),
+        (b"NaN", "not a JSON object"),
+        (b"", "not JSON"),
+    ],
+)
+def test_json_value_errors_and_a_loose_version_are_protocol_errors(line: bytes, why: str) -> None:
+    with pytest.raises(ProtocolError, match=why):
+        decode(line)
+
+
+def test_a_flat_step_frame_skips_the_nesting_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The trainer sends ~40-100 step frames a second: the depth check must cost two
+    # str.count calls for them, not a walk of the decoded dict.
+    import trainer_runtime.protocol as protocol
+
+    def walk_called(*_args: object) -> bool:
+        raise AssertionError("a flat frame was walked")
+
+    line = encode("step", attempt=1, step=10, micro_step=10, loss=0.5, step_time_ms=12.5,
+                  input_wait_ms=1.0, examples=64, t=1.0, dropped=0)
+    monkeypatch.setattr(protocol, "_nests_deeper_than", walk_called)
+    assert decode(line)["step"] == 10
+    assert encode("step", step=11).startswith(b"{")
+
+
+def test_encode_refuses_what_decode_would_refuse() -> None:
+    deep: list[object] = []
+    for _ in range(MAX_NESTING_DEPTH):
+        deep = [deep]
+    with pytest.raises(ProtocolError, match="nests deeper"):
+        encode("log", x=deep)
+    circular: list[object] = []
+    circular.append(circular)
+    with pytest.raises(ProtocolError):
+        encode("log", x=circular)
+    with pytest.raises(ProtocolError):
+        encode("log", x={(1, 2): "a tuple key"})
+    very_deep: list[object] = []
+    for _ in range(100_000):
+        very_deep = [very_deep]
+    with pytest.raises(ProtocolError, match="nests deeper"):
+        encode("log", x=very_deep)
+
+
+_json_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.text(max_size=10),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
+
+
+@given(st.one_of(
+    st.text(alphabet='[]{}":,1a-.eE \\', max_size=400),
+    st.integers(min_value=0, max_value=3000).map(lambda n: "[" * n + "]" * n),
+    st.recursive(_json_scalars, lambda c: st.lists(c, max_size=3)
+                 | st.dictionaries(st.text(max_size=4), c, max_size=3), max_leaves=30)
+      .map(lambda value: json.dumps({"v": 1, "type": "log", "x": value})),
+))
+def test_decode_only_ever_raises_protocol_error(text: str) -> None:
+    try:
+        frame = decode(text.encode())
+    except ProtocolError:
+        return
+    assert type(frame["v"]) is int and isinstance(frame["type"], str)

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuwatch.client import ConnectionLost, RunClient
+from gpuwatch.client import ConnectionLost, RunClient, build
 
 BATCH_MAX_EVENTS = 2000
 
@@ -164,6 +164,9 @@ class ReplayLink:
         await asyncio.wait_for(self._idle.wait(), timeout_s)
 
     async def command(self, frame_type: str, **fields: Any) -> dict[str, Any]:
+        # Checked as RunClient checks it: a command the supervisor would refuse fails
+        # here too (CommandError), so the app's tests catch one.
+        build(frame_type, **fields)
         self.commands.append((frame_type, fields))
         reply = self.replies.get(frame_type)
         if isinstance(reply, Exception):
