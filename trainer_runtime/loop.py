@@ -147,7 +147,7 @@ class PipelineCheckpoint:
         except Exception as exc:  # tf.data refuses some pipelines (e.g. external state)
             self.broken = f"{type(exc).__name__}: {' '.join(str(exc).split())[:200]}"
             log.warning("the data factory's pipeline cannot be checkpointed: %s", self.broken)
-            with contextlib.suppress(OSError), open(  # noqa: PTH123
+            with contextlib.suppress(OSError), open(
                 os.path.join(self.dir, WHY_NOT_SAVED), "w", encoding="utf-8"
             ) as fh:
                 fh.write(self.broken)

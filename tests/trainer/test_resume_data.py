@@ -116,7 +116,8 @@ def test_resume_with_another_batch_and_accumulation_continues_at_the_same_exampl
     after = _recorded(tmp_path / "ids2")
     assert min(after) == 40 * BATCH
     end = 40 * BATCH + 20 * 128
-    assert [after[p] for p in range(40 * BATCH, end)] == [reference[p] for p in range(40 * BATCH, end)]
+    span = range(40 * BATCH, end)
+    assert [after[p] for p in span] == [reference[p] for p in span]
     assert [f["examples"] for f in second.of("step")] == [128] * 20
 
 
