@@ -314,7 +314,8 @@ class Supervisor:
                 message=f"trainer exited ({self.last_done_reason or 'no reason given'})",
             )
         else:
-            tail = self._trainer_log_tail()
+            lines = self._trainer_log_lines()
+            tail = lines[-LOG_TAIL_LINES:]
             oom = _oom_kills(self._trainer_cgroup)
             oom_killed = oom is not None and self._oom_kills_at_start is not None and (
                 oom > self._oom_kills_at_start
@@ -323,11 +324,12 @@ class Supervisor:
                 "crashed",
                 exit_code=exit_code,
                 signal=_signal_name(sig),
-                message=describe_crash(returncode, self.last_error, tail, oom_killed),
+                message=describe_crash(returncode, self.last_error, lines, oom_killed),
                 log_tail=tail,
             )
 
-    def _trainer_log_tail(self) -> list[str]:
+    def _trainer_log_lines(self) -> list[str]:
+        """This attempt's lines of trainer.log (its last 256 KiB at most)."""
         try:
             with open(self.trainer_log_path, "rb") as fh:
                 size = fh.seek(0, os.SEEK_END)
@@ -335,8 +337,7 @@ class Supervisor:
                 data = fh.read()
         except OSError:
             return []
-        lines = data.decode("utf-8", "replace").splitlines()
-        return lines[-LOG_TAIL_LINES:]
+        return data.decode("utf-8", "replace").splitlines()
 
     async def _read_trainer(self, sock: socket.socket, attempt: int) -> None:
         reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_FRAME_BYTES)

@@ -83,7 +83,7 @@ def _runtime_message(exc: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     # A C++ abort or a segfault still leaves a line in trainer.log for the supervisor.
-    faulthandler.enable()
+    faulthandler.enable(all_threads=False)
     # Before TensorFlow loads: its C++ INFO/WARNING chatter would bury trainer.log.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     # INFO for our own lines only: TensorFlow's Python loggers (e.g. "Sharding callback

@@ -11,16 +11,18 @@ import tensorflow as tf
 class _FailAfter(keras.layers.Layer):
     """Passes its input through, then raises inside the running graph after N steps."""
 
-    def __init__(self, fail_after_calls: int, **kwargs: Any) -> None:
+    def __init__(self, fail_after_calls: int, error: type[Exception] = RuntimeError,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.fail_after_calls = fail_after_calls
+        self.error = error
         self.calls = 0
 
     def call(self, x: tf.Tensor) -> tf.Tensor:
         def check(value: tf.Tensor) -> tf.Tensor:
             self.calls += 1
             if self.calls > self.fail_after_calls:
-                raise RuntimeError(f"deliberate failure after {self.fail_after_calls} calls")
+                raise self.error(f"deliberate failure after {self.fail_after_calls} calls")
             return value
 
         out = tf.py_function(check, [x], x.dtype)
@@ -35,5 +37,16 @@ def model_that_fails_after(
     inputs = keras.Input(shape=input_shape)
     x = keras.layers.Dense(32, activation="relu")(inputs)
     x = _FailAfter(fail_after_steps * replicas)(x)
+    outputs = keras.layers.Dense(classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs)
+
+
+def model_that_runs_out_of_memory(
+    input_shape: tuple[int, ...], classes: int, after_steps: int = 10, replicas: int = 2
+) -> keras.Model:
+    """A small MLP whose graph raises MemoryError after `after_steps` optimizer steps."""
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Dense(32, activation="relu")(inputs)
+    x = _FailAfter(after_steps * replicas, error=MemoryError)(x)
     outputs = keras.layers.Dense(classes, dtype="float32")(x)
     return keras.Model(inputs, outputs)

@@ -93,3 +93,17 @@ def test_gpu_only_cross_device_ops_fall_back_on_cpu() -> None:
         ops, note = cross_device_ops_for(choice, "cpu")
         assert isinstance(ops, tf.distribute.ReductionToOneDevice)
         assert choice in note and "reduce_to_one" in note
+
+
+def test_a_keras_guide_model_without_input_shape_or_classes_trains(
+    strategy: Any, devices: Any
+) -> None:
+    # def guide_model(embed_dim=32): keras.Sequential([...]) - no input_shape parameter,
+    # no Input layer: the runtime passes only embed_dim and builds the model itself.
+    trainer = _trainer(strategy, devices,
+                       model={"factory": f"{P}:guide_model", "kwargs": {"embed_dim": 12}},
+                       data={"classes": 4})
+    assert trainer.param_count == 16 * 12 + 12 + 12 * 4 + 4
+    steps = trainer.run_updates(3)
+    assert all(math.isfinite(s["loss"]) for s in steps)
+    assert [s["examples"] for s in steps] == [64, 64, 64]

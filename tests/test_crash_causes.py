@@ -1,0 +1,98 @@
+"""Every crash carries its root cause, in `ls` and on screen; an ended run lets go of its supervisor."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from gpuwatch import runs
+from gpuwatch.supervisor import describe_crash
+from tests.conftest import TINY, gpuwatch, wait_for
+
+TF_FATAL = (
+    "F0000 00:00:1795289936.338802 2168 tensor_shape.cc:412] Check failed: "
+    "d < dims() (1 vs. 1)"
+)
+
+
+@pytest.mark.parametrize(
+    ("returncode", "frame", "lines", "oom", "message"),
+    [
+        (1, "MemoryError: cannot allocate", ["Traceback ...", "MemoryError: x"], False,
+         "exited with code 1: MemoryError: cannot allocate"),
+        (-signal.SIGABRT, None, ["2026 trainer INFO built", TF_FATAL, "Aborted"], False,
+         "killed by SIGABRT: Aborted"),
+        (-signal.SIGABRT, None, ["x", TF_FATAL, "*** Begin stack trace ***", "  File \"a\""],
+         False, f"killed by SIGABRT: {TF_FATAL}"),
+        (-signal.SIGABRT, None,
+         ["terminate called after throwing an instance of 'std::bad_alloc'", "  what():"],
+         False, "killed by SIGABRT: terminate called after throwing an instance of "
+         "'std::bad_alloc'"),
+        (-signal.SIGSEGV, None, ["Fatal Python error: Segmentation fault", "",
+                                 "Current thread 0x00 (most recent call first):",
+                                 '  File "loop.py", line 3 in run'], False,
+         "killed by SIGSEGV: Fatal Python error: Segmentation fault"),
+        (-signal.SIGKILL, None, ["2026 trainer INFO step"], True,
+         "killed by SIGKILL (the kernel's OOM killer: the machine ran out of memory)"),
+        (-signal.SIGKILL, None, ["2026 trainer INFO step"], False,
+         "killed by SIGKILL (out of memory, or kill -9)"),
+        (3, None, ["2026 trainer INFO step"], False, "exited with code 3"),
+    ],
+)
+def test_describe_crash_leads_with_the_root_cause(
+    returncode: int, frame: str | None, lines: list[str], oom: bool, message: str
+) -> None:
+    assert describe_crash(returncode, frame, lines, oom) == message
+
+
+def _crash(*overrides: str) -> tuple[runs.RunInfo, dict[str, object]]:
+    args = [item for override in overrides for item in ("--set", override)]
+    proc = gpuwatch("train", str(TINY), "--detach", *args, check=True)
+    run_id = proc.stdout.strip().splitlines()[-1]
+
+    def crashed() -> dict[str, object] | None:
+        rows = [json.loads(line) for line in gpuwatch("ls", "--json").stdout.splitlines()]
+        row = next(r for r in rows if r["run_id"] == run_id)
+        return row if row["status"] == "crashed" else None
+
+    row = wait_for(crashed, 120, f"run {run_id} to crash")
+    return runs.resolve_run(run_id), row
+
+
+@pytest.mark.slow
+def test_memory_error_while_training_is_named_in_ls(home: Path) -> None:
+    info, row = _crash("model.factory=tests.data.factories:model_that_runs_out_of_memory")
+    assert row["exit_code"] == 1
+    # TensorFlow re-raises it as ResourceExhaustedError; the Python cause stays in the line.
+    assert str(row["message"]).startswith("exited with code 1: ")
+    assert "MemoryError: deliberate failure after 20 calls" in str(row["message"])
+    shown = gpuwatch("ls", check=True).stdout
+    assert "MemoryError: deliberate failure" in shown
+
+
+@pytest.mark.slow
+def test_a_c_level_abort_is_named_and_stop_releases_the_ended_runs_supervisor(
+    home: Path,
+) -> None:
+    info, row = _crash(
+        "data.factory=tests.trainer.plugins:aborting_dataset",
+        "data.kwargs={after_batches: 20}",
+    )
+    assert row["message"] == "killed by SIGABRT: Fatal Python error: Aborted"
+    pid = info.supervisor_pid
+    assert pid is not None and runs.pid_alive(pid), "the supervisor lingers for a relaunch"
+
+    stopped = gpuwatch("stop", info.run_id)
+    assert stopped.returncode == 0, stopped.stderr
+    assert stopped.stdout.strip() == (
+        f"gpuwatch: run {info.run_id} was already crashed; its supervisor (pid {pid}) has exited"
+    )
+    assert not runs.pid_alive(pid)
+    after = json.loads(gpuwatch("ls", "--json", check=True).stdout.splitlines()[0])
+    assert (after["status"], after["message"]) == ("crashed", row["message"])
+    again = gpuwatch("stop", info.run_id)
+    assert again.returncode == 0
+    assert again.stdout.strip() == f"gpuwatch: run {info.run_id} is already crashed"
