@@ -1,4 +1,4 @@
-"""Every crash carries its root cause, in `ls` and on screen; an ended run lets go of its supervisor."""
+"""Every crash carries its root cause in `ls`; an ended run lets go of its supervisor."""
 
 from __future__ import annotations
 
@@ -64,7 +64,7 @@ def _crash(*overrides: str) -> tuple[runs.RunInfo, dict[str, object]]:
 
 @pytest.mark.slow
 def test_memory_error_while_training_is_named_in_ls(home: Path) -> None:
-    info, row = _crash("model.factory=tests.data.factories:model_that_runs_out_of_memory")
+    _info, row = _crash("model.factory=tests.data.factories:model_that_runs_out_of_memory")
     assert row["exit_code"] == 1
     # TensorFlow re-raises it as ResourceExhaustedError; the Python cause stays in the line.
     assert str(row["message"]).startswith("exited with code 1: ")
