@@ -34,7 +34,8 @@ from tests.test_supervisor import start_run
 
 pytestmark = pytest.mark.slow
 
-KEEP_EVERY_CHECKPOINT = 1_000_000
+# The schema's upper bound: 25,000 steps of tiny.yaml, far past what a test runs.
+KEEP_EVERY_CHECKPOINT = 1000
 DEEP = b"[" * 100_000 + b"\n"
 
 # -- the oracle: what a valid command is, written here independently of protocol.py -------

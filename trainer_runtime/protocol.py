@@ -18,12 +18,16 @@ trainer -> supervisor (the trainer's telemetry socket):
               accumulation_steps, per_replica_batch, start_step, start_micro_step
   step        attempt, step (optimizer steps so far, counted across attempts),
               micro_step (micro-batches so far), epoch, loss, lr, examples
-              (examples in this optimizer step = global batch), step_time_ms,
+              (examples trained on in this optimizer step, counted in the graph),
+              position (examples trained on so far, all attempts), step_time_ms,
               input_wait_ms (host time blocked on the input iterator),
               grad_sync_bytes (estimated all-reduce bytes in this step), t,
               dropped (telemetry frames dropped so far)
   checkpoint  attempt, step, micro_step, path, seconds
-  resume      attempt, from_step, from_micro_step, checkpoint (path or None)
+  resume      attempt, from_step, from_micro_step, checkpoint (path or None),
+              position (examples trained on before the checkpoint), data_order
+              ("continued"|"restarted"), data_note (why it restarted, else ""),
+              lost_steps (added by the supervisor: steps since the checkpoint)
   done        attempt, reason ("max_steps"|"epochs"|"sigterm"|"socket_lost"), step
   error       attempt, kind ("config"|"factory"|"runtime"), message
 
