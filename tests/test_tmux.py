@@ -214,3 +214,35 @@ def test_killing_the_terminal_leaves_training_running_and_attach_sees_everything
     wait_for(
         lambda: runs.read_run_info(info.run_dir).status == "stopped", 60, "the run to be stopped"
     )
+
+
+def toast_text(screen: str) -> str:
+    """The words of the notifications on screen: what stands right of their ▌ edge, joined."""
+    parts = [line.split("▌", 1)[1].strip() for line in screen.splitlines() if "▌" in line]
+    return " ".join(" ".join(parts).split())
+
+
+def test_demo_refuses_a_batch_past_its_data_before_relaunch(
+    home: Path, tmux_env: dict[str, str]
+) -> None:
+    term = Tmux("limits", gpuwatch_command("train", "demo/demo.yaml"), tmux_env)
+    term.wait_screen(r"step\s+(?:[1-9]\d)\b", timeout_s=90)
+    term.press(*["b"] * 6)  # 256 -> 16384, all of the demo's data.examples
+    term.wait_screen(r"pending: batch 256→16384", timeout_s=10)
+    term.press("b")
+    wait_for(
+        lambda: "train.global_batch_size: 32768 is more than data.examples 16384"
+        in toast_text(term.screen()),
+        10,
+        f"the refusal on screen:\n{term.screen()}",
+    )
+    assert "pending: batch 256→16384" in term.screen(), "the refused press changed nothing"
+    term.press("r")
+    info = the_run(home)
+
+    def attempt_2_steps() -> list[dict[str, Any]]:
+        return [e for e in events(info.run_dir) if e["type"] == "step" and e["attempt"] == 2]
+
+    steps = wait_for(attempt_2_steps, 90, "attempt 2 (batch 16384) to train")
+    assert all(e["examples"] == 16384 for e in steps)
+    assert gpuwatch("stop", info.run_id).returncode == 0
