@@ -783,8 +783,11 @@ class _Locator:
     overrides: Mapping[Loc, str]
 
     def override_for(self, loc: Loc) -> str | None:
+        # Compared as text: an override's loc has list positions as ints (pydantic's
+        # spelling), a key from `where("a.b.0")` has them as text.
+        spelled = {_str_loc(key): label for key, label in self.overrides.items()}
         for size in range(len(loc), 0, -1):
-            label = self.overrides.get(_str_loc(loc[:size]))
+            label = spelled.get(_str_loc(loc[:size]))
             if label is not None:
                 return label
         return None
