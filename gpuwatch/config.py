@@ -1006,6 +1006,14 @@ def _problem(field_loc: Loc, errors: list[dict[str, Any]]) -> str:
     }
     if kind in bounds:
         return f"{bounds[kind].format(**ctx)} (got {shown})"
+    if kind == "int_parsing_size" and annotation is not None:
+        # A float such as 1e308 for an int: too large to become one, so past the bounds.
+        return f"must be {_describe(annotation)} (got {shown})"
+    lengths = {"too_long": "at most {max_length}", "too_short": "at least {min_length}"}
+    if kind in lengths and "actual_length" in ctx:
+        count = lengths[kind].format(**ctx)
+        items = "item" if count.endswith(" 1") else "items"
+        return f"must have {count} {items} (got {ctx['actual_length']})"
     plain = {
         "int_parsing": "must be an integer",
         "int_type": "must be an integer",
@@ -1070,9 +1078,10 @@ def _model_at(loc: Loc) -> type[BaseModel] | None:
 
 
 def _describe(annotation: Any) -> str:
-    """Plain words for what a union field accepts: "true, false, 'autotune' or an integer ..."."""
+    """Plain words for what a field accepts: "true, false, 'autotune' or an integer ..."."""
     words: list[str] = []
-    for member in typing.get_args(annotation):
+    members = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    for member in members:
         words.extend(_describe_member(member))
     if len(words) <= 1:
         return "".join(words)
@@ -1105,7 +1114,7 @@ def _describe_member(member: Any) -> list[str]:
     if len(limits) == 2 and limits[0].startswith("at least ") and limits[1].startswith("at most "):
         low, high = limits[0].removeprefix("at least "), limits[1].removeprefix("at most ")
         return [f"{base} from {low} to {high}"]
-    return [" ".join([base, *limits]) if limits else base]
+    return [f"{base} {' and '.join(limits)}" if limits else base]
 
 
 # -------------------------------------------------------------------------------- helpers
