@@ -822,6 +822,10 @@ def _validate(data: dict[Any, Any], locate: _Locator) -> RunConfig:
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:
+        if all(not error["loc"] for error in exc.errors()):
+            # Limits across settings run once every setting validated, `true` read as 1:
+            # `examples: true` is the problem to name, not "64 is more than data.examples 1".
+            _check_no_bool_numbers(data, locate)
         raise _first_error(exc, data, locate) from None
     _check_no_bool_numbers(data, locate)
     _check_finite(config, locate)
@@ -839,20 +843,32 @@ def _check_no_bool_numbers(data: dict[Any, Any], locate: _Locator) -> None:
         _, annotation = _field_loc(loc)
         if annotation is None:
             continue
-        if isinstance(value, bool) and _is_number_type(annotation):
-            raise _error_at(locate, loc, f"must be a number, not {_show(value)}")
+        if isinstance(value, bool) and _wants_number_not_bool(annotation):
+            problem = f"must be a number, not {_show(value)}"
+            if _takes_words(annotation):  # `parallel_calls: true`
+                problem = f"must be {_describe(_strip_annotated(annotation))} (got {_show(value)})"
+            raise _error_at(locate, loc, problem)
         if isinstance(value, dict) and _is_model(annotation):
             pending.extend(((*loc, key), item) for key, item in value.items())
         elif isinstance(value, list) and typing.get_origin(_strip_annotated(annotation)) is list:
             pending.extend(((*loc, index), item) for index, item in enumerate(value))
 
 
-def _is_number_type(annotation: Any) -> bool:
+def _wants_number_not_bool(annotation: Any) -> bool:
+    """A number field, or a union with a number and no bool (`'autotune' | int`)."""
+    plain = _members(annotation)
+    return bool not in plain and any(member in (int, float) for member in plain)
+
+
+def _takes_words(annotation: Any) -> bool:
+    return any(typing.get_origin(member) is Literal for member in _members(annotation))
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types a field takes, without Annotated: [int, NoneType] for `int | None`."""
     annotation = _strip_annotated(annotation)
-    if _is_union(annotation):
-        members = [m for m in typing.get_args(annotation) if m is not type(None)]
-        return bool(members) and all(_is_number_type(member) for member in members)
-    return annotation in (int, float)
+    members = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    return [_strip_annotated(member) for member in members]
 
 
 def _is_model(annotation: Any) -> bool:
