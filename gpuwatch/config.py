@@ -203,7 +203,7 @@ def _parse_override(text: str, budget: _Budget) -> tuple[str, Any]:
         raise exc.error(label, line=None, base=(key,), whole=key) from None
     except RecursionError:
         raise ConfigError(
-            f"{label}: {_shorten(key)}: value nested too deeply", source=label
+            f"{label}: {_shorten(key)}: value nested too deeply", source=label, key=_shorten(key)
         ) from None
     return key, value
 
@@ -428,6 +428,7 @@ def _walk(
             f"{shown}:{line}: {_key_text(path)}: a YAML alias refers to a node that contains it",
             source=shown,
             line=line,
+            key=_key_text(path),
         )
     if id(node) in seen:  # an alias we walked already; walking it again could be exponential
         return
@@ -719,11 +720,13 @@ def _split_key(key: str, label: str) -> list[str]:
             f"{label}: {_shorten(key.strip()) or '(empty)'}: a key path needs names between "
             "the dots",
             source=label,
+            key=_shorten(key.strip()) or None,
         )
     if len(parts) > MAX_NESTING_DEPTH:
         raise ConfigError(
             f"{label}: {_shorten(key.strip())}: a key path of more than {MAX_NESTING_DEPTH} names",
             source=label,
+            key=_shorten(key.strip()),
         )
     return parts
 
@@ -740,6 +743,7 @@ def _set_path(data: dict[Any, Any], parts: list[str], value: Any, label: str) ->
                     f"{label}: {_key_text(tuple(done))}: no item {part} in a list of "
                     f"{len(current)}",
                     source=label,
+                    key=_key_text(tuple(done)),
                 )
             step = int(part)
         elif not isinstance(current, dict):
@@ -747,6 +751,7 @@ def _set_path(data: dict[Any, Any], parts: list[str], value: Any, label: str) ->
                 f"{label}: {_key_text(tuple(done))}: is not a mapping (got "
                 f"{_show(current)}), so it has no key {part!r}",
                 source=label,
+                key=_key_text(tuple(done)),
             )
         if index == len(parts) - 1:
             current[step] = value
