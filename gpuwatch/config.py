@@ -1030,11 +1030,19 @@ def _problem(field_loc: Loc, errors: list[dict[str, Any]]) -> str:
     if kind == "int_parsing_size" and annotation is not None:
         # A float such as 1e308 for an int: too large to become one, so past the bounds.
         return f"must be {_describe(annotation)} (got {shown})"
-    lengths = {"too_long": "at most {max_length}", "too_short": "at least {min_length}"}
-    if kind in lengths and "actual_length" in ctx:
-        count = lengths[kind].format(**ctx)
-        items = "item" if count.endswith(" 1") else "items"
-        return f"must have {count} {items} (got {ctx['actual_length']})"
+    # A list's length in items (it is shown by its count), a text's in characters.
+    lengths = {
+        "too_long": ("must have at most {max_length} item", "actual_length"),
+        "too_short": ("must have at least {min_length} item", "actual_length"),
+        "string_too_long": ("must be at most {max_length} character", ""),
+        "string_too_short": ("must be at least {min_length} character", ""),
+    }
+    if kind in lengths:
+        words, count_key = lengths[kind]
+        words = words.format(**ctx)
+        plural = "" if words.split()[-2] == "1" else "s"
+        got = ctx.get(count_key, shown) if count_key else shown
+        return f"{words}{plural} (got {got})"
     plain = {
         "int_parsing": "must be an integer",
         "int_type": "must be an integer",
