@@ -203,7 +203,7 @@ def _parse_override(text: str, budget: _Budget) -> tuple[str, Any]:
         raise exc.error(label, line=None, base=(key,), whole=key) from None
     except RecursionError:
         raise ConfigError(
-            f"{label}: {_shorten(key)}: value nested too deeply", source=label
+            f"{label}: {_shorten(key)}: value nested too deeply", source=label, key=_shorten(key)
         ) from None
     return key, value
 
@@ -428,6 +428,7 @@ def _walk(
             f"{shown}:{line}: {_key_text(path)}: a YAML alias refers to a node that contains it",
             source=shown,
             line=line,
+            key=_key_text(path),
         )
     if id(node) in seen:  # an alias we walked already; walking it again could be exponential
         return
@@ -719,11 +720,13 @@ def _split_key(key: str, label: str) -> list[str]:
             f"{label}: {_shorten(key.strip()) or '(empty)'}: a key path needs names between "
             "the dots",
             source=label,
+            key=_shorten(key.strip()) or None,
         )
     if len(parts) > MAX_NESTING_DEPTH:
         raise ConfigError(
             f"{label}: {_shorten(key.strip())}: a key path of more than {MAX_NESTING_DEPTH} names",
             source=label,
+            key=_shorten(key.strip()),
         )
     return parts
 
@@ -740,6 +743,7 @@ def _set_path(data: dict[Any, Any], parts: list[str], value: Any, label: str) ->
                     f"{label}: {_key_text(tuple(done))}: no item {part} in a list of "
                     f"{len(current)}",
                     source=label,
+                    key=_key_text(tuple(done)),
                 )
             step = int(part)
         elif not isinstance(current, dict):
@@ -747,6 +751,7 @@ def _set_path(data: dict[Any, Any], parts: list[str], value: Any, label: str) ->
                 f"{label}: {_key_text(tuple(done))}: is not a mapping (got "
                 f"{_show(current)}), so it has no key {part!r}",
                 source=label,
+                key=_key_text(tuple(done)),
             )
         if index == len(parts) - 1:
             current[step] = value
@@ -783,8 +788,11 @@ class _Locator:
     overrides: Mapping[Loc, str]
 
     def override_for(self, loc: Loc) -> str | None:
+        # Compared as text: an override's loc has list positions as ints (pydantic's
+        # spelling), a key from `where("a.b.0")` has them as text.
+        spelled = {_str_loc(key): label for key, label in self.overrides.items()}
         for size in range(len(loc), 0, -1):
-            label = self.overrides.get(_str_loc(loc[:size]))
+            label = spelled.get(_str_loc(loc[:size]))
             if label is not None:
                 return label
         return None
@@ -819,6 +827,10 @@ def _validate(data: dict[Any, Any], locate: _Locator) -> RunConfig:
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:
+        if all(not error["loc"] for error in exc.errors()):
+            # Limits across settings run once every setting validated, `true` read as 1:
+            # `examples: true` is the problem to name, not "64 is more than data.examples 1".
+            _check_no_bool_numbers(data, locate)
         raise _first_error(exc, data, locate) from None
     _check_no_bool_numbers(data, locate)
     _check_finite(config, locate)
@@ -836,20 +848,32 @@ def _check_no_bool_numbers(data: dict[Any, Any], locate: _Locator) -> None:
         _, annotation = _field_loc(loc)
         if annotation is None:
             continue
-        if isinstance(value, bool) and _is_number_type(annotation):
-            raise _error_at(locate, loc, f"must be a number, not {_show(value)}")
+        if isinstance(value, bool) and _wants_number_not_bool(annotation):
+            problem = f"must be a number, not {_show(value)}"
+            if _takes_words(annotation):  # `parallel_calls: true`
+                problem = f"must be {_describe(_strip_annotated(annotation))} (got {_show(value)})"
+            raise _error_at(locate, loc, problem)
         if isinstance(value, dict) and _is_model(annotation):
             pending.extend(((*loc, key), item) for key, item in value.items())
         elif isinstance(value, list) and typing.get_origin(_strip_annotated(annotation)) is list:
             pending.extend(((*loc, index), item) for index, item in enumerate(value))
 
 
-def _is_number_type(annotation: Any) -> bool:
+def _wants_number_not_bool(annotation: Any) -> bool:
+    """A number field, or a union with a number and no bool (`'autotune' | int`)."""
+    plain = _members(annotation)
+    return bool not in plain and any(member in (int, float) for member in plain)
+
+
+def _takes_words(annotation: Any) -> bool:
+    return any(typing.get_origin(member) is Literal for member in _members(annotation))
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types a field takes, without Annotated: [int, NoneType] for `int | None`."""
     annotation = _strip_annotated(annotation)
-    if _is_union(annotation):
-        members = [m for m in typing.get_args(annotation) if m is not type(None)]
-        return bool(members) and all(_is_number_type(member) for member in members)
-    return annotation in (int, float)
+    members = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    return [_strip_annotated(member) for member in members]
 
 
 def _is_model(annotation: Any) -> bool:
@@ -1003,6 +1027,22 @@ def _problem(field_loc: Loc, errors: list[dict[str, Any]]) -> str:
     }
     if kind in bounds:
         return f"{bounds[kind].format(**ctx)} (got {shown})"
+    if kind == "int_parsing_size" and annotation is not None:
+        # A float such as 1e308 for an int: too large to become one, so past the bounds.
+        return f"must be {_describe(annotation)} (got {shown})"
+    # A list's length in items (it is shown by its count), a text's in characters.
+    lengths = {
+        "too_long": ("must have at most {max_length} item", "actual_length"),
+        "too_short": ("must have at least {min_length} item", "actual_length"),
+        "string_too_long": ("must be at most {max_length} character", ""),
+        "string_too_short": ("must be at least {min_length} character", ""),
+    }
+    if kind in lengths:
+        words, count_key = lengths[kind]
+        words = words.format(**ctx)
+        plural = "" if words.split()[-2] == "1" else "s"
+        got = ctx.get(count_key, shown) if count_key else shown
+        return f"{words}{plural} (got {got})"
     plain = {
         "int_parsing": "must be an integer",
         "int_type": "must be an integer",
@@ -1067,9 +1107,10 @@ def _model_at(loc: Loc) -> type[BaseModel] | None:
 
 
 def _describe(annotation: Any) -> str:
-    """Plain words for what a union field accepts: "true, false, 'autotune' or an integer ..."."""
+    """Plain words for what a field accepts: "true, false, 'autotune' or an integer ..."."""
     words: list[str] = []
-    for member in typing.get_args(annotation):
+    members = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
+    for member in members:
         words.extend(_describe_member(member))
     if len(words) <= 1:
         return "".join(words)
@@ -1102,7 +1143,7 @@ def _describe_member(member: Any) -> list[str]:
     if len(limits) == 2 and limits[0].startswith("at least ") and limits[1].startswith("at most "):
         low, high = limits[0].removeprefix("at least "), limits[1].removeprefix("at most ")
         return [f"{base} from {low} to {high}"]
-    return [" ".join([base, *limits]) if limits else base]
+    return [f"{base} {' and '.join(limits)}" if limits else base]
 
 
 # -------------------------------------------------------------------------------- helpers
