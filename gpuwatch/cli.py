@@ -131,7 +131,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         check_replicas(
             loaded.config,
             expected_replicas(loaded.config),
-            source=loaded.where("train.global_batch_size"),
+            source=loaded.where(
+                "train.global_batch_size", "train.accumulation_steps", "strategy.cpu_replicas"
+            ),
         )
     except ConfigError as exc:
         _err(str(exc))

@@ -119,13 +119,19 @@ class LoadedConfig:
     lines: Mapping[Loc, int] = field(default_factory=dict, repr=False, compare=False)
     override_sources: Mapping[Loc, str] = field(default_factory=dict, repr=False, compare=False)
 
-    def where(self, key: str) -> str:
+    def where(self, key: str, *related: str) -> str:
         """Where a dotted key was set: "--set ...", "file:line" (or its parent's), or "file".
 
-        For messages about the whole config, e.g.
-        `check_replicas(loaded.config, n, loaded.where("train.global_batch_size"))`.
+        With related keys, a `--set` of any of them wins over the file: a message about
+        several settings names the override that changed one. For messages about the
+        whole config, e.g. `check_replicas(loaded.config, n, loaded.where(
+        "train.global_batch_size", "train.accumulation_steps", "strategy.cpu_replicas"))`.
         """
         locate = _Locator(file=str(self.path), lines=self.lines, overrides=self.override_sources)
+        for candidate in (key, *related):
+            label = locate.override_for(tuple(candidate.split(".")))
+            if label is not None:
+                return label
         return locate.where(tuple(key.split(".")))[0]
 
 

@@ -881,3 +881,26 @@ def test_cli_refuses_a_global_batch_past_the_demo_data_naming_data_examples(home
     assert lines[0].startswith(f"gpuwatch: --set train.global_batch_size={batch}: ")
     assert f"is more than data.examples {demo.data.examples}" in lines[0]
     assert _runs_started(home) == [] and not list(home.glob("runs/*/supervisor.json"))
+
+
+def test_the_built_in_mlp_is_bounded_in_parameters(tmp_path: Path) -> None:
+    from trainer_runtime.schema import MAX_MLP_PARAMETERS
+
+    # Each number alone is inside its bounds; together they are petabytes of weights.
+    path = tmp_path / "big.yaml"
+    path.write_text(TINY.read_text())
+    with pytest.raises(ConfigError) as refused:
+        load_config(path, ["model.hidden_units=[65536, 65536, 65536]",
+                           "data.input_shape=[65536, 256]"])
+    message = assert_clean(refused.value)
+    assert message.startswith("--set model.hidden_units=[65536, 65536, 65536]: model.hidden_units")
+    assert f"over the limit of {MAX_MLP_PARAMETERS:,}" in message
+
+
+def test_cli_names_the_set_that_broke_the_split_over_replicas(home: Path) -> None:
+    proc = gpuwatch("train", str(TINY), "--set", "train.accumulation_steps=64", "--headless")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (
+        "gpuwatch: --set train.accumulation_steps=64: train.global_batch_size 64 is less than "
+        "replicas x accumulation_steps = 2 x 64 = 128: a replica would get no example"
+    )

@@ -14,6 +14,7 @@ checked by ``RunConfig`` itself, so every path that builds a config (a file,
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from typing import Annotated, Any, Literal
@@ -46,6 +47,8 @@ MAX_KEEP = 1000
 MAX_BUFFER_FRAMES = 1_000_000
 MAX_NAME_CHARS = 100
 MAX_FACTORY_CHARS = 200
+# The built-in MLP: 4 GiB of float32 weights (Adam keeps two more copies).
+MAX_MLP_PARAMETERS = 1 << 30
 # Features of one micro-step of the built-in data, all replicas together.
 MAX_MICRO_BATCH_BYTES = 4 << 30
 
@@ -231,7 +234,22 @@ class RunConfig(_Strict):
             )
         if self.data.factory is None:
             self._fits_builtin_data()
+        if self.model.factory is None and self.model.name == "mlp":
+            params = self.mlp_parameters()
+            if params > MAX_MLP_PARAMETERS:
+                raise LimitError(
+                    ("model.hidden_units", "data.input_shape", "data.classes"),
+                    f"model.hidden_units {self.model.hidden_units} on "
+                    f"{self.data.features_per_example:,} features and {self.data.classes:,} "
+                    f"classes is {params:,} parameters, over the limit of "
+                    f"{MAX_MLP_PARAMETERS:,}",
+                )
         return self
+
+    def mlp_parameters(self) -> int:
+        """Weights and biases of the built-in MLP for these settings."""
+        sizes = [self.data.features_per_example, *self.model.hidden_units, self.data.classes]
+        return sum(a * b + b for a, b in itertools.pairwise(sizes))
 
     def _fits_builtin_data(self) -> None:
         batch, accum = self.train.global_batch_size, self.train.accumulation_steps
