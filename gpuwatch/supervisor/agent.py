@@ -56,8 +56,10 @@ class LocalAgent:
         on_frame: OnFrame,
         on_exit: OnExit,
         on_sample: OnSample,
+        trainer_module: str = "trainer_runtime",
     ) -> None:
         self.index = index
+        self.trainer_module = trainer_module  # run as `python -m`; tests give a stand-in
         self.run_dir = run_dir
         self.log_path = run_dir / "trainer.log"
         self._on_frame = on_frame
@@ -98,7 +100,7 @@ class LocalAgent:
                 " ===\n".encode()
             )
             self._log_offset = log_file.tell()
-        cmd = [sys.executable, "-m", "trainer_runtime", "--run-dir", str(self.run_dir)]
+        cmd = [sys.executable, "-m", self.trainer_module, "--run-dir", str(self.run_dir)]
         cmd += ["--config", str(config_path), "--attempt", str(attempt)]
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         cmd += ["--telemetry-fd", str(child_sock.fileno())]
