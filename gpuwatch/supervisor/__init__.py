@@ -1,6 +1,6 @@
 """The per-run daemon: owns the run directory, runs the trainer, samples devices, serves dashboards.
 
-Started by `gpuwatch train` as ``python -m gpuwatch.supervisor --run-dir DIR``,
+Started by `gpuwatch train` as ``python -m gpuwatch.supervisor --run-dir DIR [--fresh]``,
 detached from the terminal, so training outlives the dashboard and the SSH
 session. One asyncio loop does everything but device sampling (a thread per
 agent: NVML calls may block). Every event is appended to ``events.jsonl``

@@ -1,4 +1,4 @@
-"""python -m gpuwatch.supervisor --run-dir DIR [--socket PATH]"""
+"""python -m gpuwatch.supervisor --run-dir DIR [--socket PATH] [--fresh]"""
 
 import sys
 

@@ -283,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpuwatch.supervisor")
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--socket", type=Path, default=None)
+    parser.add_argument(
+        "--fresh", action="store_true", help="the first attempt ignores existing checkpoints"
+    )
     args = parser.parse_args(argv)
     run_dir = args.run_dir.resolve()
     logging.basicConfig(
@@ -291,8 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     socket_path = args.socket or runs.socket_path_for(run_dir.name, run_dir.parent.parent)
     try:
-        fresh = os.environ.get("GPUWATCH_FRESH") == "1"
-        supervisor = Supervisor(run_dir, socket_path, fresh=fresh)
+        supervisor = Supervisor(run_dir, socket_path, fresh=args.fresh)
     except ConfigError as exc:
         print(f"gpuwatch supervisor: {exc}", file=sys.stderr)
         return 2
