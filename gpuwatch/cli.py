@@ -164,8 +164,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     return _dashboard(info)
 
 
-def _supervisor_command(run_dir: Path) -> list[str]:
-    return [sys.executable, "-m", "gpuwatch.supervisor", "--run-dir", str(run_dir)]
+def _supervisor_command(run_dir: Path, *, fresh: bool = False) -> list[str]:
+    cmd = [sys.executable, "-m", "gpuwatch.supervisor", "--run-dir", str(run_dir)]
+    return [*cmd, "--fresh"] if fresh else cmd
 
 
 def detach_method() -> str:
@@ -206,9 +207,7 @@ def start_supervisor(run_dir: Path, *, fresh: bool = False) -> RunInfo:
     env["GPUWATCH_HOME"] = str(run_dir.parent.parent)
     # Factories ("mypkg.models:build") import from where the person ran gpuwatch.
     env["GPUWATCH_USER_CWD"] = os.getcwd()
-    if fresh:
-        env["GPUWATCH_FRESH"] = "1"
-    cmd = _supervisor_command(run_dir)
+    cmd = _supervisor_command(run_dir, fresh=fresh)
     method = detach_method()
     log_path = run_dir / "supervisor.log"
     with open(log_path, "ab") as log_file:

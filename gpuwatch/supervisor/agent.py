@@ -1,0 +1,358 @@
+"""The trainer side of a run: one agent is one trainer process and its host's device sampler.
+
+A single-host run has one local agent. The agent starts the trainer in its own
+process group with a socketpair for telemetry, reads and checks its frames,
+stops the whole group, and when the trainer exits hands the supervisor a
+TrainerExit (exits.py says what status that is). Every frame and sample it
+passes up carries its index, so the supervisor knows which worker spoke; what
+is recorded on the wire is unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.supervisor.exits import TrainerExit
+from trainer_runtime.protocol import MAX_FRAME_BYTES, FrameBuffer, ProtocolError
+
+log = logging.getLogger("gpuwatch.supervisor")
+
+SAMPLE_INTERVAL_S = float(os.environ.get("GPUWATCH_SAMPLE_INTERVAL_S", "1.0"))
+TRAINER_FRAMES = frozenset({"hello", "step", "checkpoint", "resume", "done", "error", "log"})
+# How much of trainer.log an exit reads back for its cause (the end of this attempt's part).
+LOG_READ_BYTES = 256 * 1024
+
+# (agent index, frame type, fields): a trainer frame with v and seq taken off, attempt put on.
+OnFrame = Callable[[int, str, dict[str, Any]], None]
+# (agent index, how the trainer ended): called once its frames are all read.
+OnExit = Callable[[int, TrainerExit], None]
+# (agent index, sample fields): called on the event loop, once per sample.
+OnSample = Callable[[int, dict[str, Any]], None]
+
+
+class AgentStartError(Exception):
+    """The trainer could not be started; the message says why, in one line."""
+
+
+class LocalAgent:
+    """A trainer on this host, started as ``python -m trainer_runtime``, and this host's sampler."""
+
+    def __init__(
+        self,
+        index: int,
+        run_dir: Path,
+        *,
+        on_frame: OnFrame,
+        on_exit: OnExit,
+        on_sample: OnSample,
+        trainer_module: str = "trainer_runtime",
+    ) -> None:
+        self.index = index
+        self.trainer_module = trainer_module  # run as `python -m`; tests give a stand-in
+        self.run_dir = run_dir
+        self.log_path = run_dir / "trainer.log"
+        self._on_frame = on_frame
+        self._on_exit = on_exit
+        self.process: asyncio.subprocess.Process | None = None
+        self._watcher: asyncio.Task[None] | None = None
+        self.replicas: int | None = None  # from the last hello; kept across attempts
+        self.bad_frames = 0
+        self._done_reason: str | None = None
+        self._error: str | None = None
+        self._log_offset = 0
+        self._cgroup: Path | None = None
+        self._oom_kills_at_start: int | None = None
+        self._sampler = _SamplerThread(index, self._run_pids, on_sample)
+
+    @property
+    def running(self) -> bool:
+        """A trainer process is up, or exited and its watcher is still finishing up."""
+        return self.process is not None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def stoppable(self) -> bool:
+        """A trainer is up that stop() would signal (not one that has already exited)."""
+        proc, task = self.process, self._watcher
+        return proc is not None and proc.returncode is None and task is not None and not task.done()
+
+    # -- the trainer process -------------------------------------------------------
+
+    async def start(self, attempt: int, config_path: Path, *, fresh: bool) -> None:
+        """Start this attempt's trainer and watch it; AgentStartError if it cannot start."""
+        with open(self.log_path, "ab") as log_file:  # noqa: ASYNC230 - one short line
+            log_file.write(
+                f"=== gpuwatch: attempt {attempt} starting at {time.strftime('%Y-%m-%d %H:%M:%S')}"
+                " ===\n".encode()
+            )
+            self._log_offset = log_file.tell()
+        cmd = [sys.executable, "-m", self.trainer_module, "--run-dir", str(self.run_dir)]
+        cmd += ["--config", str(config_path), "--attempt", str(attempt)]
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        cmd += ["--telemetry-fd", str(child_sock.fileno())]
+        if fresh:
+            cmd.append("--fresh")
+        try:
+            log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            parent_sock.close()
+            child_sock.close()
+            raise AgentStartError(f"could not open {self.log_path}: {exc}") from None
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                pass_fds=(child_sock.fileno(),),
+                start_new_session=True,  # its own process group: stop signals all of it
+                cwd=str(self.run_dir),
+                env=_trainer_env(),
+            )
+        except OSError as exc:
+            parent_sock.close()
+            raise AgentStartError(f"could not start the trainer: {exc}") from None
+        finally:
+            os.close(log_fd)
+            child_sock.close()
+        log.info("attempt %d: trainer pid %d", attempt, proc.pid)
+        self.process = proc
+        self._cgroup = memory_cgroup(proc.pid)
+        self._oom_kills_at_start = oom_kills(self._cgroup)
+        self._done_reason = None
+        self._error = None
+        self._watcher = asyncio.create_task(self._watch(proc, parent_sock, attempt))
+
+    async def _watch(
+        self, proc: asyncio.subprocess.Process, sock: socket.socket, attempt: int
+    ) -> None:
+        reader_task = asyncio.create_task(self.read_frames(sock, attempt))
+        returncode = await proc.wait()
+        # Whatever it forked (data loaders) goes with it, however it ended.
+        signal_group(proc.pid, signal.SIGKILL)
+        # The trainer's last frames may still be in the socket: read them to EOF.
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(reader_task, 5.0)
+        reader_task.cancel()
+        sock.close()
+        self.process = None
+        oom = oom_kills(self._cgroup)
+        at_start = self._oom_kills_at_start
+        ended = TrainerExit(
+            returncode=returncode,
+            done_reason=self._done_reason,
+            error=self._error,
+            log_lines=tuple(self._log_lines()) if returncode != 0 else (),
+            oom_killed=oom is not None and at_start is not None and oom > at_start,
+        )
+        self._on_exit(self.index, ended)
+
+    async def stop(self, grace_s: float) -> None:
+        """SIGTERM the trainer's process group, wait, then SIGKILL; return when it is gone."""
+        proc, task = self.process, self._watcher
+        if proc is None or task is None or task.done():
+            return
+        if proc.returncode is not None:  # exited; its watcher is finishing up
+            await task
+            return
+        signal_group(proc.pid, signal.SIGTERM)
+        try:
+            await asyncio.wait_for(asyncio.shield(task), grace_s)
+        except TimeoutError:
+            log.warning("trainer did not stop within %.0f s; SIGKILL", grace_s)
+            signal_group(proc.pid, signal.SIGKILL)
+            await task
+        # Anything the trainer left behind in its group goes too.
+        signal_group(proc.pid, signal.SIGKILL)
+
+    def _log_lines(self) -> list[str]:
+        """This attempt's lines of trainer.log (its last LOG_READ_BYTES at most)."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(self._log_offset, size - LOG_READ_BYTES))
+                data = fh.read()
+        except OSError:
+            return []
+        return data.decode("utf-8", "replace").splitlines()
+
+    # -- its frames ----------------------------------------------------------------
+
+    async def read_frames(self, sock: socket.socket, attempt: int) -> None:
+        """Pass every frame up until EOF; a frame that does not decode ends the reading."""
+        reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_FRAME_BYTES)
+        frames = FrameBuffer()
+        try:
+            while True:
+                chunk = await reader.read(1 << 16)
+                if not chunk:
+                    return
+                try:
+                    batch = frames.feed(chunk)
+                except ProtocolError as exc:
+                    self.bad_frames += 1
+                    log.warning("attempt %d: bad frame from the trainer: %s", attempt, exc)
+                    return
+                for frame in batch:
+                    try:
+                        self._take_frame(frame, attempt)
+                    except (ProtocolError, ValueError, TypeError) as exc:
+                        # e.g. a NaN, or a frame that outgrows the limit once relayed
+                        self.bad_frames += 1
+                        log.warning("attempt %d: dropped a trainer frame: %s", attempt, exc)
+        finally:
+            writer.close()
+
+    def _take_frame(self, frame: dict[str, Any], attempt: int) -> None:
+        kind = frame.pop("type")
+        if kind not in TRAINER_FRAMES:
+            raise ValueError(f"the trainer may not send {kind!r} frames")
+        frame.pop("v", None)
+        frame.pop("seq", None)
+        frame["attempt"] = attempt
+        if kind == "hello":
+            replicas = frame.get("replicas")
+            self.replicas = replicas if isinstance(replicas, int) else None
+        elif kind == "done":
+            self._done_reason = str(frame.get("reason"))
+        elif kind == "error":
+            self._error = str(frame.get("message"))
+        self._on_frame(self.index, kind, frame)
+
+    # -- its host's devices --------------------------------------------------------
+
+    def start_sampling(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._sampler.start(loop)
+
+    def stop_sampling(self) -> None:
+        """Ask the sampler to stop (at once); join_sampling waits for it."""
+        self._sampler.stop.set()
+
+    def join_sampling(self, timeout_s: float = 3.0) -> None:
+        self._sampler.join(timeout_s)
+
+    def _run_pids(self) -> set[int]:
+        """The trainer and everything it forked: whose GPU memory counts as the run's."""
+        proc = self.process
+        if proc is None:
+            return set()
+        pids = {proc.pid}
+        try:
+            import psutil
+
+            pids.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
+        except Exception:
+            pass
+        return pids
+
+
+class _SamplerThread:
+    """Samples the host's devices every SAMPLE_INTERVAL_S in a thread (NVML calls may block)
+    and posts each sample to the event loop."""
+
+    def __init__(self, index: int, run_pids: Callable[[], set[int]], on_sample: OnSample) -> None:
+        self.index = index
+        self.run_pids = run_pids
+        self.on_sample = on_sample
+        self.stop = threading.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread: threading.Thread | None = None
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.thread = threading.Thread(target=self._main, name="gpuwatch-sampler", daemon=True)
+        self.thread.start()
+
+    def join(self, timeout_s: float) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout=timeout_s)
+
+    def _main(self) -> None:
+        try:
+            from gpuwatch.sampling import DeviceSampler, sample_to_frame_fields
+        except ImportError as exc:  # the sampling package is part of gpuwatch; be loud if absent
+            log.error("device sampling unavailable: %s", exc)
+            return
+        sampler = DeviceSampler(run_pids=self.run_pids)
+        try:
+            while not self.stop.is_set():
+                started = time.monotonic()
+                try:
+                    self._post(sample_to_frame_fields(sampler.sample()))
+                except Exception:
+                    log.exception("device sample failed")
+                self.stop.wait(max(0.0, SAMPLE_INTERVAL_S - (time.monotonic() - started)))
+        finally:
+            sampler.close()
+
+    def _post(self, fields: dict[str, Any]) -> None:
+        loop = self.loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self.on_sample, self.index, fields)
+
+
+def _trainer_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONUNBUFFERED"] = "1"
+    user_cwd = os.environ.get("GPUWATCH_USER_CWD")
+    if user_cwd:
+        # As `python -m` would: the person's working directory comes first on the path.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [user_cwd, env.get("PYTHONPATH")]))
+    return env
+
+
+def signal_group(pid: int, sig: int) -> None:
+    """Signal a process group, if it is still there (and ours)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+def memory_cgroup(pid: int) -> Path | None:
+    """The memory cgroup directory of a process (v2, or v1's memory controller)."""
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            candidate = Path("/sys/fs/cgroup") / path.lstrip("/")
+            if (candidate / "memory.events").exists():
+                return candidate
+        if "memory" in controllers.split(","):
+            candidate = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
+            if (candidate / "memory.oom_control").exists():
+                return candidate
+    return None
+
+
+def oom_kills(cgroup: Path | None) -> int | None:
+    """The cgroup's count of OOM kills (memory.events, or v1's memory.oom_control)."""
+    if cgroup is None:
+        return None
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            text = (cgroup / name).read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return None

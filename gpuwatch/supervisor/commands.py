@@ -1,0 +1,98 @@
+"""The commands a dashboard sends: each frame parsed into a typed command, carried out, answered.
+
+`trainer_runtime.protocol.parse_command` is the only way a frame becomes a
+command. A refused one is answered err and changes nothing; a relaunch whose
+settings do not validate is refused before the trainer is touched. Relaunch
+and stop take turns (one lock); status and subscribe never wait on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Protocol
+
+from gpuwatch.config import ConfigError, apply_overrides, check_replicas
+from gpuwatch.supervisor.hub import Client
+from trainer_runtime.protocol import (
+    Command,
+    InvalidCommand,
+    Relaunch,
+    Status,
+    Stop,
+    Subscribe,
+    encode,
+    parse_command,
+)
+from trainer_runtime.schema import RunConfig
+
+log = logging.getLogger("gpuwatch.supervisor")
+
+
+class Run(Protocol):
+    """What the commands need of the supervisor."""
+
+    run_id: str
+    config: RunConfig
+    stop_requested: bool
+
+    def replicas_for(self, config: RunConfig) -> int: ...
+
+    def status_fields(self) -> dict[str, Any]: ...
+
+    def subscribe(self, client: Client, from_seq: int) -> int: ...
+
+    async def relaunch(self, config: RunConfig, *, fresh: bool) -> int: ...
+
+    async def stop_run(self) -> None: ...
+
+
+class Commands:
+    """Answers command frames on behalf of one run."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self._lock = asyncio.Lock()
+
+    async def answer(self, frame: dict[str, Any], client: Client) -> bytes:
+        """The reply to one decoded frame: ack with the result, or err with one line."""
+        try:
+            command = parse_command(frame)
+        except InvalidCommand as exc:
+            # Refused before anything is done: the run is exactly as it was. The id is
+            # echoed only when it is itself valid (exc.command_id is None otherwise).
+            return encode("err", id=exc.command_id, message=str(exc))
+        try:
+            result = await self.carry_out(command, client)
+            return encode("ack", id=command.id, **result)
+        except (ConfigError, ValueError) as exc:
+            return encode("err", id=command.id, message=str(exc))
+        except Exception as exc:  # a bug must not take the supervisor down
+            log.exception("command %r failed", command.TYPE)
+            return encode("err", id=command.id, message=f"internal error: {exc}")
+
+    async def carry_out(self, command: Command, client: Client) -> dict[str, Any]:
+        """Carry out a command parse_command accepted; ValueError/ConfigError become err."""
+        if isinstance(command, Subscribe):
+            next_seq = self.run.subscribe(client, command.from_seq)
+            return {"next_seq": next_seq, "run_id": self.run.run_id}
+        if isinstance(command, Status):
+            return self.run.status_fields()
+        async with self._lock:
+            if isinstance(command, Relaunch):
+                return await self._relaunch(command)
+            if isinstance(command, Stop):
+                await self.run.stop_run()
+                return self.run.status_fields()
+        raise ValueError(f"{command.TYPE}: not a command this supervisor carries out")
+
+    async def _relaunch(self, command: Relaunch) -> dict[str, Any]:
+        if self.run.stop_requested:
+            raise ValueError("the run is stopping; start a new one with gpuwatch train")
+        # parse_command checked both: overrides maps dotted keys to JSON values, and
+        # fresh is a literal true/false (only true may discard the run's progress).
+        overrides = dict(command.overrides)
+        config = apply_overrides(self.run.config, overrides, source="relaunch")
+        check_replicas(config, self.run.replicas_for(config), source="relaunch")
+        attempt = await self.run.relaunch(config, fresh=command.fresh)
+        return {"attempt": attempt, "overrides": overrides}

@@ -1,0 +1,301 @@
+"""The supervisor itself: one run's life cycle, over its event log, client hub and agents.
+
+It records every event (event log first, then the hub's fan-out), turns what
+its agents report into the run's status, starts and stops attempts, answers
+signals, and lingers after the run ends while a dashboard might still relaunch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gpuwatch import runs
+from gpuwatch.config import ConfigError, dump_config, expected_replicas, load_config
+from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
+from gpuwatch.supervisor.commands import Commands
+from gpuwatch.supervisor.eventlog import EventLog
+from gpuwatch.supervisor.exits import TrainerExit, exit_status
+from gpuwatch.supervisor.hub import Client, ClientHub, TaskSet
+from trainer_runtime.protocol import TERMINAL_STATUSES
+from trainer_runtime.schema import RunConfig
+
+log = logging.getLogger("gpuwatch.supervisor")
+
+STOP_GRACE_S = float(os.environ.get("GPUWATCH_STOP_GRACE_S", "30"))
+# After the run ends, stay up this long with no dashboard attached (relaunch stays possible).
+LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "600"))
+
+
+class Supervisor:
+    """One run: its record, its dashboards, and its agents (one per trainer host)."""
+
+    def __init__(self, run_dir: Path, socket_path: Path, *, fresh: bool = False) -> None:
+        self.run_dir = run_dir
+        self.run_id = run_dir.name
+        self.socket_path = socket_path
+        self.config_path = run_dir / "config.yaml"
+        self.config: RunConfig = load_config(self.config_path).config
+        self.fresh = fresh  # the first attempt ignores existing checkpoints
+        self.events = EventLog(run_dir)
+        self.commands = Commands(self)
+        self.hub = ClientHub(socket_path, self.events, self.commands.answer)
+        # A single-host run has one agent; agent 0 is the chief.
+        self.agents = [
+            LocalAgent(
+                0,
+                run_dir,
+                on_frame=self._on_trainer_frame,
+                on_exit=self._on_trainer_exit,
+                on_sample=self._on_sample,
+            )
+        ]
+        self.status = "starting"
+        self.attempt = 0
+        self.last_step = 0
+        self.stop_requested = False
+        self._relaunching = False
+        self._finished = asyncio.Event()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._tasks = TaskSet()
+
+    # -- the record ---------------------------------------------------------------
+
+    def record(self, frame_type: str, /, **fields: Any) -> dict[str, Any]:
+        """Append an event to events.jsonl, then fan it out to subscribed dashboards."""
+        frame, data = self.events.append(frame_type, **fields)
+        self.hub.publish(frame["seq"], data)
+        return frame
+
+    def set_status(self, status: str, **fields: Any) -> None:
+        self.status = status
+        frame = self.record("status", status=status, attempt=self.attempt, **fields)
+        self.events.write_state(frame, self.last_step)
+
+    def status_fields(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "status": self.status,
+            "attempt": self.attempt,
+            "step": self.last_step,
+            "trainer_pid": self.agents[0].pid,
+            "supervisor_pid": os.getpid(),
+            "bad_frames": self.bad_frames,
+            "dropped_clients": self.hub.dropped_clients,
+        }
+
+    @property
+    def bad_frames(self) -> int:
+        """Frames refused from dashboards and from trainers, together."""
+        return self.hub.bad_frames + sum(agent.bad_frames for agent in self.agents)
+
+    # -- what the agents report -----------------------------------------------------
+
+    def _on_trainer_frame(self, index: int, kind: str, frame: dict[str, Any]) -> None:
+        if kind == "hello":
+            self.record(kind, **frame)
+            self.set_status("running")
+            return
+        if kind == "step":
+            step = frame.get("step")
+            if isinstance(step, int):
+                self.last_step = step
+        elif kind == "resume":
+            from_step = frame.get("from_step")
+            if isinstance(from_step, int):
+                frame["lost_steps"] = max(0, self.last_step - from_step)
+        self.record(kind, **frame)
+
+    def _on_trainer_exit(self, index: int, ended: TrainerExit) -> None:
+        status, fields = exit_status(
+            ended, relaunching=self._relaunching, stop_requested=self.stop_requested
+        )
+        self.set_status(status, **fields)
+
+    def _on_sample(self, index: int, fields: dict[str, Any]) -> None:
+        # A finished run lingering for a relaunch records no more samples: the record
+        # stays about training, and does not grow while nothing runs.
+        if self.trainer_running or self.status not in TERMINAL_STATUSES:
+            self.record("sample", **fields)
+
+    # -- attempts -----------------------------------------------------------------
+
+    @property
+    def trainer_running(self) -> bool:
+        return any(agent.running for agent in self.agents)
+
+    def replicas_for(self, config: RunConfig) -> int:
+        """Replicas the trainers reported, or what the config asks for before they have."""
+        total = 0
+        for agent in self.agents:
+            if not agent.replicas:
+                return expected_replicas(config)
+            total += agent.replicas
+        return total
+
+    async def start_attempt(self, config: RunConfig, *, fresh: bool, reason: str) -> int:
+        self.attempt += 1
+        attempt = self.attempt
+        self.config = config
+        attempt_path = self.run_dir / f"attempt-{attempt}.yaml"
+        try:
+            attempt_path.write_text(dump_config(config))
+        except OSError as exc:
+            self.set_status("crashed", message=f"could not write {attempt_path}: {exc}")
+            return attempt
+        self.record(
+            "attempt",
+            attempt=attempt,
+            settings=config.model_dump(mode="json"),
+            fresh=fresh,
+            reason=reason,
+            config_path=str(attempt_path),
+        )
+        self.set_status("starting")
+        try:
+            for agent in self.agents:
+                await agent.start(attempt, attempt_path, fresh=fresh)
+        except AgentStartError as exc:
+            self.set_status("crashed", message=str(exc))
+        return attempt
+
+    async def stop_trainers(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Stop every agent's trainer (SIGTERM, then SIGKILL after grace_s); return when gone."""
+        if any(agent.stoppable for agent in self.agents) and self.status not in TERMINAL_STATUSES:
+            self.set_status("stopping")
+        await asyncio.gather(*(agent.stop(grace_s) for agent in self.agents))
+
+    # -- what the commands ask (commands.Run) ---------------------------------------
+
+    def subscribe(self, client: Client, from_seq: int) -> int:
+        return self.hub.subscribe(client, from_seq)
+
+    async def relaunch(self, config: RunConfig, *, fresh: bool) -> int:
+        """Stop the trainers (not a terminal status), then start the next attempt."""
+        self._relaunching = True
+        try:
+            await self.stop_trainers()
+        finally:
+            self._relaunching = False
+        return await self.start_attempt(config, fresh=fresh, reason="relaunch")
+
+    async def stop_run(self) -> None:
+        self.stop_requested = True
+        if self.trainer_running:
+            await self.stop_trainers()
+        elif self.status not in TERMINAL_STATUSES:
+            self.set_status("stopped", message="stopped on request")
+        self._finished.set()
+
+    # -- life cycle ---------------------------------------------------------------
+
+    def _write_info(self) -> None:
+        info = {"pid": os.getpid(), "socket": str(self.socket_path), "started": time.time()}
+        tmp = self.run_dir / "supervisor.json.tmp"
+        tmp.write_text(json.dumps(info))
+        tmp.replace(self.run_dir / "supervisor.json")
+
+    async def run(self) -> int:
+        self.loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            self.loop.add_signal_handler(sig, lambda: self._tasks.spawn(self.stop_run()))
+        await self.hub.open()
+        try:
+            if self.events.next_seq == 0:
+                self.record(
+                    "run",
+                    run_id=self.run_id,
+                    name=self.config.name,
+                    config_path=str(self.config_path),
+                    supervisor_pid=os.getpid(),
+                    host=socket.gethostname(),
+                    settings=self.config.model_dump(mode="json"),
+                )
+            self._write_info()  # after the socket exists: `gpuwatch train` waits on this file
+            for agent in self.agents:
+                agent.start_sampling(self.loop)
+            await self.start_attempt(self.config, fresh=self.fresh, reason="start")
+            while not self._finished.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._finished.wait(), 1.0)
+                idle = self.hub.idle_s
+                ended = not self.trainer_running and self.status in TERMINAL_STATUSES
+                if ended and idle > LINGER_S:
+                    log.info("run over and no dashboard for %.0f s: exiting", idle)
+                    break
+        finally:
+            await self.shutdown()
+        return 0
+
+    async def shutdown(self) -> None:
+        if self.trainer_running:
+            self.stop_requested = True
+            await self.stop_trainers()
+        await self.hub.flush(2.0)  # a moment for dashboards to receive the final status
+        for agent in self.agents:
+            agent.stop_sampling()
+        self.hub.close()
+        with contextlib.suppress(FileNotFoundError):
+            (self.run_dir / "supervisor.json").unlink()
+        self.events.close()
+        for agent in self.agents:
+            agent.join_sampling(3.0)
+
+    # -- names tests written against the one-class supervisor still use ---------------
+
+    @property
+    def trainer(self) -> asyncio.subprocess.Process | None:
+        return self.agents[0].process
+
+    @property
+    def clients(self) -> dict[int, Client]:
+        return self.hub.clients
+
+    @property
+    def _server(self) -> asyncio.AbstractServer | None:
+        return self.hub.server
+
+    @property
+    def _events_file(self) -> EventLog:
+        return self.events  # close() closes events.jsonl
+
+    async def _open_socket(self) -> None:
+        await self.hub.open()
+
+    def _drop_client(self, client: Client, why: str) -> None:
+        self.hub.drop(client, why)
+
+    async def _read_trainer(self, sock: socket.socket, attempt: int) -> None:
+        await self.agents[0].read_frames(sock, attempt)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gpuwatch.supervisor")
+    parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--socket", type=Path, default=None)
+    parser.add_argument(
+        "--fresh", action="store_true", help="the first attempt ignores existing checkpoints"
+    )
+    args = parser.parse_args(argv)
+    run_dir = args.run_dir.resolve()
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    socket_path = args.socket or runs.socket_path_for(run_dir.name, run_dir.parent.parent)
+    try:
+        supervisor = Supervisor(run_dir, socket_path, fresh=args.fresh)
+    except ConfigError as exc:
+        print(f"gpuwatch supervisor: {exc}", file=sys.stderr)
+        return 2
+    return asyncio.run(supervisor.run())

@@ -1,0 +1,119 @@
+"""How a trainer's end becomes the run's status: pure functions, no process, no file.
+
+The agent gathers what it knows when its trainer exits (a TrainerExit); the
+supervisor asks exit_status what that means, given whether it had asked the
+trainer to stop or to make way for a relaunch.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+from dataclasses import dataclass
+from typing import Any
+
+# How many of the attempt's last trainer.log lines a crashed status carries.
+LOG_TAIL_LINES = 50
+# Return codes of a trainer that ended because it was asked to (SIGTERM, or SIGKILL
+# after the grace period), or that had finished on its own (0).
+_ASKED_TO_END = (0, -signal.SIGTERM, -signal.SIGKILL)
+
+# A line that says what went wrong: a Python exception, a TensorFlow fatal log line
+# (F1121 ... Check failed), a C++ terminate, faulthandler's report, the kernel's words.
+_ERROR_LINE = re.compile(
+    r"(?:^[\w.]*(?:Error|Exception|Exit|Interrupt)\b.*?:"
+    r"|^F\d{4} "
+    r"|Check failed|terminate called|Fatal Python error|Segmentation fault|Aborted"
+    r"|out of memory|Killed)"
+)
+
+
+@dataclass(frozen=True)
+class TrainerExit:
+    """What is known about one trainer process that has exited.
+
+    returncode as asyncio reports it (negative: killed by that signal);
+    done_reason and error from its last `done` and `error` frames; log_lines,
+    this attempt's lines of trainer.log; oom_killed, whether its memory cgroup
+    counted an OOM kill while it ran.
+    """
+
+    returncode: int
+    done_reason: str | None = None
+    error: str | None = None
+    log_lines: tuple[str, ...] = ()
+    oom_killed: bool = False
+
+
+def exit_status(
+    ended: TrainerExit, *, relaunching: bool, stop_requested: bool
+) -> tuple[str, dict[str, Any]]:
+    """The status a run takes when its trainer exits, and that status event's fields."""
+    returncode = ended.returncode
+    exit_code = returncode if returncode >= 0 else None
+    sig = signal_name(-returncode) if returncode < 0 else None
+    if relaunching and returncode in _ASKED_TO_END:
+        # Not a terminal status: a new attempt follows at once.
+        return "relaunching", {
+            "exit_code": exit_code,
+            "signal": sig,
+            "message": "stopped for relaunch",
+        }
+    if stop_requested and returncode in _ASKED_TO_END:
+        return "stopped", {"exit_code": exit_code, "signal": sig, "message": "stopped on request"}
+    if returncode == 0 and ended.done_reason in ("max_steps", "epochs"):
+        return "finished", {
+            "exit_code": 0,
+            "message": f"reached {ended.done_reason.replace('_', ' ')}",
+        }
+    if returncode == 0:
+        return "stopped", {
+            "exit_code": 0,
+            "message": f"trainer exited ({ended.done_reason or 'no reason given'})",
+        }
+    lines = list(ended.log_lines)
+    return "crashed", {
+        "exit_code": exit_code,
+        "signal": sig,
+        "message": describe_crash(returncode, ended.error, lines, ended.oom_killed),
+        "log_tail": lines[-LOG_TAIL_LINES:],
+    }
+
+
+def describe_crash(
+    returncode: int, error_frame: str | None, log_tail: list[str], oom_killed: bool
+) -> str:
+    """One line for a trainer that ended badly: how it ended, then its root cause.
+
+    The cause is the trainer's own `error` frame when it sent one (a Python
+    exception, with TensorFlow's wrapping peeled off); else the last line of its
+    log that reads like an error (a C++ abort, a segfault, faulthandler); else,
+    for SIGKILL, whether the kernel's OOM killer did it.
+    """
+    if returncode < 0:
+        how = f"killed by {signal_name(-returncode)}"
+    else:
+        how = f"exited with code {returncode}"
+    cause = error_frame
+    if not cause:
+        for line in reversed(log_tail):
+            text = line.strip()
+            if text and _ERROR_LINE.search(text) and not text.startswith("File "):
+                cause = text[:500]
+                break
+    if returncode == -signal.SIGKILL:
+        if oom_killed:
+            how += " (the kernel's OOM killer: the machine ran out of memory)"
+        elif not cause:
+            how += " (out of memory, or kill -9)"
+    return f"{how}: {cause}" if cause else how
+
+
+def signal_name(sig: int | None) -> str | None:
+    """SIGTERM for 15; "signal 99" for a number that names no signal; None for None."""
+    if sig is None:
+        return None
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
