@@ -10,16 +10,11 @@ from .conftest import SIZE, frozen_clock_for, load_events, settle
 
 
 def _with_resume(data_order: str, data_note: str) -> list[dict]:
+    """The recorded two-attempt run, its resume event as this version writes it."""
     events = load_events("cpu_two_attempts.jsonl")
-    hello_2 = next(i for i, e in enumerate(events) if e["type"] == "hello" and e["attempt"] == 2)
-    resume = {
-        "v": 1, "type": "resume", "seq": events[hello_2]["seq"] + 1, "t": events[hello_2]["t"],
-        "attempt": 2, "from_step": 45, "from_micro_step": 45, "checkpoint": "/r/ckpt-45",
-        "position": 11520, "data_order": data_order, "data_note": data_note, "lost_steps": 0,
-    }
-    for later in events[hello_2 + 1 :]:
-        later["seq"] += 1
-    return [*events[: hello_2 + 1], resume, *events[hello_2 + 1 :]]
+    resume = next(e for e in events if e["type"] == "resume" and e["attempt"] == 2)
+    resume.update(position=11520, data_order=data_order, data_note=data_note, lost_steps=0)
+    return events
 
 
 async def _attempts_text(events: list[dict]) -> str:
