@@ -29,7 +29,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainer_runtime.protocol import TERMINAL_STATUSES
+from trainer_runtime.protocol import (
+    MAX_FRAME_BYTES,
+    TERMINAL_STATUSES,
+    Attempt,
+    Envelope,
+    ProtocolError,
+    Run,
+    StatusChange,
+    Step,
+    decode,
+    parse_event,
+)
 
 SOCKET_PATH_MAX = 100  # AF_UNIX allows 108 bytes with the NUL; keep a margin
 RUN_ID_ALPHABET = "abcdefghjkmnpqrstuvwxyz23456789"  # no l/1/o/0/i: typeable over SSH
@@ -199,29 +210,24 @@ def read_run_info(run_dir: Path) -> RunInfo:
     message: str | None = None
     rates: list[float] = []
     head = _head_event(run_dir / "events.jsonl")
-    if head is not None and head.get("type") == "run":
-        name = str(head.get("name", name))
-        started = head.get("t")
+    if head is not None:
+        envelope, run = head
+        name = run.name or name
+        started = envelope.t
     for raw in _tail_lines(run_dir / "events.jsonl"):
         try:
-            event = json.loads(raw)
-        except ValueError:
-            continue
-        if not isinstance(event, dict):
-            continue
-        kind = event.get("type")
-        if kind == "status":
-            status = str(event.get("status", status))
-            attempt = _as_int(event.get("attempt"), attempt)
-            exit_code = _as_int(event.get("exit_code"), None)
-            message = event.get("message")
-        elif kind == "attempt":
-            attempt = _as_int(event.get("attempt"), attempt)
-        elif kind == "step":
-            step = _as_int(event.get("step"), step)
-            ms, examples = event.get("step_time_ms"), event.get("examples")
-            if isinstance(ms, int | float) and ms > 0 and isinstance(examples, int | float):
-                rates.append(float(examples) * 1000.0 / ms)
+            _, event = parse_event(decode(raw))
+        except ProtocolError:
+            continue  # a torn last line, or a record this version does not know
+        if isinstance(event, StatusChange):
+            status, attempt = event.status, event.attempt
+            exit_code, message = event.exit_code, event.message
+        elif isinstance(event, Attempt):
+            attempt = event.attempt
+        elif isinstance(event, Step):
+            step = event.step
+            if event.examples_per_s is not None:
+                rates.append(event.examples_per_s)
     # The supervisor writes state.json on every status change: the tail of a long
     # events.jsonl (8 GPUs of samples) may no longer hold the last status.
     try:
@@ -262,14 +268,15 @@ def _as_int(value: Any, default: Any) -> Any:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def _head_event(path: Path) -> dict[str, Any] | None:
+def _head_event(path: Path) -> tuple[Envelope, Run] | None:
+    """The run event that opens events.jsonl, if it is there and whole."""
     try:
         with open(path, "rb") as fh:
-            first = fh.readline(1 << 20)
-        event = json.loads(first)
-    except (OSError, ValueError):
+            first = fh.readline(MAX_FRAME_BYTES)
+        envelope, event = parse_event(decode(first))
+    except (OSError, ProtocolError):
         return None
-    return event if isinstance(event, dict) else None
+    return (envelope, event) if isinstance(event, Run) else None
 
 
 def list_runs(home: Path | None = None) -> list[RunInfo]:

@@ -20,6 +20,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from trainer_runtime import protocol
 from trainer_runtime.schema import RunConfig, divisibility_error
 
 
@@ -101,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def fail(kind: str, message: str, code: int) -> int:
         print(f"error: {message}", file=sys.stderr, flush=True)
-        emitter.emit("error", attempt=args.attempt, kind=kind, message=message)
+        emitter.emit(protocol.Error(attempt=args.attempt, kind=kind, message=message))
         emitter.close()
         return code
 
@@ -152,21 +153,22 @@ def main(argv: list[str] | None = None) -> int:
                     f"model ({_one_line(exc)[:300]}); relaunch with --fresh", 2)
     log.info("built in %.1fs: %d replicas on %s, %d parameters", time.monotonic() - t0,
              trainer.replicas, devices.kind, trainer.param_count)
-    emitter.emit(
-        "hello", attempt=args.attempt, pid=os.getpid(), tf_version=tf.__version__,
+    emitter.emit(protocol.Hello(
+        attempt=args.attempt, pid=os.getpid(), tf_version=tf.__version__,
         replicas=trainer.replicas, device_kind=devices.kind, devices=devices.names,
         param_count=trainer.param_count, param_bytes=trainer.param_bytes,
         global_batch_size=trainer.global_batch, accumulation_steps=trainer.k,
         per_replica_batch=trainer.per_replica_batch, start_step=trainer.step,
-        start_micro_step=trainer.micro_step)
+        start_micro_step=trainer.micro_step))
     if resume is not None:
         log.info("resumed from step %d (%s), data position %d, data order %s%s",
                  resume.from_step, resume.checkpoint, resume.position, resume.data_order,
                  f" ({resume.data_note})" if resume.data_note else "")
-        emitter.emit("resume", attempt=args.attempt, from_step=resume.from_step,
-                     from_micro_step=resume.from_micro_step, checkpoint=resume.checkpoint,
-                     position=resume.position, data_order=resume.data_order,
-                     data_note=resume.data_note)
+        emitter.emit(protocol.Resume(
+            attempt=args.attempt, from_step=resume.from_step,
+            from_micro_step=resume.from_micro_step, checkpoint=resume.checkpoint,
+            position=resume.position, data_order=resume.data_order,
+            data_note=resume.data_note))
     try:
         reason, step = train(trainer, flags)
     except FactoryError as exc:  # the first batch of a factory dataset was the wrong size
@@ -174,12 +176,12 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         traceback.print_exc()
         sys.stderr.flush()
-        emitter.emit("error", attempt=args.attempt, kind="runtime",
-                     message=_runtime_message(exc))
+        emitter.emit(protocol.Error(attempt=args.attempt, kind="runtime",
+                                    message=_runtime_message(exc)))
         emitter.close()
         return 1
     log.info("done: %s at step %d", reason, step)
-    emitter.emit("done", attempt=args.attempt, reason=reason, step=step)
+    emitter.emit(protocol.Done(attempt=args.attempt, reason=reason, step=step))
     emitter.close()
     return 0
 

@@ -36,6 +36,7 @@ from trainer_runtime.data import batch_mismatch, input_options, make_dataset_fn
 from trainer_runtime.devices import Devices
 from trainer_runtime.factories import FactoryError
 from trainer_runtime.models import build_model
+from trainer_runtime.protocol import Checkpoint, Step
 from trainer_runtime.schema import RunConfig, per_replica_batch
 from trainer_runtime.telemetry import NullEmitter, SocketEmitter
 
@@ -208,8 +209,6 @@ class Trainer:
         # all-reduce is a merge_call, which cannot live inside an XLA cluster.
         self._grads_fn: Any = (tf.function(self._grads_eager, jit_compile=True)
                                if cfg.train.jit_compile else None)
-        self.frames: list[dict[str, Any]] = []  # kept only when record_frames is set
-        self.record_frames = False
         self._batch_checked = False
         self._iterator: Any = None
         self.dist_dataset: Any = None
@@ -452,8 +451,8 @@ class Trainer:
         return fn.get_concrete_function(self.iterator)
 
     # --------------------------------------------------------------- running
-    def run_updates(self, n: int) -> list[dict[str, Any]]:
-        """Run n optimizer updates (one tf.function call); emit and return their step fields."""
+    def run_updates(self, n: int) -> list[Step]:
+        """Run n optimizer updates (one tf.function call); emit and return their steps."""
         multi = n > 1 or self.cfg.train.steps_per_execution > 1
         fn = self._fns.get(multi)
         if fn is None:
@@ -471,21 +470,19 @@ class Trainer:
             self.position += int(counts[i])
             end = float(ends[i])
             loss = float(losses[i])
-            fields = {
-                "attempt": self.attempt, "step": self.step, "micro_step": self.micro_step,
-                "epoch": self.epoch, "loss": loss if math.isfinite(loss) else None,
-                "lr": float(lrs[i]), "examples": int(counts[i]), "position": self.position,
-                "step_time_ms": max(0.0, (end - prev) * 1000.0),
-                "input_wait_ms": float(waits[i]) * 1000.0,
-                "grad_sync_bytes": self.grad_sync_bytes, "t": end,
-            }
+            step = Step(
+                attempt=self.attempt, step=self.step, micro_step=self.micro_step,
+                epoch=self.epoch, loss=loss if math.isfinite(loss) else None,
+                lr=float(lrs[i]), examples=int(counts[i]), position=self.position,
+                step_time_ms=max(0.0, (end - prev) * 1000.0),
+                input_wait_ms=float(waits[i]) * 1000.0,
+                grad_sync_bytes=self.grad_sync_bytes, dropped=self.emitter.dropped,
+            )
             prev = end
-            steps.append(fields)
+            steps.append(step)
             if self.step_frames:
-                self.emitter.emit("step", **fields)
+                self.emitter.emit(step, t=end)
         self._last_end = prev
-        if self.record_frames:
-            self.frames.extend(steps)
         return steps
 
     def _check_factory_batch(self, examples: int) -> None:
@@ -547,8 +544,9 @@ class Trainer:
         if self._pipeline_ckpt is not None:
             self._pipeline_ckpt.save(self.step, self.manager.checkpoints)
         seconds = time.monotonic() - t0
-        self.emitter.emit("checkpoint", attempt=self.attempt, step=self.step,
-                          micro_step=self.micro_step, path=path, seconds=round(seconds, 4))
+        self.emitter.emit(Checkpoint(attempt=self.attempt, step=self.step,
+                                     micro_step=self.micro_step, path=path,
+                                     seconds=round(seconds, 4)))
         return path, seconds
 
 

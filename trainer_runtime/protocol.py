@@ -13,31 +13,87 @@ never crashes.
 Frame types
 -----------
 trainer -> supervisor (the trainer's telemetry socket):
-  hello       attempt, pid, tf_version, replicas, device_kind ("gpu"|"cpu"),
-              devices [str], param_count, param_bytes, global_batch_size,
-              accumulation_steps, per_replica_batch, start_step, start_micro_step
-  step        attempt, step (optimizer steps so far, counted across attempts),
-              micro_step (micro-batches so far), epoch, loss, lr, examples
-              (examples trained on in this optimizer step, counted in the graph),
-              position (examples trained on so far, all attempts), step_time_ms,
-              input_wait_ms (host time blocked on the input iterator),
-              grad_sync_bytes (estimated all-reduce bytes in this step), t,
-              dropped (telemetry frames dropped so far)
-  checkpoint  attempt, step, micro_step, path, seconds
-  resume      attempt, from_step, from_micro_step, checkpoint (path or None),
-              position (examples trained on before the checkpoint), data_order
-              ("continued"|"restarted"), data_note (why it restarted, else ""),
-              lost_steps (added by the supervisor: steps since the checkpoint)
-  done        attempt, reason ("max_steps"|"epochs"|"sigterm"|"socket_lost"), step
-  error       attempt, kind ("config"|"factory"|"runtime"), message
+  hello       The trainer is built and about to train.
+              attempt (int): the attempt it belongs to (1, 2, ...)
+              pid (int): the trainer's process id
+              tf_version (str): TensorFlow's version
+              replicas (int): replicas in sync
+              device_kind (str): "gpu" or "cpu" (logical CPU replicas)
+              devices (list[str]): the replica devices
+              param_count (int): trainable parameters
+              param_bytes (int): their bytes
+              global_batch_size (int): examples per optimizer update
+              accumulation_steps (int): micro-steps per update
+              per_replica_batch (int): examples per replica per micro-step
+              start_step (int): optimizer steps before this attempt
+              start_micro_step (int): micro-steps before this attempt
+  step        One optimizer update as the trainer measured it (t: when it ended).
+              attempt (int): the attempt it belongs to (1, 2, ...)
+              step (int): optimizer steps so far, counted across attempts
+              micro_step (int): micro-batches so far
+              epoch (int): passes over the data so far (0 for a factory's)
+              loss (float | None): mean loss of the update (null if not finite)
+              lr (float): the learning rate it applied
+              examples (int): examples trained on, counted in the graph
+              step_time_ms (float): wall time of the whole update
+              input_wait_ms (float): host time blocked on the input iterator
+              grad_sync_bytes (int): estimated all-reduce bytes in this update
+              position (int | None): examples trained on so far, all attempts
+              dropped (int): telemetry frames dropped so far
+  checkpoint  A checkpoint was written.
+              attempt (int): the attempt it belongs to (1, 2, ...)
+              step (int): the optimizer step it holds
+              micro_step (int): the micro-step it holds
+              path (str): its path prefix
+              seconds (float): time the save took
+  resume      The attempt continues from a checkpoint.
+              attempt (int): the attempt it belongs to (1, 2, ...)
+              from_step (int): the checkpoint's optimizer step
+              from_micro_step (int): its micro-step
+              checkpoint (str | None): its path
+              position (int): examples trained on before it
+              data_order (str): "continued" or "restarted"
+              data_note (str): why the data order restarted
+              lost_steps (int | None): added by the supervisor: steps since the
+                checkpoint
+  done        The trainer is ending after a checkpoint.
+              attempt (int): the attempt it belongs to (1, 2, ...)
+              reason (str): "max_steps", "epochs", "sigterm" or "socket_lost"
+              step (int): the last optimizer step
+  error       The trainer cannot go on; the message is its root cause, one line.
+              attempt (int): the attempt it belongs to (1, 2, ...)
+              kind (str): "config", "factory" or "runtime"
+              message (str): one line
+supervisor -> dashboard, besides every trainer event relayed:
+  run         The run: the first line of events.jsonl (attempt 0).
+              run_id (str): the run's id
+              name (str): the config's name
+              config_path (str): the config as given
+              supervisor_pid (int): the supervisor's process id
+              host (str): where it runs
+              settings (dict[str, Any]): the validated config
+              created (float | None): when the run was made
+  attempt     An attempt starts with these settings.
+              attempt (int): the attempt it belongs to (1, 2, ...)
+              settings (dict[str, Any]): the full validated config
+              fresh (bool): whether it ignores checkpoints
+              reason (str): "start" or "relaunch"
+              config_path (str): attempt-N.yaml in the run directory
+  status      The run's status changed (see STATUSES).
+              attempt (int): the attempt it belongs to (1, 2, ...)
+              status (str): one of STATUSES
+              exit_code (int | None): the trainer's, if it exited
+              signal (str | None): the signal that ended it
+              message (str | None): what happened, one line
+              log_tail (list[str]): the trainer log's last lines, on a crash
+  sample      One device sample of the host (1 Hz).
+              host (dict[str, Any]): cpu_pct, mem_used_bytes, ...
+              gpus (list[dict[str, Any]]): one per GPU
+              nvml (str | None): null when NVML works, else why it does not
 
-supervisor -> dashboard (each carries "seq", its line number in events.jsonl,
-and "t"): every trainer frame above, relayed with "seq", plus
-  run         run_id, config_path, created, supervisor_pid, host, settings
-  attempt     attempt, settings (the full validated config), fresh, reason
-  status      status (see STATUSES), attempt, exit_code, signal, message, log_tail [str]
-  sample      host {cpu_pct, mem_used_bytes, mem_total_bytes, ...},
-              gpus [dict], nvml (None when NVML works, else why it does not)
+Every frame carries "v" and "type"; "t" is the sender's clock (a step's: when it
+ended); the supervisor adds "seq", the event's line number in events.jsonl.
+supervisor -> dashboard, replies:
   ack / err   id (the command's), message (err only), and any result fields
 
 dashboard -> supervisor (commands; each answered by ack or err). Every field is
@@ -570,3 +626,337 @@ def _show(value: Any) -> str:
     if isinstance(value, Mapping):
         return "an object"
     return f"a {type(value).__name__}"
+
+
+# -- events: trainer -> supervisor -> dashboards --------------------------------------
+#
+# Each event is declared once, as a frozen dataclass: its fields, their Python types
+# (checked on decode) and a note each. The envelope ("v", "type", "seq", "t") is added
+# by event_frame and read by parse_event, and nowhere else; "seq" is the supervisor's
+# (the line number in events.jsonl), "t" the sender's clock. event_reference() is the
+# text of this module's docstring section on events, generated from the declarations.
+
+ENVELOPE = ("v", "type", "seq", "t")
+
+
+def _note(text: str) -> dict[str, Any]:
+    return {"note": text}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Event:
+    """Base of the events; ``TYPE`` is the frame type, ``FROM`` who sends it."""
+
+    TYPE: ClassVar[str] = ""
+    FROM: ClassVar[str] = ""
+
+
+def _attempt() -> Any:
+    return field(metadata=_note("the attempt it belongs to (1, 2, ...)"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hello(Event):
+    """The trainer is built and about to train."""
+
+    TYPE: ClassVar[str] = "hello"
+    FROM: ClassVar[str] = "trainer"
+    attempt: int = _attempt()
+    pid: int = field(metadata=_note("the trainer's process id"))
+    tf_version: str = field(metadata=_note("TensorFlow's version"))
+    replicas: int = field(metadata=_note("replicas in sync"))
+    device_kind: str = field(metadata=_note('"gpu" or "cpu" (logical CPU replicas)'))
+    devices: list[str] = field(metadata=_note("the replica devices"))
+    param_count: int = field(metadata=_note("trainable parameters"))
+    param_bytes: int = field(metadata=_note("their bytes"))
+    global_batch_size: int = field(metadata=_note("examples per optimizer update"))
+    accumulation_steps: int = field(metadata=_note("micro-steps per update"))
+    per_replica_batch: int = field(metadata=_note("examples per replica per micro-step"))
+    start_step: int = field(metadata=_note("optimizer steps before this attempt"))
+    start_micro_step: int = field(metadata=_note("micro-steps before this attempt"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Step(Event):
+    """One optimizer update as the trainer measured it (t: when it ended)."""
+
+    TYPE: ClassVar[str] = "step"
+    FROM: ClassVar[str] = "trainer"
+    attempt: int = _attempt()
+    step: int = field(metadata=_note("optimizer steps so far, counted across attempts"))
+    micro_step: int = field(metadata=_note("micro-batches so far"))
+    epoch: int = field(metadata=_note("passes over the data so far (0 for a factory's)"))
+    loss: float | None = field(metadata=_note("mean loss of the update (null if not finite)"))
+    lr: float = field(metadata=_note("the learning rate it applied"))
+    examples: int = field(metadata=_note("examples trained on, counted in the graph"))
+    step_time_ms: float = field(metadata=_note("wall time of the whole update"))
+    input_wait_ms: float = field(metadata=_note("host time blocked on the input iterator"))
+    grad_sync_bytes: int = field(metadata=_note("estimated all-reduce bytes in this update"))
+    position: int | None = field(
+        default=None, metadata=_note("examples trained on so far, all attempts")
+    )
+    dropped: int = field(default=0, metadata=_note("telemetry frames dropped so far"))
+
+    @property
+    def examples_per_s(self) -> float | None:
+        return None if self.step_time_ms <= 0 else self.examples * 1000.0 / self.step_time_ms
+
+    @property
+    def input_wait_pct(self) -> float | None:
+        return input_wait_pct(self.input_wait_ms, self.step_time_ms)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Checkpoint(Event):
+    """A checkpoint was written."""
+
+    TYPE: ClassVar[str] = "checkpoint"
+    FROM: ClassVar[str] = "trainer"
+    attempt: int = _attempt()
+    step: int = field(metadata=_note("the optimizer step it holds"))
+    micro_step: int = field(metadata=_note("the micro-step it holds"))
+    path: str = field(metadata=_note("its path prefix"))
+    seconds: float = field(metadata=_note("time the save took"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resume(Event):
+    """The attempt continues from a checkpoint."""
+
+    TYPE: ClassVar[str] = "resume"
+    FROM: ClassVar[str] = "trainer"
+    attempt: int = _attempt()
+    from_step: int = field(metadata=_note("the checkpoint's optimizer step"))
+    from_micro_step: int = field(metadata=_note("its micro-step"))
+    checkpoint: str | None = field(metadata=_note("its path"))
+    position: int = field(default=0, metadata=_note("examples trained on before it"))
+    data_order: str = field(
+        default="continued", metadata=_note('"continued" or "restarted"')
+    )
+    data_note: str = field(default="", metadata=_note("why the data order restarted"))
+    lost_steps: int | None = field(
+        default=None, metadata=_note("added by the supervisor: steps since the checkpoint")
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Done(Event):
+    """The trainer is ending after a checkpoint."""
+
+    TYPE: ClassVar[str] = "done"
+    FROM: ClassVar[str] = "trainer"
+    attempt: int = _attempt()
+    reason: str = field(metadata=_note('"max_steps", "epochs", "sigterm" or "socket_lost"'))
+    step: int = field(metadata=_note("the last optimizer step"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Error(Event):
+    """The trainer cannot go on; the message is its root cause, one line."""
+
+    TYPE: ClassVar[str] = "error"
+    FROM: ClassVar[str] = "trainer"
+    attempt: int = _attempt()
+    kind: str = field(metadata=_note('"config", "factory" or "runtime"'))
+    message: str = field(metadata=_note("one line"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Run(Event):
+    """The run: the first line of events.jsonl (attempt 0)."""
+
+    TYPE: ClassVar[str] = "run"
+    FROM: ClassVar[str] = "supervisor"
+    run_id: str = field(metadata=_note("the run's id"))
+    name: str = field(default="", metadata=_note("the config's name"))
+    config_path: str = field(metadata=_note("the config as given"))
+    supervisor_pid: int = field(metadata=_note("the supervisor's process id"))
+    host: str = field(metadata=_note("where it runs"))
+    settings: dict[str, Any] = field(metadata=_note("the validated config"))
+    created: float | None = field(default=None, metadata=_note("when the run was made"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Attempt(Event):
+    """An attempt starts with these settings."""
+
+    TYPE: ClassVar[str] = "attempt"
+    FROM: ClassVar[str] = "supervisor"
+    attempt: int = _attempt()
+    settings: dict[str, Any] = field(metadata=_note("the full validated config"))
+    fresh: bool = field(metadata=_note("whether it ignores checkpoints"))
+    reason: str = field(metadata=_note('"start" or "relaunch"'))
+    config_path: str = field(default="", metadata=_note("attempt-N.yaml in the run directory"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StatusChange(Event):
+    """The run's status changed (see STATUSES)."""
+
+    TYPE: ClassVar[str] = "status"
+    FROM: ClassVar[str] = "supervisor"
+    attempt: int = _attempt()
+    status: str = field(metadata=_note("one of STATUSES"))
+    exit_code: int | None = field(default=None, metadata=_note("the trainer's, if it exited"))
+    signal: str | None = field(default=None, metadata=_note("the signal that ended it"))
+    message: str | None = field(default=None, metadata=_note("what happened, one line"))
+    log_tail: list[str] = field(
+        default_factory=list, metadata=_note("the trainer log's last lines, on a crash")
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sample(Event):
+    """One device sample of the host (1 Hz)."""
+
+    TYPE: ClassVar[str] = "sample"
+    FROM: ClassVar[str] = "supervisor"
+    host: dict[str, Any] = field(metadata=_note("cpu_pct, mem_used_bytes, ..."))
+    gpus: list[dict[str, Any]] = field(metadata=_note("one per GPU"))
+    nvml: str | None = field(metadata=_note("null when NVML works, else why it does not"))
+
+
+EVENTS: Mapping[str, type[Event]] = MappingProxyType(
+    {
+        cls.TYPE: cls
+        for cls in (Hello, Step, Checkpoint, Resume, Done, Error, Run, Attempt, StatusChange,
+                    Sample)
+    }
+)
+TRAINER_EVENTS = frozenset(name for name, cls in EVENTS.items() if cls.FROM == "trainer")
+
+
+def input_wait_pct(input_wait_ms: float, step_time_ms: float) -> float | None:
+    """Input wait as a share of step time, in %: the one place this is computed."""
+    return None if step_time_ms <= 0 else 100.0 * input_wait_ms / step_time_ms
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """What every frame carries besides its event."""
+
+    type: str
+    seq: int | None = None
+    t: float | None = None
+
+
+def event_frame(event: Event, *, t: float | None = None, seq: int | None = None
+                ) -> dict[str, Any]:
+    """The frame dict of an event: envelope first, then its fields. The one place it is built."""
+    frame: dict[str, Any] = {"v": PROTOCOL_VERSION, "type": event.TYPE}
+    if seq is not None:
+        frame["seq"] = seq
+    if t is not None:
+        frame["t"] = t
+    for f in fields(event):
+        frame[f.name] = getattr(event, f.name)
+    return frame
+
+
+def encode_event(event: Event, *, t: float | None = None, seq: int | None = None) -> bytes:
+    """One event as bytes, newline included."""
+    return encode_frame(event_frame(event, t=t, seq=seq))
+
+
+def parse_event(frame: Mapping[str, Any]) -> tuple[Envelope, Event]:
+    """The envelope and the typed event of a decoded frame; ProtocolError if it is not one.
+
+    Every declared field is checked against its type (an int is never a bool; a
+    float field takes an int); a missing field without a default, an unknown field
+    or an unknown type is refused.
+    """
+    frame_type = frame.get("type")
+    cls = EVENTS.get(frame_type) if isinstance(frame_type, str) else None
+    if cls is None:
+        raise ProtocolError(f"unknown event type {_show(frame_type)}")
+    seq, t = frame.get("seq"), frame.get("t")
+    if seq is not None and (type(seq) is not int or seq < 0):
+        raise ProtocolError(f"{cls.TYPE}: seq must be an integer >= 0 (got {_show(seq)})")
+    if t is not None and (type(t) not in (int, float) or not math.isfinite(t)):
+        raise ProtocolError(f"{cls.TYPE}: t must be a number (got {_show(t)})")
+    checks = _EVENT_CHECKS[cls.TYPE]
+    values: dict[str, Any] = {}
+    for key, value in frame.items():
+        if key in ENVELOPE:
+            continue
+        check = checks.get(key)
+        if check is None:
+            raise ProtocolError(f"{cls.TYPE}: unknown field {_show(key)}")
+        ok, kept = check(value)
+        if not ok:
+            raise ProtocolError(f"{cls.TYPE}: {key} must be {kept} (got {_show(value)})")
+        values[key] = kept
+    try:
+        event = cls(**values)
+    except TypeError as exc:
+        raise ProtocolError(f"{cls.TYPE}: {_one_line(exc)}") from None
+    return Envelope(cls.TYPE, seq, float(t) if t is not None else None), event
+
+
+def _type_check(annotation: Any) -> Callable[[Any], tuple[bool, Any]]:
+    """A check for one declared field type: (True, value kept) or (False, words)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    optional = text.endswith(" | None")
+    base = text.removesuffix(" | None")
+    simple: dict[str, tuple[Callable[[Any], bool], Callable[[Any], Any], str]] = {
+        "int": (lambda v: type(v) is int, int, "an integer"),
+        "float": (
+            lambda v: type(v) in (int, float) and math.isfinite(v),
+            float,
+            "a finite number",
+        ),
+        "str": (lambda v: isinstance(v, str), str, "a string"),
+        "bool": (lambda v: v is True or v is False, bool, "true or false"),
+        "list[str]": (
+            lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
+            list,
+            "a list of strings",
+        ),
+        "dict[str, Any]": (lambda v: isinstance(v, dict), dict, "an object"),
+        "list[dict[str, Any]]": (
+            lambda v: isinstance(v, list) and all(isinstance(i, dict) for i in v),
+            list,
+            "a list of objects",
+        ),
+    }
+    if base not in simple:
+        raise TypeError(f"event field type {text!r} has no wire check")
+    accepts, convert, words = simple[base]
+    words = f"{words} or null" if optional else words
+
+    def check(value: Any) -> tuple[bool, Any]:
+        if value is None and optional:
+            return True, None
+        if accepts(value):
+            return True, convert(value)
+        return False, words
+
+    return check
+
+
+_EVENT_CHECKS: Mapping[str, Mapping[str, Callable[[Any], tuple[bool, Any]]]] = MappingProxyType(
+    {
+        name: MappingProxyType({f.name: _type_check(f.type) for f in fields(cls)})
+        for name, cls in EVENTS.items()
+    }
+)
+
+
+def event_reference(width: int = 86) -> str:
+    """The events and their fields as text, generated from the declarations."""
+    lines: list[str] = []
+    for source, title in (("trainer", "trainer -> supervisor (the trainer's telemetry socket)"),
+                          ("supervisor", "supervisor -> dashboard, besides every trainer "
+                                         "event relayed")):
+        lines.append(f"{title}:")
+        for cls in EVENTS.values():
+            if source != cls.FROM:
+                continue
+            summary = (cls.__doc__ or "").strip().splitlines()[0]
+            lines.extend(textwrap.wrap(f"{cls.TYPE:<11} {summary}", width,
+                                       initial_indent="  ", subsequent_indent=" " * 14))
+            for f in fields(cls):
+                text = f"{f.name} ({f.type}): {f.metadata['note']}"
+                lines.extend(textwrap.wrap(text, width, initial_indent=" " * 14,
+                                           subsequent_indent=" " * 16))
+    return "\n".join(lines)

@@ -1,9 +1,9 @@
 """Non-blocking telemetry emitter: frames go out over the supervisor's socket fd.
 
-The training thread only appends a dict to a bounded deque (no JSON, no
-syscalls); a sender thread encodes and writes. When the reader lags and the
-deque is full, the newest frame is dropped and counted (the count travels in
-every step frame's ``dropped`` field). A reader thread watches for the peer
+The training thread only appends a typed event (trainer_runtime.protocol) to a
+bounded deque (no JSON, no syscalls); a sender thread encodes and writes. When
+the reader lags and the deque is full, the newest frame is dropped and counted
+(the trainer puts the count in every step's ``dropped`` field). A reader thread watches for the peer
 closing (``recv`` returns b'') and the sender for EPIPE/ECONNRESET: either sets
 ``lost``, and the training loop then checkpoints and exits 0 (reason
 ``socket_lost``) so no orphan trainer outlives a killed supervisor.
@@ -15,7 +15,6 @@ import collections
 import socket
 import threading
 import time
-from typing import Any
 
 from trainer_runtime import protocol
 
@@ -30,7 +29,7 @@ class NullEmitter:
     def lost(self) -> bool:
         return False
 
-    def emit(self, frame_type: str, **fields: Any) -> None:
+    def emit(self, event: protocol.Event, t: float | None = None) -> None:
         pass
 
     def close(self, timeout_s: float = 2.0) -> None:
@@ -41,7 +40,7 @@ class SocketEmitter:
     def __init__(self, sock: socket.socket, buffer_frames: int = 4096) -> None:
         self._sock = sock
         self._limit = buffer_frames
-        self._queue: collections.deque[tuple[str, dict[str, Any]]] = collections.deque()
+        self._queue: collections.deque[tuple[protocol.Event, float]] = collections.deque()
         self._wake = threading.Condition(threading.Lock())
         self._closing = False
         self._lost = threading.Event()
@@ -60,8 +59,8 @@ class SocketEmitter:
     def lost(self) -> bool:
         return self._lost.is_set()
 
-    def emit(self, frame_type: str, **fields: Any) -> None:
-        """Queue a frame; never blocks on the socket. Drops (and counts) when full."""
+    def emit(self, event: protocol.Event, t: float | None = None) -> None:
+        """Queue an event (t: when it happened, default now); never blocks. Drops when full."""
         if self._lost.is_set():
             return
         # deque appends are atomic under the GIL; the length check may race with
@@ -69,7 +68,7 @@ class SocketEmitter:
         if len(self._queue) >= self._limit:
             self.dropped += 1
             return
-        self._queue.append((frame_type, fields))
+        self._queue.append((event, time.time() if t is None else t))
         if len(self._queue) == 1:
             with self._wake:
                 self._wake.notify()
@@ -83,11 +82,9 @@ class SocketEmitter:
                     return
             chunks: list[bytes] = []
             while self._queue and len(chunks) < 256:
-                frame_type, fields = self._queue.popleft()
-                if frame_type == "step":
-                    fields["dropped"] = self.dropped
+                event, t = self._queue.popleft()
                 try:
-                    chunks.append(protocol.encode(frame_type, **fields))
+                    chunks.append(protocol.encode_event(event, t=t))
                 except (protocol.ProtocolError, ValueError, TypeError):
                     self.dropped += 1  # e.g. a NaN loss; never crash the sender
             try:

@@ -71,22 +71,32 @@ def test_lr_schedule_advances_once_per_optimizer_update(strategy: Any, devices: 
     steps = trainer.run_updates(1) + trainer.run_updates(1) + trainer.run_updates(1)
     schedule = keras.optimizers.schedules.CosineDecay(0.01, 10)
     expected = [float(schedule(i)) for i in range(3)]
-    np.testing.assert_allclose([s["lr"] for s in steps], expected, rtol=1e-6)
+    np.testing.assert_allclose([s.lr for s in steps], expected, rtol=1e-6)
     assert int(trainer.optimizer.iterations.numpy()) == 3
-    assert [s["step"] for s in steps] == [1, 2, 3]
-    assert [s["micro_step"] for s in steps] == [4, 8, 12]
+    assert [s.step for s in steps] == [1, 2, 3]
+    assert [s.micro_step for s in steps] == [4, 8, 12]
     # ring all-reduce estimate: parameter bytes x 2(R-1)/R, R = 2
-    assert steps[0]["grad_sync_bytes"] == trainer.param_bytes
+    assert steps[0].grad_sync_bytes == trainer.param_bytes
 
 
 def test_steps_per_execution_reports_every_step(strategy: Any, devices: Any) -> None:
     cfg = make_config(train={"steps_per_execution": 5, "accumulation_steps": 2})
     from trainer_runtime.loop import Trainer
+    from trainer_runtime.telemetry import NullEmitter
 
-    trainer = Trainer(cfg, strategy, devices)
+    class Recording(NullEmitter):
+        def __init__(self) -> None:
+            self.events: list[tuple[Any, float | None]] = []
+
+        def emit(self, event: Any, t: float | None = None) -> None:
+            self.events.append((event, t))
+
+    emitter = Recording()
+    trainer = Trainer(cfg, strategy, devices, emitter=emitter)
     steps = trainer.run_updates(5)
-    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5]
-    assert all(s["step_time_ms"] > 0 and s["input_wait_ms"] >= 0 for s in steps)
-    assert all(s["input_wait_ms"] <= s["step_time_ms"] for s in steps)
-    ends = [s["t"] for s in steps]
-    assert ends == sorted(ends)
+    assert [s.step for s in steps] == [1, 2, 3, 4, 5]
+    assert all(s.step_time_ms > 0 and s.input_wait_ms >= 0 for s in steps)
+    assert all(s.input_wait_ms <= s.step_time_ms for s in steps)
+    assert [event for event, _ in emitter.events] == steps, "every step is emitted, once"
+    ends = [t for _, t in emitter.events]
+    assert all(t is not None for t in ends) and ends == sorted(ends)

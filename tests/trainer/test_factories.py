@@ -28,7 +28,7 @@ def test_model_and_data_factories_train(strategy: Any, devices: Any) -> None:
     assert trainer.input_shape == (6,)
     assert trainer.param_count == 6 * 5 + 5 + 5 * 2 + 2
     steps = trainer.run_updates(3)
-    assert all(math.isfinite(s["loss"]) for s in steps)
+    assert all(math.isfinite(s.loss) for s in steps)
 
 
 @pytest.mark.parametrize(("section", "spec", "message"), [
@@ -59,7 +59,7 @@ def test_bad_factory_names_itself(strategy: Any, devices: Any, section: str, spe
 def test_builtin_image_models_train(strategy: Any, devices: Any, name: str) -> None:
     trainer = _trainer(strategy, devices, model={"name": name},
                        data={"input_shape": [8, 8, 3], "examples": 256})
-    assert all(math.isfinite(s["loss"]) for s in trainer.run_updates(2))
+    assert all(math.isfinite(s.loss) for s in trainer.run_updates(2))
 
 
 def test_image_model_on_flat_input_is_a_config_error(strategy: Any, devices: Any) -> None:
@@ -79,7 +79,7 @@ def test_precision_and_jit_train(strategy: Any, devices: Any, precision: str, ji
                                                      "jit_compile": jit, "accumulation_steps": 2})
         if precision == "mixed_float16":
             assert isinstance(trainer.optimizer, keras.optimizers.LossScaleOptimizer)
-        assert all(math.isfinite(s["loss"]) for s in trainer.run_updates(2))
+        assert all(math.isfinite(s.loss) for s in trainer.run_updates(2))
     finally:
         keras.mixed_precision.set_global_policy("float32")
 
@@ -105,5 +105,5 @@ def test_a_keras_guide_model_without_input_shape_or_classes_trains(
                        data={"classes": 4})
     assert trainer.param_count == 16 * 12 + 12 + 12 * 4 + 4
     steps = trainer.run_updates(3)
-    assert all(math.isfinite(s["loss"]) for s in steps)
-    assert [s["examples"] for s in steps] == [64, 64, 64]
+    assert all(math.isfinite(s.loss) for s in steps)
+    assert [s.examples for s in steps] == [64, 64, 64]

@@ -33,8 +33,8 @@ def _measure(strategy: Any, devices: Any, latency_ms: float, prefetch: Any,
     steps = []
     for _ in range(STEPS):
         steps += trainer.run_updates(1)
-    step_ms = np.array([s["step_time_ms"] for s in steps])
-    wait_ms = np.array([s["input_wait_ms"] for s in steps])
+    step_ms = np.array([s.step_time_ms for s in steps])
+    wait_ms = np.array([s.input_wait_ms for s in steps])
     return (float(np.median(wait_ms) / np.median(step_ms)),
             float(np.median(step_ms - wait_ms)))
 
@@ -64,7 +64,7 @@ def test_decode_cost_adds_input_time(strategy: Any, devices: Any) -> None:
         steps = []
         for _ in range(10):
             steps += trainer.run_updates(1)
-        waits.append(float(np.median([s["input_wait_ms"] for s in steps])))
+        waits.append(float(np.median([s.input_wait_ms for s in steps])))
     # Seen here: 0.22-0.25 ms without decode work, 1.6-1.8 ms with 200 rounds (the
     # pipeline's own threads absorb much of it). A ratio holds on a loaded 2-core box
     # where an absolute margin did not.
