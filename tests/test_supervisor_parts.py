@@ -27,7 +27,19 @@ from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.exits import LOG_TAIL_LINES, TrainerExit, exit_status
 from gpuwatch.supervisor.hub import Client, ClientHub
 from tests.conftest import ROOT, TINY
-from trainer_runtime.protocol import ProtocolError, Subscribe, decode, encode, parse_command
+from tests.data.fake_trainer import step as fake_step
+from trainer_runtime.protocol import (
+    Checkpoint,
+    Event,
+    ProtocolError,
+    Run,
+    StatusChange,
+    Subscribe,
+    decode,
+    encode,
+    encode_event,
+    parse_command,
+)
 from trainer_runtime.schema import RunConfig
 
 
@@ -59,6 +71,15 @@ async def until(predicate: Callable[[], Any], what: str, timeout_s: float = 10) 
 # -- the event log --------------------------------------------------------------------
 
 
+RUN = Run(run_id="r", config_path="c.yaml", supervisor_pid=1, host="h", settings={})
+
+
+def step_event(number: int, **changes: Any) -> Event:
+    from dataclasses import replace
+
+    return replace(fake_step(1, number), **changes)
+
+
 def _lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -76,12 +97,13 @@ def test_event_log_seq_is_the_line_number_and_each_event_is_on_disk_when_appende
     log = EventLog(tmp_path)
     try:
         for step in range(5):
-            frame, data = log.append("step", step=step, t=100.0 + step)
-            assert frame["seq"] == step and data.endswith(b"\n")
+            seq, t, data = log.append(step_event(step), 100.0 + step)
+            assert (seq, t) == (step, 100.0 + step) and data.endswith(b"\n")
             # Flushed before it is sent anywhere: another reader sees it at once.
-            assert _lines(tmp_path / "events.jsonl")[-1] == frame
+            last = _lines(tmp_path / "events.jsonl")[-1]
+            assert (last["seq"], last["t"], last["step"]) == (step, 100.0 + step, step)
         assert [e["seq"] for e in _lines(tmp_path / "events.jsonl")] == [0, 1, 2, 3, 4]
-        assert log.append("status", status="running")[0]["t"] > 0, "t is filled in"
+        assert log.append(StatusChange(attempt=1, status="running"))[1] > 0, "t is filled in"
     finally:
         log.close()
 
@@ -89,10 +111,10 @@ def test_event_log_seq_is_the_line_number_and_each_event_is_on_disk_when_appende
 def test_event_log_refuses_an_unencodable_event_without_spending_a_seq(tmp_path: Path) -> None:
     log = EventLog(tmp_path)
     try:
-        log.append("step", step=1)
+        log.append(step_event(1))
         with pytest.raises(ProtocolError):
-            log.append("step", loss=math.nan)
-        assert log.append("step", step=2)[0]["seq"] == 1
+            log.append(step_event(2, loss=math.nan))
+        assert log.append(step_event(2))[0] == 1
     finally:
         log.close()
     assert len(_lines(tmp_path / "events.jsonl")) == 2
@@ -101,12 +123,12 @@ def test_event_log_refuses_an_unencodable_event_without_spending_a_seq(tmp_path:
 def test_a_restarted_event_log_counts_the_events_already_there(tmp_path: Path) -> None:
     first = EventLog(tmp_path)
     for step in range(3):
-        first.append("step", step=step)
+        first.append(step_event(step))
     first.close()
     again = EventLog(tmp_path)
     try:
         assert again.next_seq == 3
-        assert again.append("step", step=3)[0]["seq"] == 3
+        assert again.append(step_event(3))[0] == 3
     finally:
         again.close()
     assert [e["seq"] for e in _lines(tmp_path / "events.jsonl")] == [0, 1, 2, 3]
@@ -119,7 +141,7 @@ async def test_event_log_replays_exactly_the_range_asked_in_chunks(
     log = EventLog(tmp_path)
     try:
         for step in range(40):
-            log.append("step", step=step)
+            log.append(step_event(step))
         chunks = [chunk async for chunk in log.replay(0, 40)]
         assert len(chunks) > 5, "read in bounded chunks, not at once"
         assert await _replayed(log, 0, 40) == list(range(40))
@@ -135,14 +157,15 @@ async def test_event_log_replays_exactly_the_range_asked_in_chunks(
 def test_state_json_summarises_the_last_status_for_ls(tmp_path: Path) -> None:
     log = EventLog(tmp_path)
     try:
-        frame, _ = log.append("status", status="crashed", attempt=2, exit_code=1, message="boom")
-        log.write_state(frame, step=41)
+        status = StatusChange(attempt=2, status="crashed", exit_code=1, message="boom")
+        _, t, _ = log.append(status)
+        log.write_state(status, t, step=41)
     finally:
         log.close()
     state = json.loads((tmp_path / "state.json").read_text())
     assert state == {
         "status": "crashed", "attempt": 2, "exit_code": 1, "signal": None, "message": "boom",
-        "step": 41, "t": frame["t"],
+        "step": 41, "t": t,
     }
     assert not (tmp_path / "state.json.tmp").exists()
 
@@ -228,6 +251,9 @@ class AgentHarness:
         self.monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", mode)
         await self.agent.start(attempt, self.run_dir / "attempt.yaml", fresh=fresh)
 
+    def log_text(self) -> str:
+        return (self.run_dir / "trainer.log").read_text()
+
     async def ended(self) -> TrainerExit:
         await until(lambda: self.exits, "the trainer to exit")
         index, ended = self.exits.pop()
@@ -248,11 +274,11 @@ async def test_agent_passes_frames_up_tagged_with_its_index_and_the_attempt(
     await harness.start(1, "finish", fresh=True)
     ended = await harness.ended()
     assert ended == TrainerExit(0, done_reason="max_steps")
-    assert [(index, kind) for index, kind, _ in harness.frames] == [
+    assert [(index, event.TYPE) for index, event, _ in harness.frames] == [
         (3, "hello"), (3, "step"), (3, "done")
     ]
-    hello = harness.frames[0][2]
-    assert hello["attempt"] == 1 and hello["fresh"] is True and "v" not in hello
+    assert harness.frames[0][1].attempt == 1
+    assert "fake trainer: attempt 1, finish, fresh=True" in harness.log_text()
     assert harness.agent.replicas == 2
     assert not harness.agent.running and harness.agent.pid is None
 
@@ -289,7 +315,7 @@ async def test_agent_stop_asks_with_sigterm_and_the_trainer_checkpoints_and_exit
     await until(lambda: harness.frames, "hello")
     assert harness.agent.running and harness.agent.stoppable
     await asyncio.wait_for(harness.agent.stop(grace_s=30), 20)
-    assert harness.exits[-1][1] == TrainerExit(0, done_reason="signal")
+    assert harness.exits[-1][1] == TrainerExit(0, done_reason="sigterm")
     assert not harness.agent.running and not harness.agent.stoppable
     await harness.agent.stop(grace_s=30)  # nothing to stop: returns at once
 
@@ -306,11 +332,13 @@ async def test_agent_counts_a_frame_the_trainer_may_not_send_and_reads_on(
 ) -> None:
     ours, trainer_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with trainer_end:
-        trainer_end.sendall(encode("step", step=1) + encode("ack", id=1) + encode("step", step=2))
+        trainer_end.sendall(
+            encode_event(step_event(1)) + encode("ack", id=1) + encode_event(step_event(2))
+        )
         trainer_end.shutdown(socket.SHUT_WR)
         await asyncio.wait_for(harness.agent.read_frames(ours, 7), 10)
     assert harness.agent.bad_frames == 1
-    assert [(kind, f["step"], f["attempt"]) for _, kind, f in harness.frames] == [
+    assert [(e.TYPE, e.step, e.attempt) for _, e, _ in harness.frames] == [
         ("step", 1, 7), ("step", 2, 7)
     ]
 
@@ -350,9 +378,9 @@ class HubHarness:
             return encode("ack", id=command.id, next_seq=next_seq)
         return encode("ack", id=command.id)
 
-    def record(self, kind: str, /, **fields: Any) -> None:
-        frame, data = self.events.append(kind, **fields)
-        self.hub.publish(frame["seq"], data)
+    def record(self, event: Event) -> None:
+        seq, _, data = self.events.append(event)
+        self.hub.publish(seq, data)
 
 
 @pytest.fixture
@@ -382,13 +410,13 @@ async def test_hub_replays_then_goes_live_with_no_gap_and_no_duplicate(
 ) -> None:
     monkeypatch.setattr(eventlog, "REPLAY_CHUNK_BYTES", 256)  # a replay of many small reads
     for step in range(300):
-        hub.record("step", step=step)
+        hub.record(step_event(step))
     async with RunClient(hub.hub.socket_path) as client:
         reply = await client.subscribe(120)
         assert reply["next_seq"] == 300
         # Events recorded while the replay is still being read wait behind it.
         for step in range(300, 400):
-            hub.record("step", step=step)
+            hub.record(step_event(step))
             await asyncio.sleep(0)
         events = await asyncio.wait_for(_gather(client, 280), 20)
     assert [e["seq"] for e in events] == list(range(120, 400))
@@ -404,10 +432,10 @@ async def test_hub_sends_nothing_before_subscribe_and_refuses_a_second_one(
             return encode("err", id=frame.get("id"), message=str(exc))
 
     hub.hub._answer = answer
-    hub.record("run", run_id="r")
+    hub.record(RUN)
     async with RunClient(hub.hub.socket_path) as client:
         await client.command("status")
-        hub.record("step", step=1)
+        hub.record(step_event(1))
         await client.subscribe(1)
         with pytest.raises(CommandError, match="already subscribed"):
             await client.subscribe(0)
@@ -418,11 +446,11 @@ async def test_hub_sends_nothing_before_subscribe_and_refuses_a_second_one(
 async def test_hub_holds_a_subscription_from_a_later_seq_until_it_is_reached(
     hub: HubHarness,
 ) -> None:
-    hub.record("run", run_id="r")
+    hub.record(RUN)
     async with RunClient(hub.hub.socket_path) as client:
         assert (await client.subscribe(3))["next_seq"] == 1
         for step in range(1, 6):
-            hub.record("step", step=step)
+            hub.record(step_event(step))
         events = await asyncio.wait_for(_gather(client, 3), 10)
     assert [e["seq"] for e in events] == [3, 4, 5]
 
@@ -448,7 +476,8 @@ async def test_hub_cuts_off_a_client_that_never_reads_and_serves_the_others(
             # client's 32 KiB queue, never past the reader's.
             for _ in range(200):
                 for _ in range(10):
-                    harness.record("step", step=sent, padding=padding)
+                    harness.record(Checkpoint(attempt=1, step=sent, micro_step=sent,
+                                              path=padding, seconds=0.0))
                     sent += 1
                 events = await asyncio.wait_for(_gather(reader, 10), 10)
                 assert [e["step"] for e in events] == list(range(sent - 10, sent))
@@ -486,7 +515,7 @@ async def test_hub_closes_only_the_connection_that_sent_a_bad_frame(hub: HubHarn
         assert await asyncio.wait_for(reader.read(), 10) == b""
         writer.close()
         assert hub.hub.bad_frames == 1
-        hub.record("step", step=1)
+        hub.record(step_event(1))
         assert (await asyncio.wait_for(good.next_batch(), 10))[0]["step"] == 1
     with pytest.raises(ConnectionLost):
         await asyncio.wait_for(good.next_batch(), 10)  # closed by us, and said so

@@ -24,12 +24,14 @@ from gpuwatch.app.link import ReplayLink, SocketLink
 from gpuwatch.client import CommandError, ConnectionLost, RunClient
 from gpuwatch.supervisor import Supervisor
 from tests.conftest import TINY
+from tests.data.fake_trainer import step
 from trainer_runtime.protocol import (
     FrameBuffer,
     InvalidCommand,
     Relaunch,
     decode,
     encode,
+    encode_event,
     parse_command,
 )
 
@@ -72,7 +74,8 @@ async def test_trainer_reader_counts_a_deep_frame_and_closes_the_trainer_socket(
 ) -> None:
     ours, trainer_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     with trainer_end:
-        trainer_end.sendall(encode("step", step=1, loss=0.5) + DEEP + encode("step", step=2))
+        # Whole step events (the reader checks every field), with a deep frame between.
+        trainer_end.sendall(encode_event(step(1, 1)) + DEEP + encode_event(step(1, 2)))
         await asyncio.wait_for(supervisor._read_trainer(ours, 1), 10)
         trainer_end.settimeout(10)
         # The trainer sees its telemetry socket closed (it then checkpoints and exits).

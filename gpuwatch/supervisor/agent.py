@@ -20,21 +20,31 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from gpuwatch.supervisor.exits import TrainerExit
-from trainer_runtime.protocol import MAX_FRAME_BYTES, FrameBuffer, ProtocolError
+from trainer_runtime.protocol import (
+    MAX_FRAME_BYTES,
+    TRAINER_EVENTS,
+    Done,
+    Error,
+    Event,
+    FrameBuffer,
+    Hello,
+    ProtocolError,
+    parse_event,
+)
 
 log = logging.getLogger("gpuwatch.supervisor")
 
 SAMPLE_INTERVAL_S = float(os.environ.get("GPUWATCH_SAMPLE_INTERVAL_S", "1.0"))
-TRAINER_FRAMES = frozenset({"hello", "step", "checkpoint", "resume", "done", "error", "log"})
 # How much of trainer.log an exit reads back for its cause (the end of this attempt's part).
 LOG_READ_BYTES = 256 * 1024
 
 # (agent index, frame type, fields): a trainer frame with v and seq taken off, attempt put on.
-OnFrame = Callable[[int, str, dict[str, Any]], None]
+OnFrame = Callable[[int, Event, float | None], None]
 # (agent index, how the trainer ended): called once its frames are all read.
 OnExit = Callable[[int, TrainerExit], None]
 # (agent index, sample fields): called on the event loop, once per sample.
@@ -218,20 +228,18 @@ class LocalAgent:
             writer.close()
 
     def _take_frame(self, frame: dict[str, Any], attempt: int) -> None:
-        kind = frame.pop("type")
-        if kind not in TRAINER_FRAMES:
-            raise ValueError(f"the trainer may not send {kind!r} frames")
-        frame.pop("v", None)
-        frame.pop("seq", None)
-        frame["attempt"] = attempt
-        if kind == "hello":
-            replicas = frame.get("replicas")
-            self.replicas = replicas if isinstance(replicas, int) else None
-        elif kind == "done":
-            self._done_reason = str(frame.get("reason"))
-        elif kind == "error":
-            self._error = str(frame.get("message"))
-        self._on_frame(self.index, kind, frame)
+        envelope, event = parse_event(frame)
+        if event.TYPE not in TRAINER_EVENTS:
+            raise ProtocolError(f"the trainer may not send {event.TYPE!r} frames")
+        # The attempt is the agent's to say: a trainer cannot speak for another one.
+        event = replace(event, attempt=attempt)  # type: ignore[call-arg]
+        if isinstance(event, Hello):
+            self.replicas = event.replicas
+        elif isinstance(event, Done):
+            self._done_reason = event.reason
+        elif isinstance(event, Error):
+            self._error = event.message
+        self._on_frame(self.index, event, envelope.t)
 
     # -- its host's devices --------------------------------------------------------
 

@@ -17,6 +17,7 @@ import signal
 import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,17 @@ from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from gpuwatch.supervisor.hub import Client, ClientHub, TaskSet
-from trainer_runtime.protocol import TERMINAL_STATUSES
+from trainer_runtime.protocol import (
+    TERMINAL_STATUSES,
+    Attempt,
+    Event,
+    Hello,
+    Resume,
+    Run,
+    Sample,
+    StatusChange,
+    Step,
+)
 from trainer_runtime.schema import RunConfig
 
 log = logging.getLogger("gpuwatch.supervisor")
@@ -71,16 +82,20 @@ class Supervisor:
 
     # -- the record ---------------------------------------------------------------
 
-    def record(self, frame_type: str, /, **fields: Any) -> dict[str, Any]:
-        """Append an event to events.jsonl, then fan it out to subscribed dashboards."""
-        frame, data = self.events.append(frame_type, **fields)
-        self.hub.publish(frame["seq"], data)
-        return frame
+    def record(self, event: Event, t: float | None = None) -> float:
+        """Append an event to events.jsonl, then fan it out to subscribed dashboards.
+
+        Returns the event's time (t: the sender's, default now).
+        """
+        seq, t, data = self.events.append(event, t)
+        self.hub.publish(seq, data)
+        return t
 
     def set_status(self, status: str, **fields: Any) -> None:
         self.status = status
-        frame = self.record("status", status=status, attempt=self.attempt, **fields)
-        self.events.write_state(frame, self.last_step)
+        event = StatusChange(attempt=self.attempt, status=status, **fields)
+        t = self.record(event)
+        self.events.write_state(event, t, self.last_step)
 
     def status_fields(self) -> dict[str, Any]:
         return {
@@ -101,20 +116,16 @@ class Supervisor:
 
     # -- what the agents report -----------------------------------------------------
 
-    def _on_trainer_frame(self, index: int, kind: str, frame: dict[str, Any]) -> None:
-        if kind == "hello":
-            self.record(kind, **frame)
+    def _on_trainer_frame(self, index: int, event: Event, t: float | None) -> None:
+        if isinstance(event, Hello):
+            self.record(event, t)
             self.set_status("running")
             return
-        if kind == "step":
-            step = frame.get("step")
-            if isinstance(step, int):
-                self.last_step = step
-        elif kind == "resume":
-            from_step = frame.get("from_step")
-            if isinstance(from_step, int):
-                frame["lost_steps"] = max(0, self.last_step - from_step)
-        self.record(kind, **frame)
+        if isinstance(event, Step):
+            self.last_step = event.step
+        elif isinstance(event, Resume):
+            event = replace(event, lost_steps=max(0, self.last_step - event.from_step))
+        self.record(event, t)
 
     def _on_trainer_exit(self, index: int, ended: TrainerExit) -> None:
         status, fields = exit_status(
@@ -126,7 +137,7 @@ class Supervisor:
         # A finished run lingering for a relaunch records no more samples: the record
         # stays about training, and does not grow while nothing runs.
         if self.trainer_running or self.status not in TERMINAL_STATUSES:
-            self.record("sample", **fields)
+            self.record(Sample(**fields))
 
     # -- attempts -----------------------------------------------------------------
 
@@ -154,12 +165,13 @@ class Supervisor:
             self.set_status("crashed", message=f"could not write {attempt_path}: {exc}")
             return attempt
         self.record(
-            "attempt",
-            attempt=attempt,
-            settings=config.model_dump(mode="json"),
-            fresh=fresh,
-            reason=reason,
-            config_path=str(attempt_path),
+            Attempt(
+                attempt=attempt,
+                settings=config.model_dump(mode="json"),
+                fresh=fresh,
+                reason=reason,
+                config_path=str(attempt_path),
+            )
         )
         self.set_status("starting")
         try:
@@ -213,13 +225,14 @@ class Supervisor:
         try:
             if self.events.next_seq == 0:
                 self.record(
-                    "run",
-                    run_id=self.run_id,
-                    name=self.config.name,
-                    config_path=str(self.config_path),
-                    supervisor_pid=os.getpid(),
-                    host=socket.gethostname(),
-                    settings=self.config.model_dump(mode="json"),
+                    Run(
+                        run_id=self.run_id,
+                        name=self.config.name,
+                        config_path=str(self.config_path),
+                        supervisor_pid=os.getpid(),
+                        host=socket.gethostname(),
+                        settings=self.config.model_dump(mode="json"),
+                    )
                 )
             self._write_info()  # after the socket exists: `gpuwatch train` waits on this file
             for agent in self.agents:

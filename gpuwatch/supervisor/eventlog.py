@@ -16,7 +16,7 @@ from collections.abc import AsyncGenerator
 from pathlib import Path
 from typing import Any
 
-from trainer_runtime.protocol import PROTOCOL_VERSION, encode_frame
+from trainer_runtime.protocol import Event, StatusChange, encode_frame, event_frame
 
 REPLAY_CHUNK_BYTES = 1 << 20
 # The fields of a status event that state.json keeps (besides step and t).
@@ -32,25 +32,23 @@ class EventLog:
         self.next_seq = count_lines(self.path)
         self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - held open for the run
 
-    def append(self, frame_type: str, /, **fields: Any) -> tuple[dict[str, Any], bytes]:
-        """Write one event; return it (with its seq and t) and its bytes, newline included.
+    def append(self, event: Event, t: float | None = None) -> tuple[int, float, bytes]:
+        """Write one event (t: when it happened, default now); return its seq, t and bytes.
 
-        A frame that cannot be encoded (a NaN, over the size limit) raises
-        ProtocolError before anything is written: no seq is spent on it.
+        A frame that cannot be encoded (over the size limit) raises ProtocolError
+        before anything is written: no seq is spent on it.
         """
-        frame = {"v": PROTOCOL_VERSION, "type": frame_type, **fields}
-        frame.setdefault("t", time.time())
-        frame["seq"] = self.next_seq
-        data = encode_frame(frame)
+        seq, t = self.next_seq, time.time() if t is None else t
+        data = encode_frame(event_frame(event, t=t, seq=seq))
         self._file.write(data)
         self.next_seq += 1
-        return frame, data
+        return seq, t, data
 
-    def write_state(self, status_frame: dict[str, Any], step: int) -> None:
+    def write_state(self, status: StatusChange, t: float, step: int) -> None:
         """Replace state.json with the summary of this status event (atomically)."""
-        state = {k: status_frame.get(k) for k in STATE_FIELDS}
+        state: dict[str, Any] = {k: getattr(status, k) for k in STATE_FIELDS}
         state["step"] = step
-        state["t"] = status_frame["t"]
+        state["t"] = t
         tmp = self.run_dir / "state.json.tmp"
         tmp.write_text(json.dumps(state))
         tmp.replace(self.run_dir / "state.json")

@@ -18,7 +18,13 @@ import socket
 import sys
 import threading
 
-from trainer_runtime.protocol import encode
+from trainer_runtime.protocol import Done, Error, Hello, Step, encode_event
+
+
+def step(attempt: int, number: int) -> Step:
+    return Step(attempt=attempt, step=number, micro_step=number, epoch=0, loss=0.5, lr=0.01,
+                examples=64, position=64 * number, step_time_ms=10.0, input_wait_ms=1.0,
+                grad_sync_bytes=0)
 
 
 def main() -> int:
@@ -37,21 +43,26 @@ def main() -> int:
     elif mode == "stubborn":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print(f"fake trainer: attempt {args.attempt}, {mode}, fresh={args.fresh}", flush=True)
-    sock.sendall(encode("hello", pid=os.getpid(), replicas=2, fresh=args.fresh))
-    sock.sendall(encode("step", step=1, loss=0.5))
+    attempt = args.attempt
+    sock.sendall(encode_event(Hello(
+        attempt=attempt, pid=os.getpid(), tf_version="fake", replicas=2, device_kind="cpu",
+        devices=["CPU:0", "CPU:1"], param_count=1, param_bytes=4, global_batch_size=64,
+        accumulation_steps=1, per_replica_batch=32, start_step=0, start_micro_step=0)))
+    sock.sendall(encode_event(step(attempt, 1)))
     if mode == "finish":
-        sock.sendall(encode("done", reason="max_steps"))
+        sock.sendall(encode_event(Done(attempt=attempt, reason="max_steps", step=1)))
         return 0
     if mode == "crash":
         print("ValueError: deliberate failure", file=sys.stderr, flush=True)
-        sock.sendall(encode("error", kind="runtime", message="ValueError: deliberate failure"))
+        sock.sendall(encode_event(Error(attempt=attempt, kind="runtime",
+                                        message="ValueError: deliberate failure")))
         return 1
     if mode == "killed":
         print("Fatal Python error: Aborted", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "hang":
         stop.wait()
-        sock.sendall(encode("done", reason="signal"))
+        sock.sendall(encode_event(Done(attempt=attempt, reason="sigterm", step=1)))
         return 0
     while True:  # stubborn
         stop.wait(60)
