@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer_runtime.protocol import TERMINAL_STATUSES
+
 # The first steps of every attempt include tf.function tracing: never measure them.
 WARMUP_STEPS = 5
 # Steps kept for sparklines and the "current" figures.
@@ -32,6 +34,9 @@ LOG_TAIL_LINES = 40
 PREFETCH_KEY = "data.prefetch"
 ACCUMULATION_KEY = "train.accumulation_steps"
 BATCH_KEY = "train.global_batch_size"
+
+# The terminal statuses in which the run failed: the dashboard shows why, with the log tail.
+FAILED_STATUSES = TERMINAL_STATUSES & {"crashed", "lost"}
 
 # Dirty areas, so the app repaints only the widgets whose inputs changed.
 AREAS = ("header", "metrics", "devices", "history", "attempts", "status", "link", "pending")
@@ -368,13 +373,19 @@ class RunState:
         if self.created_t is None:
             return None
         end = now
-        if self.status in ("stopped", "finished", "crashed", "lost") and self.last_t:
+        if self.terminal and self.last_t:
             end = self.last_t
         return max(0.0, end - self.created_t)
 
     @property
     def terminal(self) -> bool:
-        return self.status in ("stopped", "finished", "crashed", "lost")
+        """The run has ended (trainer_runtime.protocol.TERMINAL_STATUSES)."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def failed(self) -> bool:
+        """The run ended badly: the trainer crashed or the supervisor was lost."""
+        return self.status in FAILED_STATUSES
 
 
 def _opt_float(value: Any) -> float | None:

@@ -14,6 +14,7 @@ from gpuwatch.runstate import (
     step_batch,
     toggle_prefetch,
 )
+from trainer_runtime.protocol import STATUSES, TERMINAL_STATUSES
 
 SETTINGS = {
     "name": "demo",
@@ -103,6 +104,15 @@ def test_status_crashed_keeps_exit_code_and_log_tail():
     assert state.exit_code == 1
     assert state.log_tail[-1] == "ValueError: boom"
     assert state.attempts[1].end == "crashed"
+
+
+@pytest.mark.parametrize("status", STATUSES)
+def test_terminal_is_the_protocols_terminal_statuses(status: str):
+    state = RunState()
+    state.apply({"type": "status", "seq": 0, "status": status, "attempt": 1})
+    assert state.terminal == (status in TERMINAL_STATUSES)
+    assert state.failed == (status in ("crashed", "lost"))
+    assert not state.failed or state.terminal
 
 
 def test_changes_are_reported_once():

@@ -276,7 +276,7 @@ class GpuwatchApp(App[str]):
                 self.query_one(AttemptsPanel).show_state(state)
             if "status" in changes:
                 self.query_one(CrashPanel).show_state(state)
-                self.screen.set_class(state.status in ("crashed", "lost"), "-crashed")
+                self.screen.set_class(state.failed, "-crashed")
             if "pending" in changes:
                 self._show_pending()
 

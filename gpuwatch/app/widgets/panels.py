@@ -297,7 +297,7 @@ class CrashPanel(StatePanel):
 
     def show_state(self, state: RunState) -> None:
         text = Text()
-        if state.status not in ("crashed", "lost"):
+        if not state.failed:
             self.set_text(text)
             return
         how = []
