@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwatch.runstate import StepPoint, get_setting
+from gpuwatch.runstate import steps_input_wait_pct as input_wait_pct  # the rule's one home
 
 HIGH_INPUT_BOUND_PCT = 20.0
 MODERATE_INPUT_BOUND_PCT = 5.0
@@ -48,14 +49,6 @@ VERDICTS = {
     "none": "not input-bound",
     "unknown": "no measured steps yet (warming up)",
 }
-
-
-def input_wait_pct(steps: Sequence[StepPoint]) -> float | None:
-    """sum(input_wait_ms) / sum(step_time_ms) in %, None without step time."""
-    total = sum(s.step_time_ms for s in steps)
-    if total <= 0:
-        return None
-    return 100.0 * sum(s.input_wait_ms for s in steps) / total
 
 
 def format_rate(bytes_per_s: float | None) -> str:

@@ -67,9 +67,26 @@ class StepPoint:
 
     @property
     def input_wait_pct(self) -> float | None:
-        if self.step_time_ms <= 0:
-            return None
-        return 100.0 * self.input_wait_ms / self.step_time_ms
+        return input_wait_pct(self.input_wait_ms, self.step_time_ms)
+
+
+def input_wait_pct(input_wait_ms: float, step_time_ms: float) -> float | None:
+    """Input-wait %: time blocked on the input iterator over step time; None without step time.
+
+    The one formula for it (docs/internals.md). Over several steps pass the sums:
+    sum(input_wait_ms) / sum(step_time_ms), as `steps_input_wait_pct` does.
+    """
+    if step_time_ms <= 0:
+        return None
+    return 100.0 * input_wait_ms / step_time_ms
+
+
+def steps_input_wait_pct(steps: Iterable[StepPoint]) -> float | None:
+    """Input-wait % over several steps: sum(input_wait_ms) / sum(step_time_ms)."""
+    points = list(steps)
+    return input_wait_pct(
+        sum(p.input_wait_ms for p in points), sum(p.step_time_ms for p in points)
+    )
 
 
 def _median(values: list[float]) -> float | None:
@@ -119,7 +136,7 @@ class AttemptSummary:
         """sum(input_wait_ms) / sum(step_time_ms) over the steps after warm-up, in %."""
         if not self.measured:
             return None
-        return 100.0 * self.sum_input_wait_ms / self.sum_step_time_ms
+        return input_wait_pct(self.sum_input_wait_ms, self.sum_step_time_ms)
 
     @property
     def median_examples_per_s(self) -> float | None:
@@ -349,11 +366,7 @@ class RunState:
         return points[-count:]
 
     def recent_input_wait_pct(self, count: int = CURRENT_STEPS) -> float | None:
-        points = self.recent_steps(count)
-        total = sum(p.step_time_ms for p in points)
-        if total <= 0:
-            return None
-        return 100.0 * sum(p.input_wait_ms for p in points) / total
+        return steps_input_wait_pct(self.recent_steps(count))
 
     def recent_examples_per_s(self, count: int = CURRENT_STEPS) -> float | None:
         return _median([r for p in self.recent_steps(count) if (r := p.examples_per_s)])
