@@ -14,6 +14,7 @@ from typing import Any
 
 from gpuwatch.runstate import StepPoint, get_setting
 from gpuwatch.runstate import steps_input_wait_pct as input_wait_pct  # the rule's one home
+from trainer_runtime.schema import prefetch_enabled
 
 HIGH_INPUT_BOUND_PCT = 20.0
 MODERATE_INPUT_BOUND_PCT = 5.0
@@ -77,8 +78,7 @@ def advise(
         verdict = f"{verdict}: {pct:.1f}% of step time waiting for input"
     recs: list[str] = []
 
-    prefetch = get_setting(settings, "data.prefetch")
-    prefetch_on = prefetch is not None and prefetch is not False
+    prefetch_on = prefetch_enabled(get_setting(settings, "data.prefetch"))
     parallel = get_setting(settings, "data.parallel_calls")
     accumulation = get_setting(settings, "train.accumulation_steps") or 1
     gpus = [g for g in (sample or {}).get("gpus") or [] if not g.get("lost")]

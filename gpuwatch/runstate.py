@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainer_runtime.protocol import TERMINAL_STATUSES
+from trainer_runtime.schema import prefetch_enabled, prefetch_word
 
 # The first steps of every attempt include tf.function tracing: never measure them.
 WARMUP_STEPS = 5
@@ -459,11 +460,7 @@ _LABELS = {PREFETCH_KEY: "prefetch", ACCUMULATION_KEY: "accumulation", BATCH_KEY
 
 def format_setting(dotted: str, value: Any) -> str:
     if dotted == PREFETCH_KEY:
-        if value is False or value is None:
-            return "off"
-        if value is True:
-            return "on"
-        return str(value)
+        return prefetch_word(value)
     return "?" if value is None else str(value)
 
 
@@ -491,8 +488,7 @@ def _with(
 
 def toggle_prefetch(settings: Mapping[str, Any], pending: Mapping[str, Any]) -> dict[str, Any]:
     """Flip data.prefetch: any enabled form (True, 'autotune', N) -> False, off -> True."""
-    value = effective(settings, pending, PREFETCH_KEY)
-    enabled = value is not None and value is not False
+    enabled = prefetch_enabled(effective(settings, pending, PREFETCH_KEY))
     return _with(settings, pending, PREFETCH_KEY, not enabled)
 
 

@@ -74,6 +74,35 @@ def _check_factory(value: str | None) -> str | None:
     return value
 
 
+# data.prefetch in words: what a word means when read (`--set data.prefetch=on`; YAML reads
+# the bare words as booleans already), and how a value is shown (`prefetch_word`).
+PREFETCH_WORDS: dict[str, bool | str] = {
+    "on": True,
+    "true": True,
+    "yes": True,
+    "off": False,
+    "false": False,
+    "no": False,
+    "none": False,
+    "0": False,
+    "auto": "autotune",
+}
+
+
+def prefetch_enabled(value: Any) -> bool:
+    """Whether a data.prefetch value reads ahead: anything but off (False, or None if absent)."""
+    return value is not None and value is not False
+
+
+def prefetch_word(value: Any) -> str:
+    """A data.prefetch value in a word: "off" (also when absent), "on", "autotune" or N."""
+    if not prefetch_enabled(value):
+        return "off"
+    if value is True:
+        return "on"
+    return str(value)
+
+
 class ModelConfig(_Strict):
     """Which network to train: a built-in by name, or your own factory."""
 
@@ -127,12 +156,8 @@ class DataConfig(_Strict):
         # YAML reads `on`/`off` as booleans already; accept the words from --set too.
         if isinstance(value, str):
             word = value.strip().lower()
-            if word in ("on", "true", "yes"):
-                return True
-            if word in ("off", "false", "no", "none", "0"):
-                return False
-            if word == "auto":
-                return "autotune"
+            if word in PREFETCH_WORDS:
+                return PREFETCH_WORDS[word]
             if word.isdigit():
                 return int(word)
         return value
@@ -158,7 +183,7 @@ class DataConfig(_Strict):
 
     @property
     def prefetch_enabled(self) -> bool:
-        return self.prefetch is not False
+        return prefetch_enabled(self.prefetch)
 
     @property
     def features_per_example(self) -> int:

@@ -12,6 +12,7 @@ from textual.widgets import Sparkline, Static
 from gpuwatch.advisor import Advice
 from gpuwatch.app import fmt
 from gpuwatch.runstate import WARMUP_STEPS, RunState
+from trainer_runtime.schema import prefetch_word
 
 STATUS_STYLE = {
     "starting": "yellow",
@@ -253,7 +254,8 @@ class AttemptsPanel(StatePanel):
         attempts = list(state.attempts.values())
         for summary in attempts[-8:]:
             wait = summary.input_wait_pct
-            row = f"{summary.attempt:>2} {fmt.prefetch_word(summary.prefetch):>8}"
+            prefetch = "?" if summary.prefetch is None else prefetch_word(summary.prefetch)
+            row = f"{summary.attempt:>2} {prefetch:>8}"
             row += f" {summary.accumulation_steps or '?'!s:>5}"
             row += f" {summary.global_batch_size or '?'!s:>6}"
             row += f" {summary.steps_seen:>6}"
