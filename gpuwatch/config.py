@@ -21,7 +21,6 @@ from __future__ import annotations
 import difflib
 import json
 import math
-import os
 import stat
 import types
 import typing
@@ -264,10 +263,12 @@ def check_replicas(config: RunConfig, replicas: int, source: str) -> None:
 def expected_replicas(config: RunConfig) -> int:
     """How many replicas the trainer will run: the visible NVIDIA GPUs, else the CPU replicas.
 
-    Counts NVML devices, narrowed by CUDA_VISIBLE_DEVICES as CUDA reads it. Any NVML
-    failure (no library, no driver) counts as no GPU.
+    The GPUs are counted by gpuwatch.sampling (the one part of gpuwatch that talks to
+    NVML): NVML's devices narrowed by CUDA_VISIBLE_DEVICES; any NVML failure counts as none.
     """
-    gpus = _visible_gpu_count()
+    from gpuwatch.sampling import visible_gpu_count  # lazily: psutil and NVML only when asked
+
+    gpus = visible_gpu_count()
     return gpus if gpus > 0 else config.strategy.cpu_replicas
 
 
@@ -1198,51 +1199,3 @@ def _kind(value: Any) -> str:
     if isinstance(value, str):
         return f"the text {_show(value)}"
     return _show(value)
-
-
-def _visible_gpu_count() -> int:
-    try:
-        import pynvml  # nvidia-ml-py; lazily, so a box without the driver never pays for it
-
-        pynvml.nvmlInit()
-    except Exception:
-        return 0
-    try:
-        count = int(pynvml.nvmlDeviceGetCount())
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible is None:
-            return count
-        uuids: list[str] | None = None
-        chosen: set[int] = set()
-        # CUDA reads entries up to the first one it cannot match and ignores the rest.
-        for raw_entry in visible.split(","):
-            entry = raw_entry.strip()
-            if not entry:
-                break
-            if entry.lstrip("-").isdigit():
-                index = int(entry)
-                if not 0 <= index < count:
-                    break
-            else:
-                if uuids is None:
-                    uuids = [_uuid(pynvml, i) for i in range(count)]
-                matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
-                if len(matches) != 1:
-                    break
-                index = matches[0]
-            if index in chosen:
-                return 0  # CUDA refuses a list that names a device twice
-            chosen.add(index)
-        return len(chosen)
-    except Exception:
-        return 0
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-
-
-def _uuid(pynvml: Any, index: int) -> str:
-    uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
-    return uuid.decode() if isinstance(uuid, bytes) else str(uuid)

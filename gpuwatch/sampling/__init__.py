@@ -20,6 +20,7 @@ from gpuwatch.sampling.gpu import (
     GpuReader,
     PcieWindowPoller,
     describe_init_failure,
+    visible_gpu_count,
 )
 from gpuwatch.sampling.host import HostSampler
 from gpuwatch.sampling.types import DeviceSample, GpuProcess, GpuSample, HostSample
@@ -32,6 +33,7 @@ __all__ = [
     "HostSample",
     "cuda_version_text",
     "sample_to_frame_fields",
+    "visible_gpu_count",
 ]
 
 
