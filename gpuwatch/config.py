@@ -832,38 +832,9 @@ def _str_loc(loc: Loc) -> Loc:
 
 def _validate(data: dict[Any, Any], locate: _Locator) -> RunConfig:
     try:
-        config = RunConfig.model_validate(data)
+        return RunConfig.model_validate(data)
     except ValidationError as exc:
-        if all(not error["loc"] for error in exc.errors()):
-            # Limits across settings run once every setting validated, `true` read as 1:
-            # `examples: true` is the problem to name, not "64 is more than data.examples 1".
-            _check_no_bool_numbers(data, locate)
         raise _first_error(exc, data, locate) from None
-    _check_no_bool_numbers(data, locate)
-    _check_finite(config, locate)
-    return config
-
-
-def _check_no_bool_numbers(data: dict[Any, Any], locate: _Locator) -> None:
-    # pydantic's lax mode reads true as 1, and YAML 1.1 reads `on`/`yes` as true, so
-    # `accumulation_steps: yes` would quietly mean 1. A number field wants a number.
-    pending: list[tuple[Loc, Any]] = [((key,), value) for key, value in data.items()]
-    while pending:
-        loc, value = pending.pop()
-        if len(loc) > 3:
-            continue
-        _, annotation = _field_loc(loc)
-        if annotation is None:
-            continue
-        if isinstance(value, bool) and _wants_number_not_bool(annotation):
-            problem = f"must be a number, not {_show(value)}"
-            if _takes_words(annotation):  # `parallel_calls: true`
-                problem = f"must be {_describe(_strip_annotated(annotation))} (got {_show(value)})"
-            raise _error_at(locate, loc, problem)
-        if isinstance(value, dict) and _is_model(annotation):
-            pending.extend(((*loc, key), item) for key, item in value.items())
-        elif isinstance(value, list) and typing.get_origin(_strip_annotated(annotation)) is list:
-            pending.extend(((*loc, index), item) for index, item in enumerate(value))
 
 
 def _wants_number_not_bool(annotation: Any) -> bool:
@@ -881,32 +852,6 @@ def _members(annotation: Any) -> list[Any]:
     annotation = _strip_annotated(annotation)
     members = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
     return [_strip_annotated(member) for member in members]
-
-
-def _is_model(annotation: Any) -> bool:
-    annotation = _strip_annotated(annotation)
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
-
-
-def _check_finite(config: RunConfig, locate: _Locator) -> None:
-    # pydantic lets .inf through `ge=0`; an infinite latency or rate is never meant.
-    for section_name in type(config).model_fields:
-        section = getattr(config, section_name)
-        if not isinstance(section, BaseModel):
-            continue
-        for field_name in type(section).model_fields:
-            value = getattr(section, field_name)
-            if isinstance(value, float) and not math.isfinite(value):
-                loc: Loc = (section_name, field_name)
-                raise _error_at(locate, loc, f"must be a finite number (got {_show(value)})")
-
-
-def _error_at(locate: _Locator, loc: Loc, problem: str) -> ConfigError:
-    where, line, _ = locate.where(loc)
-    key = _key_text(loc)
-    return ConfigError(
-        f"{where}: {key}: {problem}", source=where, line=line, key=key, problem=problem
-    )
 
 
 def _first_error(exc: ValidationError, data: dict[Any, Any], locate: _Locator) -> ConfigError:
@@ -1005,6 +950,14 @@ def _problem(field_loc: Loc, errors: list[dict[str, Any]]) -> str:
     _, annotation = _field_loc(field_loc)
     error = errors[0]
     shown = _show(error.get("input"))
+    if (
+        isinstance(error.get("input"), bool)
+        and annotation is not None
+        and _wants_number_not_bool(annotation)
+        and not _takes_words(annotation)
+    ):
+        # Numbers are strict (a bool is not one): say so rather than "must be an integer".
+        return f"must be a number, not {shown}"
     if len(errors) > 1 and annotation is not None and _is_union(annotation):
         return f"must be {_describe(annotation)} (got {shown})"
     kind = error["type"]

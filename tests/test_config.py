@@ -346,6 +346,23 @@ def test_integer_field_given_boolean(tmp_path: Path) -> None:
     assert load_error(path) == f"{path}:11: train.accumulation_steps: must be a number, not true"
 
 
+def test_boolean_is_not_a_number_even_where_one_would_be_out_of_range(tmp_path: Path) -> None:
+    # pydantic's lax mode would read `yes` as 1, which is below data.classes' bound of 2.
+    path = write(tmp_path, "data:\n  classes: yes\n")
+    assert load_error(path) == f"{path}:2: data.classes: must be a number, not true"
+
+
+def test_boolean_for_a_number_is_the_first_problem_in_file_order(tmp_path: Path) -> None:
+    path = replaced(tmp_path, "accumulation_steps: 2", "accumulation_steps: yes")
+    path.write_text(path.read_text().replace("cpu_replicas: 2", "cpu_replicas: 100"))
+    assert load_error(path) == f"{path}:11: train.accumulation_steps: must be a number, not true"
+
+
+def test_yaml_exponent_without_a_dot_is_still_a_number(tmp_path: Path) -> None:
+    # YAML 1.1 reads `1e-3` as text; the schema keeps reading such text as a number.
+    assert load_config(write(tmp_path, GOOD)).config.train.learning_rate == 0.001
+
+
 def test_float_field_given_text(tmp_path: Path) -> None:
     path = replaced(tmp_path, "learning_rate: 1e-3", "learning_rate: fast")
     assert load_error(path) == f"{path}:12: train.learning_rate: must be a number (got 'fast')"
