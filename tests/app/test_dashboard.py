@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from typing import ClassVar
 
+from textual.binding import Binding
 from textual.widgets import OptionList
 
 from gpuwatch import runs
@@ -284,10 +287,27 @@ async def test_keys_screen_lists_every_key():
         await pilot.press("question_mark")
         assert isinstance(app.screen, KeysScreen)
         listing = str(app.screen.query_one("#keys-text").render())
-        for key, _ in GpuwatchApp.KEY_HELP:
-            assert f"{key}  " in listing
+        bindings = [b for b in GpuwatchApp.BINDINGS if isinstance(b, Binding)]
+        assert len(bindings) == len(GpuwatchApp.BINDINGS)
+        for binding in bindings:
+            assert binding.id and binding.tooltip, binding
+            assert f"{app.get_key_display(binding)}  {binding.tooltip}\n" in listing
         await pilot.press("escape")
         assert not isinstance(app.screen, KeysScreen)
+
+
+def test_pending_bar_hints_are_made_from_the_bindings():
+    class Rebound(GpuwatchApp):
+        SETTING_BINDINGS: ClassVar[list[Binding]] = [
+            dataclasses.replace(b, key=b.key.swapcase()) for b in GpuwatchApp.SETTING_BINDINGS
+        ]
+        PENDING_BINDINGS: ClassVar[list[Binding]] = [
+            dataclasses.replace(b, key=b.key.upper()) for b in GpuwatchApp.PENDING_BINDINGS
+        ]
+
+    app = Rebound(ReplayLink([]))
+    assert app.settings_keys_hint() == "P prefetch · A/a accumulation ×2/÷2 · B/b batch ×2/÷2"
+    assert app.pending_keys_hint() == "press R to relaunch, C to discard"
 
 
 async def test_run_switcher_lists_live_runs_and_switches(tmp_path, monkeypatch):

@@ -279,18 +279,23 @@ class AttemptsPanel(StatePanel):
 
 
 class PendingBar(StatePanel):
-    """What a relaunch would change, or how to change something."""
+    """What a relaunch would change, or how to change something.
+
+    The hints name the keys; the app makes them from its bindings.
+    """
+
+    def __init__(self, *args: Any, idle_hint: str, pending_hint: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.idle_hint = idle_hint  # the keys that change a setting
+        self.pending_hint = pending_hint  # the keys that relaunch or discard
 
     def show_pending(self, description: str) -> None:
         if description:
             text = Text("pending: ", style="bold yellow")
             text.append(description)
-            text.append(" — press r to relaunch, c to discard", style="bold")
+            text.append(f" — {self.pending_hint}", style="bold")
         else:
-            text = Text(
-                "no pending changes · p prefetch · a/A accumulation ×2/÷2 · b/B batch ×2/÷2",
-                style="dim",
-            )
+            text = Text(f"no pending changes · {self.idle_hint}", style="dim")
         self.set_text(text)
 
 
