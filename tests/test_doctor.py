@@ -20,7 +20,7 @@ from gpuwatch.doctor import (
     probe_tensorflow,
     run,
 )
-from gpuwatch.sampling.fake_nvml import (
+from tests.support.fake_nvml import (
     NVML_ERROR_LIBRARY_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
     FakeGpu,

@@ -19,14 +19,14 @@ from gpuwatch.sampling import (
     sample_to_frame_fields,
     visible_gpu_count,
 )
-from gpuwatch.sampling import fake_nvml as fake_module
 from gpuwatch.sampling.counters import (
     counter_delta,
     counter_rate,
     max_unambiguous_interval_s,
     pcie_link_max_bytes_per_s,
 )
-from gpuwatch.sampling.fake_nvml import (
+from tests.support import fake_nvml as fake_module
+from tests.support.fake_nvml import (
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_LIBRARY_NOT_FOUND,

@@ -50,7 +50,7 @@ class DeviceSampler:
     ``run_pids`` returns the host pids of the watched run (the trainer's
     process tree): they mark GPU processes ``in_run`` and are summed into the
     host's ``run_cpu_pct``/``run_rss_bytes``. ``nvml`` injects a fake pynvml
-    module (gpuwatch.sampling.fake_nvml) in tests; by default ``import pynvml``.
+    module (tests/support/fake_nvml.py) in tests; by default ``import pynvml``.
     Neither the constructor nor ``sample()`` raises.
     """
 
