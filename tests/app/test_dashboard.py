@@ -26,7 +26,15 @@ from gpuwatch.app.widgets.panels import (
 from gpuwatch.client import ConnectionLost
 from gpuwatch.runs import RunInfo
 
-from .conftest import SIZE, frozen_clock_for, load_events, make_app, settle, wait_commands
+from .conftest import (
+    SIZE,
+    Waiter,
+    frozen_clock_for,
+    load_events,
+    make_app,
+    settle,
+    wait_commands,
+)
 
 
 def text(app: GpuwatchApp, widget_type: type) -> str:
@@ -113,7 +121,6 @@ async def test_prefetch_key_shows_pending_and_r_relaunches_with_override():
         assert link.commands == [
             ("relaunch", {"overrides": {"data.prefetch": True}, "fresh": False})
         ]
-        await pilot.pause()
         assert app.pending == {}
         assert text(app, PendingBar).startswith("no pending changes")
 
@@ -148,7 +155,7 @@ async def test_batch_key_is_refused_at_the_datas_limit_before_relaunch(notificat
             "would need more examples than the data has"
         )
         await pilot.press("r")
-        await pilot.pause()
+        await wait_commands(app)
         assert link.commands == [
             ("relaunch", {"overrides": {"train.global_batch_size": 16384}, "fresh": False})
         ]
@@ -271,13 +278,12 @@ async def test_long_replay_folds_in_batches_not_per_event():
 
 async def test_throttled_repaint_happens_without_an_explicit_refresh():
     app, link = make_app("cpu_one_attempt.jsonl")
-    async with app.run_test(size=SIZE) as pilot:
+    waiter = Waiter()
+    async with app.run_test(size=SIZE, message_hook=waiter.hook):
         await link.wait_idle()
-        for _ in range(200):  # deadline: 200 pauses
-            if "input wait 38.0%" in text(app, MetricsPanel):
-                break
-            await pilot.pause(0.02)
-        assert "input wait 38.0%" in text(app, MetricsPanel)
+        await waiter.until(
+            lambda: "input wait 38.0%" in text(app, MetricsPanel), "the throttled repaint"
+        )
 
 
 async def test_keys_screen_lists_every_key():
@@ -331,20 +337,19 @@ async def test_run_switcher_lists_live_runs_and_switches(tmp_path, monkeypatch):
         return ReplayLink(other)
 
     app, link = make_app("cpu_one_attempt.jsonl", home=home, run_id="0612-kq7m", link_for=link_for)
-    async with app.run_test(size=SIZE) as pilot:
+    waiter = Waiter()
+    async with app.run_test(size=SIZE, message_hook=waiter.hook) as pilot:
         await settle(app, link, pilot)
         await pilot.press("l")
-        for _ in range(200):
-            if isinstance(app.screen, RunsScreen):
-                break
-            await pilot.pause(0.01)
+        await waiter.until(lambda: isinstance(app.screen, RunsScreen), "the runs screen")
         screen = app.screen
         assert isinstance(screen, RunsScreen)
         assert sorted(r.run_id for r in screen.runs) == ["0612-kq7m", "0613-zzzz"]
         target = [r.run_id for r in screen.runs].index("0613-zzzz")
         screen.query_one(OptionList).highlighted = target
+        (choosing,) = [w for w in app.workers if w.group == "runs"]  # awaits the screen
         await pilot.press("enter")
-        await pilot.pause()
+        await app.workers.wait_for_complete([choosing])
         assert made == ["0613-zzzz"]
         new_link = app.link
         assert isinstance(new_link, ReplayLink)
