@@ -22,7 +22,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gpuwatch.sampling import DeviceSampler
-from gpuwatch.sampling.fake_nvml import (
+from tests.support.fake_nvml import (
     NVML_ERROR_NOT_SUPPORTED,
     NVML_FI_DEV_PCIE_COUNT_RX_BYTES,
     NVML_FI_DEV_PCIE_COUNT_TX_BYTES,

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwatch.runstate import StepPoint, get_setting
+from gpuwatch.runstate import steps_input_wait_pct as input_wait_pct  # the rule's one home
+from trainer_runtime.schema import prefetch_enabled
 
 HIGH_INPUT_BOUND_PCT = 20.0
 MODERATE_INPUT_BOUND_PCT = 5.0
@@ -50,14 +52,6 @@ VERDICTS = {
 }
 
 
-def input_wait_pct(steps: Sequence[StepPoint]) -> float | None:
-    """sum(input_wait_ms) / sum(step_time_ms) in %, None without step time."""
-    total = sum(s.step_time_ms for s in steps)
-    if total <= 0:
-        return None
-    return 100.0 * sum(s.input_wait_ms for s in steps) / total
-
-
 def format_rate(bytes_per_s: float | None) -> str:
     """Bytes per second in decimal multiples: '512 B/s', '3.4 MB/s', '12.0 GB/s'."""
     if bytes_per_s is None:
@@ -84,8 +78,7 @@ def advise(
         verdict = f"{verdict}: {pct:.1f}% of step time waiting for input"
     recs: list[str] = []
 
-    prefetch = get_setting(settings, "data.prefetch")
-    prefetch_on = prefetch is not None and prefetch is not False
+    prefetch_on = prefetch_enabled(get_setting(settings, "data.prefetch"))
     parallel = get_setting(settings, "data.parallel_calls")
     accumulation = get_setting(settings, "train.accumulation_steps") or 1
     gpus = [g for g in (sample or {}).get("gpus") or [] if not g.get("lost")]

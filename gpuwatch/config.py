@@ -8,7 +8,8 @@ one line, ready to print after "gpuwatch: ", never a traceback and never a pydan
 Line numbers come from composing the YAML into nodes first: each mapping key and each
 sequence item records its 1-based line under its path, so a pydantic `loc` such as
 `("train", "accumulation_steps")` maps back to the line of the offending key (or of the
-closest parent the file has).
+closest parent the file has). What a problem is, in words, comes from
+gpuwatch.config_words; this module says where it is.
 
 No input costs more than about a second and 100 MB to accept or refuse: the file's size,
 its nesting depth and its number of values (counted with YAML aliases expanded, so a
@@ -18,23 +19,17 @@ constants below, and so are `--set` values and the mappings `apply_overrides` is
 
 from __future__ import annotations
 
-import difflib
-import json
-import math
-import os
 import stat
-import types
-import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import Any
 
-import annotated_types
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
-from trainer_runtime.schema import LimitError, RunConfig, divisibility_error
+from gpuwatch.config_words import Loc, key_text, kind, problems, show
+from trainer_runtime.schema import RunConfig, divisibility_error
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -51,17 +46,6 @@ __all__ = [
     "load_config",
     "parse_override",
 ]
-
-Loc = tuple[str | int, ...]
-
-# Where a RunConfig check across settings without a LimitError is pointed: its
-# pydantic loc is (), so we name the first of these the input has.
-_BATCH_SPLIT_KEYS: tuple[Loc, ...] = (
-    ("train", "global_batch_size"),
-    ("train", "accumulation_steps"),
-    ("train",),
-)
-_SHOW_LIMIT = 60
 
 # Bounds on what a config may hold. A real config is a few KiB with a few hundred values;
 # these leave room for large kwargs while keeping the worst input (measured in
@@ -264,10 +248,12 @@ def check_replicas(config: RunConfig, replicas: int, source: str) -> None:
 def expected_replicas(config: RunConfig) -> int:
     """How many replicas the trainer will run: the visible NVIDIA GPUs, else the CPU replicas.
 
-    Counts NVML devices, narrowed by CUDA_VISIBLE_DEVICES as CUDA reads it. Any NVML
-    failure (no library, no driver) counts as no GPU.
+    The GPUs are counted by gpuwatch.sampling (the one part of gpuwatch that talks to
+    NVML): NVML's devices narrowed by CUDA_VISIBLE_DEVICES; any NVML failure counts as none.
     """
-    gpus = _visible_gpu_count()
+    from gpuwatch.sampling import visible_gpu_count  # lazily: psutil and NVML only when asked
+
+    gpus = visible_gpu_count()
     return gpus if gpus > 0 else config.strategy.cpu_replicas
 
 
@@ -398,7 +384,7 @@ def _parse_yaml(
     if not isinstance(data, dict):
         line = node.start_mark.line + 1
         raise ConfigError(
-            f"{shown}:{line}: the top level must be a mapping of settings (got {_kind(data)})",
+            f"{shown}:{line}: the top level must be a mapping of settings (got {kind(data)})",
             source=shown,
             line=line,
         )
@@ -431,10 +417,10 @@ def _walk(
     if id(node) in ancestors:
         line = lines.get(path, node.start_mark.line + 1)
         raise ConfigError(
-            f"{shown}:{line}: {_key_text(path)}: a YAML alias refers to a node that contains it",
+            f"{shown}:{line}: {key_text(path)}: a YAML alias refers to a node that contains it",
             source=shown,
             line=line,
-            key=_key_text(path),
+            key=key_text(path),
         )
     if id(node) in seen:  # an alias we walked already; walking it again could be exponential
         return
@@ -453,11 +439,11 @@ def _walk(
                 child = (*path, key)
                 if key in first_line:
                     raise ConfigError(
-                        f"{shown}:{line}: {_key_text(child)}: duplicate key "
+                        f"{shown}:{line}: {key_text(child)}: duplicate key "
                         f"(first at line {first_line[key]})",
                         source=shown,
                         line=line,
-                        key=_key_text(child),
+                        key=key_text(child),
                     )
                 first_line[key] = line
                 lines[child] = line
@@ -501,7 +487,7 @@ class _LimitExceeded(Exception):
         """The ConfigError: "source:line: key: problem", or "...: <whole> problem" at the top."""
         where = f"{source}:{line}" if line is not None else source
         loc = (*base, *self.loc)
-        key = _shorten(_key_text(loc)) if loc else None
+        key = _shorten(key_text(loc)) if loc else None
         subject = f"{key}:" if key else whole
         return ConfigError(
             f"{where}: {subject} {self.problem}",
@@ -746,18 +732,18 @@ def _set_path(data: dict[Any, Any], parts: list[str], value: Any, label: str) ->
         if isinstance(current, list):
             if not part.isdigit() or int(part) >= len(current):
                 raise ConfigError(
-                    f"{label}: {_key_text(tuple(done))}: no item {part} in a list of "
+                    f"{label}: {key_text(tuple(done))}: no item {part} in a list of "
                     f"{len(current)}",
                     source=label,
-                    key=_key_text(tuple(done)),
+                    key=key_text(tuple(done)),
                 )
             step = int(part)
         elif not isinstance(current, dict):
             raise ConfigError(
-                f"{label}: {_key_text(tuple(done))}: is not a mapping (got "
-                f"{_show(current)}), so it has no key {part!r}",
+                f"{label}: {key_text(tuple(done))}: is not a mapping (got "
+                f"{show(current)}), so it has no key {part!r}",
                 source=label,
-                key=_key_text(tuple(done)),
+                key=key_text(tuple(done)),
             )
         if index == len(parts) - 1:
             current[step] = value
@@ -831,116 +817,22 @@ def _str_loc(loc: Loc) -> Loc:
 
 def _validate(data: dict[Any, Any], locate: _Locator) -> RunConfig:
     try:
-        config = RunConfig.model_validate(data)
+        return RunConfig.model_validate(data)
     except ValidationError as exc:
-        if all(not error["loc"] for error in exc.errors()):
-            # Limits across settings run once every setting validated, `true` read as 1:
-            # `examples: true` is the problem to name, not "64 is more than data.examples 1".
-            _check_no_bool_numbers(data, locate)
-        raise _first_error(exc, data, locate) from None
-    _check_no_bool_numbers(data, locate)
-    _check_finite(config, locate)
-    return config
+        raise _first_error(exc, locate) from None
 
 
-def _check_no_bool_numbers(data: dict[Any, Any], locate: _Locator) -> None:
-    # pydantic's lax mode reads true as 1, and YAML 1.1 reads `on`/`yes` as true, so
-    # `accumulation_steps: yes` would quietly mean 1. A number field wants a number.
-    pending: list[tuple[Loc, Any]] = [((key,), value) for key, value in data.items()]
-    while pending:
-        loc, value = pending.pop()
-        if len(loc) > 3:
-            continue
-        _, annotation = _field_loc(loc)
-        if annotation is None:
-            continue
-        if isinstance(value, bool) and _wants_number_not_bool(annotation):
-            problem = f"must be a number, not {_show(value)}"
-            if _takes_words(annotation):  # `parallel_calls: true`
-                problem = f"must be {_describe(_strip_annotated(annotation))} (got {_show(value)})"
-            raise _error_at(locate, loc, problem)
-        if isinstance(value, dict) and _is_model(annotation):
-            pending.extend(((*loc, key), item) for key, item in value.items())
-        elif isinstance(value, list) and typing.get_origin(_strip_annotated(annotation)) is list:
-            pending.extend(((*loc, index), item) for index, item in enumerate(value))
-
-
-def _wants_number_not_bool(annotation: Any) -> bool:
-    """A number field, or a union with a number and no bool (`'autotune' | int`)."""
-    plain = _members(annotation)
-    return bool not in plain and any(member in (int, float) for member in plain)
-
-
-def _takes_words(annotation: Any) -> bool:
-    return any(typing.get_origin(member) is Literal for member in _members(annotation))
-
-
-def _members(annotation: Any) -> list[Any]:
-    """The types a field takes, without Annotated: [int, NoneType] for `int | None`."""
-    annotation = _strip_annotated(annotation)
-    members = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
-    return [_strip_annotated(member) for member in members]
-
-
-def _is_model(annotation: Any) -> bool:
-    annotation = _strip_annotated(annotation)
-    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
-
-
-def _check_finite(config: RunConfig, locate: _Locator) -> None:
-    # pydantic lets .inf through `ge=0`; an infinite latency or rate is never meant.
-    for section_name in type(config).model_fields:
-        section = getattr(config, section_name)
-        if not isinstance(section, BaseModel):
-            continue
-        for field_name in type(section).model_fields:
-            value = getattr(section, field_name)
-            if isinstance(value, float) and not math.isfinite(value):
-                loc: Loc = (section_name, field_name)
-                raise _error_at(locate, loc, f"must be a finite number (got {_show(value)})")
-
-
-def _error_at(locate: _Locator, loc: Loc, problem: str) -> ConfigError:
-    where, line, _ = locate.where(loc)
-    key = _key_text(loc)
-    return ConfigError(
-        f"{where}: {key}: {problem}", source=where, line=line, key=key, problem=problem
-    )
-
-
-def _first_error(exc: ValidationError, data: dict[Any, Any], locate: _Locator) -> ConfigError:
-    """The first problem in file order, as one line of plain words."""
-    groups: dict[Loc, list[dict[str, Any]]] = {}
-    for error in exc.errors(include_url=False):
-        loc = tuple(error["loc"])
-        field_loc, _ = _field_loc(loc)
-        groups.setdefault(field_loc, []).append(dict(error))
-
+def _first_error(exc: ValidationError, locate: _Locator) -> ConfigError:
+    """The first problem in file order (a --set's last), as one line of plain words."""
     candidates: list[tuple[tuple[int, int, int], ConfigError]] = []
-    for order, (field_loc, errors) in enumerate(groups.items()):
-        if field_loc == () and errors[0]["type"] == "value_error":
-            # A limit across settings (trainer_runtime.schema.LimitError) names its key.
-            cause = (errors[0].get("ctx") or {}).get("error")
-            keys = (
-                tuple(tuple(k.split(".")) for k in cause.keys)
-                if isinstance(cause, LimitError)
-                else _BATCH_SPLIT_KEYS
-            )
-            loc = _limit_loc(locate, keys)
-            where, line, from_override = locate.where(loc)
-            key = _key_text(keys[0])
-            problem = _value_error_text(errors[0])
-            problem = problem.removeprefix(f"{key} ")
-        else:
-            where, line, from_override = locate.where(field_loc)
-            key_loc = field_loc
-            if errors[0]["type"] == "invalid_key" or field_loc[-1:] == ("[key]",):
-                # The loc ends in the bad key itself: name the mapping that holds it.
-                key_loc = field_loc[:-2] if field_loc[-1:] == ("[key]",) else field_loc[:-1]
-            key = _key_text(key_loc) or "(top level)"
-            problem = _problem(field_loc, errors)
+    for order, problem in enumerate(problems(exc)):
+        where, line, from_override = locate.where(_pointed_at(locate, problem.keys))
         err = ConfigError(
-            f"{where}: {key}: {problem}", source=where, line=line, key=key, problem=problem
+            f"{where}: {problem.key}: {problem.words}",
+            source=where,
+            line=line,
+            key=problem.key,
+            problem=problem.words,
         )
         rank = (1 if from_override else 0, line if line is not None else 1 << 30, order)
         candidates.append((rank, err))
@@ -948,8 +840,8 @@ def _first_error(exc: ValidationError, data: dict[Any, Any], locate: _Locator) -
     return candidates[0][1]
 
 
-def _limit_loc(locate: _Locator, keys: tuple[Loc, ...]) -> Loc:
-    """Where to point a check across settings: an override that set one, else the file."""
+def _pointed_at(locate: _Locator, keys: tuple[Loc, ...]) -> Loc:
+    """Where to point a problem about these settings: an override that set one, else the file."""
     for key in keys:
         if locate.override_for(key):
             return key
@@ -957,292 +849,3 @@ def _limit_loc(locate: _Locator, keys: tuple[Loc, ...]) -> Loc:
         if key in locate.lines:
             return key
     return keys[0]
-
-
-def _field_loc(loc: Loc) -> tuple[Loc, Any]:
-    """Strip pydantic's union-member tags from a loc; returns (field loc, its annotation)."""
-    annotation: Any = RunConfig
-    for index, part in enumerate(loc):
-        annotation = _strip_annotated(annotation)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            info = annotation.model_fields.get(part) if isinstance(part, str) else None
-            if info is None:
-                return loc, None
-            annotation = _field_annotation(info)
-            continue
-        origin = typing.get_origin(annotation)
-        args = typing.get_args(annotation)
-        if origin is list and isinstance(part, int) and args:
-            annotation = args[0]
-        elif origin is dict and len(args) == 2:
-            annotation = args[0] if part == "[key]" else args[1]
-        elif _is_union(annotation) and isinstance(part, str):
-            return loc[:index], annotation  # part names a union member, not a key
-        else:
-            return loc, None
-    return loc, annotation
-
-
-def _field_annotation(info: Any) -> Any:
-    # FieldInfo.annotation drops Annotated's constraints into .metadata; put them back.
-    if info.metadata:
-        return typing.Annotated[(info.annotation, *info.metadata)]
-    return info.annotation
-
-
-def _strip_annotated(annotation: Any) -> Any:
-    while typing.get_origin(annotation) is typing.Annotated:
-        annotation = typing.get_args(annotation)[0]
-    return annotation
-
-
-def _is_union(annotation: Any) -> bool:
-    return typing.get_origin(annotation) in (Union, types.UnionType)
-
-
-def _problem(field_loc: Loc, errors: list[dict[str, Any]]) -> str:
-    _, annotation = _field_loc(field_loc)
-    error = errors[0]
-    shown = _show(error.get("input"))
-    if len(errors) > 1 and annotation is not None and _is_union(annotation):
-        return f"must be {_describe(annotation)} (got {shown})"
-    kind = error["type"]
-    ctx = error.get("ctx") or {}
-    if kind == "extra_forbidden":
-        return _unknown_key(field_loc)
-    if kind == "invalid_key" or (field_loc and field_loc[-1] == "[key]"):
-        return f"keys must be strings (got {shown})"
-    if kind == "value_error":
-        return _value_error_text(error)
-    if kind == "literal_error":
-        expected = str(ctx.get("expected", ""))
-        choices = [part.strip().strip("'") for part in expected.replace(" or ", ", ").split(",")]
-        words = f"must be {expected}" if len(choices) == 1 else f"must be one of {expected}"
-        value = error.get("input")
-        if isinstance(value, str):
-            close = difflib.get_close_matches(value, choices, n=1)
-            if close:
-                return f"{words} (got {shown}); did you mean {close[0]!r}?"
-        return f"{words} (got {shown})"
-    bounds = {
-        "greater_than": "must be greater than {gt}",
-        "greater_than_equal": "must be at least {ge}",
-        "less_than": "must be less than {lt}",
-        "less_than_equal": "must be at most {le}",
-        "multiple_of": "must be a multiple of {multiple_of}",
-    }
-    if kind in bounds:
-        return f"{bounds[kind].format(**ctx)} (got {shown})"
-    if kind == "int_parsing_size" and annotation is not None:
-        # A float such as 1e308 for an int: too large to become one, so past the bounds.
-        return f"must be {_describe(annotation)} (got {shown})"
-    # A list's length in items (it is shown by its count), a text's in characters.
-    lengths = {
-        "too_long": ("must have at most {max_length} item", "actual_length"),
-        "too_short": ("must have at least {min_length} item", "actual_length"),
-        "string_too_long": ("must be at most {max_length} character", ""),
-        "string_too_short": ("must be at least {min_length} character", ""),
-    }
-    if kind in lengths:
-        words, count_key = lengths[kind]
-        words = words.format(**ctx)
-        plural = "" if words.split()[-2] == "1" else "s"
-        got = ctx.get(count_key, shown) if count_key else shown
-        return f"{words}{plural} (got {got})"
-    plain = {
-        "int_parsing": "must be an integer",
-        "int_type": "must be an integer",
-        "int_from_float": "must be a whole number",
-        "float_parsing": "must be a number",
-        "float_type": "must be a number",
-        "finite_number": "must be a finite number",
-        "bool_parsing": "must be true or false",
-        "bool_type": "must be true or false",
-        "string_type": "must be a string",
-        "list_type": "must be a list",
-        "dict_type": "must be a mapping",
-        "model_type": "must be a mapping of settings",
-        "model_attributes_type": "must be a mapping of settings",
-        "none_required": "must be null",
-    }
-    if kind in plain:
-        return f"{plain[kind]} (got {shown})"
-    message = str(error.get("msg", "is not valid"))
-    message = message.replace("Input should be", "must be").replace("Input", "value")
-    return f"{message} (got {shown})"
-
-
-def _value_error_text(error: Mapping[str, Any]) -> str:
-    ctx = error.get("ctx") or {}
-    if "error" in ctx:
-        return str(ctx["error"])
-    return str(error.get("msg", "is not valid")).removeprefix("Value error, ")
-
-
-def _unknown_key(loc: Loc) -> str:
-    parent = _model_at(loc[:-1])
-    name = str(loc[-1])
-    if parent is None:
-        return "unknown key"
-    fields = list(parent.model_fields)
-    close = difflib.get_close_matches(name, fields, n=1)
-    if close:
-        return f"unknown key; did you mean {close[0]!r}?"
-    # The right name in the wrong section: `train.prefetch` for `data.prefetch`.
-    elsewhere = [
-        f"{section}.{name}"
-        for section, info in RunConfig.model_fields.items()
-        if isinstance(info.annotation, type)
-        and issubclass(info.annotation, BaseModel)
-        and name in info.annotation.model_fields
-    ]
-    if elsewhere:
-        return f"unknown key; did you mean {elsewhere[0]!r}?"
-    return f"unknown key (expected one of: {', '.join(fields)})"
-
-
-def _model_at(loc: Loc) -> type[BaseModel] | None:
-    model: type[BaseModel] = RunConfig
-    for part in loc:
-        info = model.model_fields.get(part) if isinstance(part, str) else None
-        annotation = info.annotation if info is not None else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return None
-        model = annotation
-    return model
-
-
-def _describe(annotation: Any) -> str:
-    """Plain words for what a field accepts: "true, false, 'autotune' or an integer ..."."""
-    words: list[str] = []
-    members = typing.get_args(annotation) if _is_union(annotation) else (annotation,)
-    for member in members:
-        words.extend(_describe_member(member))
-    if len(words) <= 1:
-        return "".join(words)
-    return f"{', '.join(words[:-1])} or {words[-1]}"
-
-
-def _describe_member(member: Any) -> list[str]:
-    constraints: list[Any] = []
-    while typing.get_origin(member) is typing.Annotated:
-        member, *extra = typing.get_args(member)
-        constraints.extend(extra)
-    if member is bool:
-        return ["true", "false"]
-    if member is type(None):
-        return ["null"]
-    if typing.get_origin(member) is Literal:
-        return [repr(choice) for choice in typing.get_args(member)]
-    base = {int: "an integer", float: "a number", str: "a string"}.get(member, str(member))
-    limits: list[str] = []
-    for constraint in constraints:
-        for item in getattr(constraint, "metadata", [constraint]):
-            if isinstance(item, annotated_types.Ge):
-                limits.append(f"at least {item.ge}")
-            elif isinstance(item, annotated_types.Gt):
-                limits.append(f"greater than {item.gt}")
-            elif isinstance(item, annotated_types.Le):
-                limits.append(f"at most {item.le}")
-            elif isinstance(item, annotated_types.Lt):
-                limits.append(f"less than {item.lt}")
-    if len(limits) == 2 and limits[0].startswith("at least ") and limits[1].startswith("at most "):
-        low, high = limits[0].removeprefix("at least "), limits[1].removeprefix("at most ")
-        return [f"{base} from {low} to {high}"]
-    return [f"{base} {' and '.join(limits)}" if limits else base]
-
-
-# -------------------------------------------------------------------------------- helpers
-
-
-def _key_text(loc: Loc) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text
-
-
-def _show(value: Any) -> str:
-    """A value as a person wrote it in YAML, on one short line."""
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    if value is None:
-        return "null"
-    if isinstance(value, float):
-        if math.isnan(value):
-            return ".nan"
-        if math.isinf(value):
-            return ".inf" if value > 0 else "-.inf"
-        text = repr(value)
-    elif isinstance(value, int | str):
-        text = repr(value)
-    else:
-        try:
-            text = json.dumps(value, default=str, ensure_ascii=False)
-        except (TypeError, ValueError, RecursionError):
-            text = f"a {type(value).__name__}"
-    text = " ".join(text.split())
-    return text if len(text) <= _SHOW_LIMIT else text[: _SHOW_LIMIT - 3] + "..."
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, list):
-        return "a list"
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        return f"the text {_show(value)}"
-    return _show(value)
-
-
-def _visible_gpu_count() -> int:
-    try:
-        import pynvml  # nvidia-ml-py; lazily, so a box without the driver never pays for it
-
-        pynvml.nvmlInit()
-    except Exception:
-        return 0
-    try:
-        count = int(pynvml.nvmlDeviceGetCount())
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-        if visible is None:
-            return count
-        uuids: list[str] | None = None
-        chosen: set[int] = set()
-        # CUDA reads entries up to the first one it cannot match and ignores the rest.
-        for raw_entry in visible.split(","):
-            entry = raw_entry.strip()
-            if not entry:
-                break
-            if entry.lstrip("-").isdigit():
-                index = int(entry)
-                if not 0 <= index < count:
-                    break
-            else:
-                if uuids is None:
-                    uuids = [_uuid(pynvml, i) for i in range(count)]
-                matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
-                if len(matches) != 1:
-                    break
-                index = matches[0]
-            if index in chosen:
-                return 0  # CUDA refuses a list that names a device twice
-            chosen.add(index)
-        return len(chosen)
-    except Exception:
-        return 0
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
-
-
-def _uuid(pynvml: Any, index: int) -> str:
-    uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(index))
-    return uuid.decode() if isinstance(uuid, bytes) else str(uuid)

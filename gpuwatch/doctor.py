@@ -23,9 +23,10 @@ from typing import Any, TextIO
 
 from gpuwatch.sampling import DeviceSampler, cuda_version_text
 from gpuwatch.sampling.gpu import PENDING_REASONS
+from trainer_runtime.schema import StrategyConfig
 
 TF_PROBE_TIMEOUT_S = 120.0  # importing TF takes ~4 s on a quiet box, far more on a loaded one
-DEFAULT_CPU_REPLICAS = 2  # trainer_runtime.schema: strategy.cpu_replicas
+DEFAULT_CPU_REPLICAS = StrategyConfig().cpu_replicas  # what a config without the key gets
 GPU_INSTALL_HINT = "pip install 'gpuwatch[gpu]'"
 CPU_INSTALL_HINT = "pip install 'gpuwatch[cpu]'"
 # The readings a GpuSample carries, in the order they are shown.

@@ -21,6 +21,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainer_runtime.protocol import TERMINAL_STATUSES
+from trainer_runtime.schema import prefetch_enabled, prefetch_word
+
 # The first steps of every attempt include tf.function tracing: never measure them.
 WARMUP_STEPS = 5
 # Steps kept for sparklines and the "current" figures.
@@ -32,6 +35,9 @@ LOG_TAIL_LINES = 40
 PREFETCH_KEY = "data.prefetch"
 ACCUMULATION_KEY = "train.accumulation_steps"
 BATCH_KEY = "train.global_batch_size"
+
+# The terminal statuses in which the run failed: the dashboard shows why, with the log tail.
+FAILED_STATUSES = TERMINAL_STATUSES & {"crashed", "lost"}
 
 # Dirty areas, so the app repaints only the widgets whose inputs changed.
 AREAS = ("header", "metrics", "devices", "history", "attempts", "status", "link", "pending")
@@ -62,9 +68,26 @@ class StepPoint:
 
     @property
     def input_wait_pct(self) -> float | None:
-        if self.step_time_ms <= 0:
-            return None
-        return 100.0 * self.input_wait_ms / self.step_time_ms
+        return input_wait_pct(self.input_wait_ms, self.step_time_ms)
+
+
+def input_wait_pct(input_wait_ms: float, step_time_ms: float) -> float | None:
+    """Input-wait %: time blocked on the input iterator over step time; None without step time.
+
+    The one formula for it (docs/internals.md). Over several steps pass the sums:
+    sum(input_wait_ms) / sum(step_time_ms), as `steps_input_wait_pct` does.
+    """
+    if step_time_ms <= 0:
+        return None
+    return 100.0 * input_wait_ms / step_time_ms
+
+
+def steps_input_wait_pct(steps: Iterable[StepPoint]) -> float | None:
+    """Input-wait % over several steps: sum(input_wait_ms) / sum(step_time_ms)."""
+    points = list(steps)
+    return input_wait_pct(
+        sum(p.input_wait_ms for p in points), sum(p.step_time_ms for p in points)
+    )
 
 
 def _median(values: list[float]) -> float | None:
@@ -114,7 +137,7 @@ class AttemptSummary:
         """sum(input_wait_ms) / sum(step_time_ms) over the steps after warm-up, in %."""
         if not self.measured:
             return None
-        return 100.0 * self.sum_input_wait_ms / self.sum_step_time_ms
+        return input_wait_pct(self.sum_input_wait_ms, self.sum_step_time_ms)
 
     @property
     def median_examples_per_s(self) -> float | None:
@@ -344,11 +367,7 @@ class RunState:
         return points[-count:]
 
     def recent_input_wait_pct(self, count: int = CURRENT_STEPS) -> float | None:
-        points = self.recent_steps(count)
-        total = sum(p.step_time_ms for p in points)
-        if total <= 0:
-            return None
-        return 100.0 * sum(p.input_wait_ms for p in points) / total
+        return steps_input_wait_pct(self.recent_steps(count))
 
     def recent_examples_per_s(self, count: int = CURRENT_STEPS) -> float | None:
         return _median([r for p in self.recent_steps(count) if (r := p.examples_per_s)])
@@ -368,13 +387,19 @@ class RunState:
         if self.created_t is None:
             return None
         end = now
-        if self.status in ("stopped", "finished", "crashed", "lost") and self.last_t:
+        if self.terminal and self.last_t:
             end = self.last_t
         return max(0.0, end - self.created_t)
 
     @property
     def terminal(self) -> bool:
-        return self.status in ("stopped", "finished", "crashed", "lost")
+        """The run has ended (trainer_runtime.protocol.TERMINAL_STATUSES)."""
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def failed(self) -> bool:
+        """The run ended badly: the trainer crashed or the supervisor was lost."""
+        return self.status in FAILED_STATUSES
 
 
 def _opt_float(value: Any) -> float | None:
@@ -435,11 +460,7 @@ _LABELS = {PREFETCH_KEY: "prefetch", ACCUMULATION_KEY: "accumulation", BATCH_KEY
 
 def format_setting(dotted: str, value: Any) -> str:
     if dotted == PREFETCH_KEY:
-        if value is False or value is None:
-            return "off"
-        if value is True:
-            return "on"
-        return str(value)
+        return prefetch_word(value)
     return "?" if value is None else str(value)
 
 
@@ -467,8 +488,7 @@ def _with(
 
 def toggle_prefetch(settings: Mapping[str, Any], pending: Mapping[str, Any]) -> dict[str, Any]:
     """Flip data.prefetch: any enabled form (True, 'autotune', N) -> False, off -> True."""
-    value = effective(settings, pending, PREFETCH_KEY)
-    enabled = value is not None and value is not False
+    enabled = prefetch_enabled(effective(settings, pending, PREFETCH_KEY))
     return _with(settings, pending, PREFETCH_KEY, not enabled)
 
 

@@ -20,13 +20,14 @@ from gpuwatch.doctor import (
     probe_tensorflow,
     run,
 )
-from gpuwatch.sampling.fake_nvml import (
+from tests.support.fake_nvml import (
     NVML_ERROR_LIBRARY_NOT_FOUND,
     NVML_ERROR_NOT_SUPPORTED,
     FakeGpu,
     FakeNVML,
     fake_h100_box,
 )
+from trainer_runtime.schema import RunConfig
 
 HAS_TF = importlib.util.find_spec("tensorflow") is not None
 needs_tf = pytest.mark.skipif(not HAS_TF, reason="TensorFlow is not installed in this interpreter")
@@ -166,3 +167,10 @@ def test_tf_gpus_without_nvml_train_but_say_readings_are_missing() -> None:
     tf = TfReport(version="2.21.0", gpus=["g0"], built_with_cuda=True)
     code, lines = diagnose(tf, _nv(unavailable="no permission to open the NVIDIA devices"))
     assert code == 0 and "cannot read them" in lines[0]
+
+
+def test_no_gpu_names_the_schemas_default_cpu_replicas() -> None:
+    tf = TfReport(version="2.21.0", gpus=[], built_with_cuda=False)
+    code, lines = diagnose(tf, _nv(unavailable="NVML library not found"))
+    default = RunConfig().strategy.cpu_replicas
+    assert code == 0 and f"(strategy.cpu_replicas, default {default})" in lines[0]

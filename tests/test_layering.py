@@ -72,6 +72,7 @@ def test_protocol_and_schema_are_tensorflow_free() -> None:
         ("gpuwatch", "tensorflow", None),
         ("gpuwatch", "keras", None),
         ("gpuwatch", "textual", "gpuwatch/app"),
+        ("gpuwatch", "pynvml", "gpuwatch/sampling"),
         ("trainer_runtime", "textual", None),
         ("trainer_runtime", "gpuwatch", None),
     ],

@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import pytest
 
+from gpuwatch.config import apply_overrides
 from gpuwatch.runstate import (
+    PREFETCH_KEY,
     WARMUP_STEPS,
     RunState,
     SettingRefused,
     describe_pending,
+    format_setting,
     pending_overrides,
     step_accumulation,
     step_batch,
     toggle_prefetch,
 )
+from trainer_runtime.protocol import STATUSES, TERMINAL_STATUSES
+from trainer_runtime.schema import RunConfig
 
 SETTINGS = {
     "name": "demo",
@@ -105,6 +110,15 @@ def test_status_crashed_keeps_exit_code_and_log_tail():
     assert state.attempts[1].end == "crashed"
 
 
+@pytest.mark.parametrize("status", STATUSES)
+def test_terminal_is_the_protocols_terminal_statuses(status: str):
+    state = RunState()
+    state.apply({"type": "status", "seq": 0, "status": status, "attempt": 1})
+    assert state.terminal == (status in TERMINAL_STATUSES)
+    assert state.failed == (status in ("crashed", "lost"))
+    assert not state.failed or state.terminal
+
+
 def test_changes_are_reported_once():
     state = RunState()
     state.take_changes()
@@ -121,6 +135,12 @@ def test_toggle_prefetch_and_describe():
     assert toggle_prefetch(SETTINGS, pending) == {}
     autotune = {**SETTINGS, "data": {"prefetch": "autotune"}}
     assert toggle_prefetch(autotune, {}) == {"data.prefetch": False}
+
+
+@pytest.mark.parametrize("value", [False, True, "autotune", 4])
+def test_prefetch_as_shown_reads_back_as_the_same_setting(value):
+    word = format_setting(PREFETCH_KEY, value)
+    assert apply_overrides(RunConfig(), {PREFETCH_KEY: word}).data.prefetch == value
 
 
 def test_accumulation_doubles_and_halves_with_divisibility():

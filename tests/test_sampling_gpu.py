@@ -13,15 +13,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuwatch.sampling import DeviceSampler, cuda_version_text, sample_to_frame_fields
-from gpuwatch.sampling import fake_nvml as fake_module
+from gpuwatch.sampling import (
+    DeviceSampler,
+    cuda_version_text,
+    sample_to_frame_fields,
+    visible_gpu_count,
+)
 from gpuwatch.sampling.counters import (
     counter_delta,
     counter_rate,
     max_unambiguous_interval_s,
     pcie_link_max_bytes_per_s,
 )
-from gpuwatch.sampling.fake_nvml import (
+from tests.support import fake_nvml as fake_module
+from tests.support.fake_nvml import (
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_GPU_IS_LOST,
     NVML_ERROR_LIBRARY_NOT_FOUND,
@@ -497,6 +502,28 @@ def test_missing_nvidia_ml_py_says_so(monkeypatch) -> None:
     sample = sampler.sample()
     sampler.close()
     assert sample.gpus == () and "nvidia-ml-py is not installed" in (sample.nvml or "")
+
+
+@pytest.mark.parametrize(
+    ("visible", "expected"),
+    [(None, 4), ("1,3", 2), ("GPU-00000002", 1), ("2,7,0", 1), ("0,0", 0), ("", 0)],
+)
+def test_visible_gpu_count_reads_cuda_visible_devices_as_cuda_does(
+    monkeypatch, visible: str | None, expected: int
+) -> None:
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    nvml = fake_h100_box(4)
+    assert visible_gpu_count(nvml) == expected
+    assert nvml.shutdown_calls == 1
+
+
+def test_visible_gpu_count_is_zero_without_nvml(monkeypatch) -> None:
+    assert visible_gpu_count(FakeNVML([], init_error=NVML_ERROR_LIBRARY_NOT_FOUND)) == 0
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # makes `import pynvml` fail
+    assert visible_gpu_count() == 0
 
 
 def test_real_pynvml_without_a_driver_says_why() -> None:

@@ -8,13 +8,14 @@ import sys
 import time
 from collections import namedtuple
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import psutil
 import pytest
 
 from gpuwatch.sampling import DeviceSampler
-from gpuwatch.sampling.fake_nvml import FakeNVML
 from gpuwatch.sampling.host import HostSampler, busy_pct
+from tests.support.fake_nvml import FakeNVML
 
 SPIN = "import sys\nwhile True:\n    pass\n"
 # Allocates a known 64 MiB and touches it, then waits for stdin to close.
@@ -131,12 +132,17 @@ def test_busy_pct_from_cpu_times() -> None:
 
 def test_sampling_package_imports_without_ui_config_or_tensorflow() -> None:
     code = (
-        "import sys, gpuwatch.sampling, gpuwatch.sampling.fake_nvml\n"
+        "import sys, gpuwatch.sampling, tests.support.fake_nvml\n"
         "bad = [m for m in ('textual', 'pydantic', 'yaml', 'tensorflow', 'keras') "
         "if m in sys.modules]\n"
         "print(','.join(bad))\n"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],  # where `tests` (the fake) is importable
     )
     assert out.stdout.strip() == ""

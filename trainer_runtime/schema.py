@@ -19,7 +19,17 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
 
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
@@ -66,6 +76,34 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
+def _lax_readings_kept(kind: type[int] | type[float]) -> BeforeValidator:
+    """The lax readings a strict number keeps, read as pydantic's lax mode reads them.
+
+    Text that spells a number (YAML 1.1 reads `1e-3`, without a dot, as text; a `--set`
+    or a relaunch may quote a number), and for an integer a whole float (`256.0`).
+    Anything else, a bool first of all, meets the strict check.
+    """
+    lax = TypeAdapter(kind, config=ConfigDict(allow_inf_nan=False))
+
+    def read(value: Any) -> Any:
+        if isinstance(value, str) or (kind is int and isinstance(value, float)):
+            try:
+                return lax.validate_python(value)
+            except ValidationError as exc:  # the lax reading's own error, e.g. int_from_float
+                error = exc.errors()[0]
+                raise PydanticCustomError(error["type"], error["msg"], error.get("ctx")) from None
+        return value
+
+    return BeforeValidator(read)
+
+
+# Numbers are strict: pydantic's lax mode reads true as 1, and YAML 1.1 reads `yes` and
+# `on` as true, so `accumulation_steps: yes` would quietly mean 1. A bool is not a number.
+# allow_inf_nan=False (above) refuses .inf and .nan, which `ge=0` alone lets through.
+Integer = Annotated[int, Field(strict=True), _lax_readings_kept(int)]
+Number = Annotated[float, Field(strict=True), _lax_readings_kept(float)]
+
+
 def _check_factory(value: str | None) -> str | None:
     if value is not None and len(value) > MAX_FACTORY_CHARS:
         raise ValueError(f"factory must be at most {MAX_FACTORY_CHARS} characters")
@@ -74,14 +112,43 @@ def _check_factory(value: str | None) -> str | None:
     return value
 
 
+# data.prefetch in words: what a word means when read (`--set data.prefetch=on`; YAML reads
+# the bare words as booleans already), and how a value is shown (`prefetch_word`).
+PREFETCH_WORDS: dict[str, bool | str] = {
+    "on": True,
+    "true": True,
+    "yes": True,
+    "off": False,
+    "false": False,
+    "no": False,
+    "none": False,
+    "0": False,
+    "auto": "autotune",
+}
+
+
+def prefetch_enabled(value: Any) -> bool:
+    """Whether a data.prefetch value reads ahead: anything but off (False, or None if absent)."""
+    return value is not None and value is not False
+
+
+def prefetch_word(value: Any) -> str:
+    """A data.prefetch value in a word: "off" (also when absent), "on", "autotune" or N."""
+    if not prefetch_enabled(value):
+        return "off"
+    if value is True:
+        return "on"
+    return str(value)
+
+
 class ModelConfig(_Strict):
     """Which network to train: a built-in by name, or your own factory."""
 
     name: Literal["mlp", "convnet", "resnet"] = "mlp"
     hidden_units: Annotated[
-        list[Annotated[int, Field(gt=0, le=MAX_UNITS)]], Field(max_length=MAX_LAYERS)
+        list[Annotated[Integer, Field(gt=0, le=MAX_UNITS)]], Field(max_length=MAX_LAYERS)
     ] = Field(default_factory=lambda: [512, 512])
-    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    dropout: Annotated[Number, Field(ge=0.0, lt=1.0)] = 0.0
     factory: str | None = None
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
@@ -95,21 +162,21 @@ class DataConfig(_Strict):
     """The input pipeline and its knobs."""
 
     name: Literal["synthetic"] = "synthetic"
-    examples: Annotated[int, Field(gt=0, le=MAX_EXAMPLES)] = 16384
+    examples: Annotated[Integer, Field(gt=0, le=MAX_EXAMPLES)] = 16384
     input_shape: Annotated[
-        list[Annotated[int, Field(gt=0, le=MAX_INPUT_DIM)]],
+        list[Annotated[Integer, Field(gt=0, le=MAX_INPUT_DIM)]],
         Field(min_length=1, max_length=MAX_INPUT_DIMS),
     ] = Field(default_factory=lambda: [784])
-    classes: Annotated[int, Field(ge=2, le=MAX_CLASSES)] = 10
+    classes: Annotated[Integer, Field(ge=2, le=MAX_CLASSES)] = 10
     # Simulated storage latency per batch read, in milliseconds (releases the GIL).
-    read_latency_ms: Annotated[float, Field(ge=0.0, le=MAX_READ_LATENCY_MS)] = 0.0
+    read_latency_ms: Annotated[Number, Field(ge=0.0, le=MAX_READ_LATENCY_MS)] = 0.0
     # Extra CPU work per example (matrix ops in the map function); 0 = none.
-    decode_cost: Annotated[int, Field(ge=0, le=MAX_DECODE_COST)] = 0
+    decode_cost: Annotated[Integer, Field(ge=0, le=MAX_DECODE_COST)] = 0
     # off: no overlap at all; on/autotune: tf.data.AUTOTUNE; an int: that many batches.
-    prefetch: bool | Literal["autotune"] | Annotated[int, Field(ge=1, le=MAX_PREFETCH)] = False
+    prefetch: bool | Literal["autotune"] | Annotated[Integer, Field(ge=1, le=MAX_PREFETCH)] = False
     # 1: serial reads; an int > 1: that many parallel calls; "autotune".
     parallel_calls: Literal["autotune"] | Annotated[
-        int, Field(ge=1, le=MAX_PARALLEL_CALLS)
+        Integer, Field(ge=1, le=MAX_PARALLEL_CALLS)
     ] = 1
     cache: bool = False
     shuffle: bool = True
@@ -127,12 +194,8 @@ class DataConfig(_Strict):
         # YAML reads `on`/`off` as booleans already; accept the words from --set too.
         if isinstance(value, str):
             word = value.strip().lower()
-            if word in ("on", "true", "yes"):
-                return True
-            if word in ("off", "false", "no", "none", "0"):
-                return False
-            if word == "auto":
-                return "autotune"
+            if word in PREFETCH_WORDS:
+                return PREFETCH_WORDS[word]
             if word.isdigit():
                 return int(word)
         return value
@@ -158,7 +221,7 @@ class DataConfig(_Strict):
 
     @property
     def prefetch_enabled(self) -> bool:
-        return self.prefetch is not False
+        return prefetch_enabled(self.prefetch)
 
     @property
     def features_per_example(self) -> int:
@@ -169,40 +232,40 @@ class TrainConfig(_Strict):
     """Optimisation: batch, accumulation, optimizer, schedule, precision, length."""
 
     # Examples per optimizer update, across all replicas and micro-steps.
-    global_batch_size: Annotated[int, Field(ge=1, le=MAX_GLOBAL_BATCH)] = 256
-    accumulation_steps: Annotated[int, Field(ge=1, le=MAX_ACCUMULATION)] = 1
+    global_batch_size: Annotated[Integer, Field(ge=1, le=MAX_GLOBAL_BATCH)] = 256
+    accumulation_steps: Annotated[Integer, Field(ge=1, le=MAX_ACCUMULATION)] = 1
     optimizer: Literal["sgd", "adam"] = "adam"
-    learning_rate: Annotated[float, Field(gt=0.0, le=MAX_LEARNING_RATE)] = 1e-3
+    learning_rate: Annotated[Number, Field(gt=0.0, le=MAX_LEARNING_RATE)] = 1e-3
     lr_schedule: Literal["constant", "cosine", "step"] = "constant"
     # For cosine/step schedules: optimizer updates over which the schedule runs.
-    lr_decay_steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] = 10000
-    epochs: Annotated[int, Field(ge=1, le=MAX_EPOCHS)] | None = None
-    max_steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] | None = None
-    seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
+    lr_decay_steps: Annotated[Integer, Field(ge=1, le=MAX_STEPS)] = 10000
+    epochs: Annotated[Integer, Field(ge=1, le=MAX_EPOCHS)] | None = None
+    max_steps: Annotated[Integer, Field(ge=1, le=MAX_STEPS)] | None = None
+    seed: Annotated[Integer, Field(ge=0, le=MAX_SEED)] = 0
     mixed_precision: Literal["float32", "mixed_float16", "mixed_bfloat16"] = "float32"
     jit_compile: bool = False
     # Optimizer steps run inside one tf.function call (timings still per step).
-    steps_per_execution: Annotated[int, Field(ge=1, le=MAX_STEPS_PER_EXECUTION)] = 1
+    steps_per_execution: Annotated[Integer, Field(ge=1, le=MAX_STEPS_PER_EXECUTION)] = 1
 
 
 class StrategyConfig(_Strict):
     """tf.distribute settings."""
 
     # Logical CPU replicas when there is no GPU (MirroredStrategy still runs).
-    cpu_replicas: Annotated[int, Field(ge=1, le=MAX_CPU_REPLICAS)] = 2
+    cpu_replicas: Annotated[Integer, Field(ge=1, le=MAX_CPU_REPLICAS)] = 2
     cross_device_ops: Literal["auto", "nccl", "hierarchical_copy", "reduce_to_one"] = "auto"
 
 
 class CheckpointConfig(_Strict):
-    every_steps: Annotated[int, Field(ge=1, le=MAX_STEPS)] = 200
-    keep: Annotated[int, Field(ge=1, le=MAX_KEEP)] = 3
+    every_steps: Annotated[Integer, Field(ge=1, le=MAX_STEPS)] = 200
+    keep: Annotated[Integer, Field(ge=1, le=MAX_KEEP)] = 3
     enabled: bool = True
 
 
 class TelemetryConfig(_Strict):
     enabled: bool = True
     # Frames held while the reader lags; beyond this they are dropped and counted.
-    buffer_frames: Annotated[int, Field(ge=16, le=MAX_BUFFER_FRAMES)] = 4096
+    buffer_frames: Annotated[Integer, Field(ge=16, le=MAX_BUFFER_FRAMES)] = 4096
 
 
 class RunConfig(_Strict):

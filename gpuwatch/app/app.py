@@ -64,6 +64,14 @@ _ACCUMULATION = Binding.Group("accum", compact=True)
 _BATCH = Binding.Group("batch", compact=True)
 
 
+def _joined(descriptions: list[str]) -> str:
+    """One label for a group of keys: "batch ×2", "batch ÷2" -> "batch ×2/÷2"."""
+    heads = {text.rpartition(" ")[0] for text in descriptions}
+    if len(descriptions) > 1 and len(heads) == 1 and "" not in heads:
+        return f"{heads.pop()} " + "/".join(text.rpartition(" ")[2] for text in descriptions)
+    return "/".join(descriptions)
+
+
 class GpuwatchApp(App[str]):
     """Live dashboard of one training run (and a switcher between the live runs)."""
 
@@ -73,7 +81,8 @@ class GpuwatchApp(App[str]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (Textual's API)
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]  # noqa: RUF012
 
-    BINDINGS: ClassVar[list[BindingType]] = [
+    # The keys that change a pending setting; the pending bar's hint lists them.
+    SETTING_BINDINGS: ClassVar[list[Binding]] = [
         Binding(
             "p",
             "toggle_prefetch",
@@ -84,7 +93,7 @@ class GpuwatchApp(App[str]):
         Binding(
             "a",
             "accumulation(True)",
-            "accum ×2",
+            "accumulation ×2",
             id="accumulation.up",
             group=_ACCUMULATION,
             tooltip="Double accumulation steps for the next relaunch",
@@ -92,7 +101,7 @@ class GpuwatchApp(App[str]):
         Binding(
             "A",
             "accumulation(False)",
-            "accum ÷2",
+            "accumulation ÷2",
             id="accumulation.down",
             group=_ACCUMULATION,
             tooltip="Halve accumulation steps for the next relaunch",
@@ -113,12 +122,15 @@ class GpuwatchApp(App[str]):
             group=_BATCH,
             tooltip="Halve the global batch for the next relaunch",
         ),
+    ]
+    # What to do with the pending settings; the pending bar says "press r to relaunch, ...".
+    PENDING_BINDINGS: ClassVar[list[Binding]] = [
         Binding(
             "r",
             "relaunch",
             "relaunch",
             id="relaunch",
-            tooltip="Stop this attempt and start the next with the pending settings",
+            tooltip="Relaunch with the pending settings (resumes from checkpoint)",
         ),
         Binding(
             "c",
@@ -128,6 +140,11 @@ class GpuwatchApp(App[str]):
             show=False,
             tooltip="Forget the pending settings",
         ),
+    ]
+    # Every key, in the footer's order; the keys screen (?) lists them with their tooltips.
+    BINDINGS: ClassVar[list[BindingType]] = [
+        *SETTING_BINDINGS,
+        *PENDING_BINDINGS,
         Binding("s", "stop_run", "stop", id="stop", tooltip="Stop training (asks first)"),
         Binding("l", "runs", "runs", id="runs", tooltip="List the live runs and switch to one"),
         Binding(
@@ -149,18 +166,6 @@ class GpuwatchApp(App[str]):
             tooltip="Same as q",
             priority=True,
         ),
-    ]
-
-    KEY_HELP: ClassVar[list[tuple[str, str]]] = [
-        ("p", "prefetch off/on (pending until r)"),
-        ("a / A", "accumulation steps ×2 / ÷2 (pending until r)"),
-        ("b / B", "global batch ×2 / ÷2 (pending until r)"),
-        ("r", "relaunch with the pending settings (resumes from checkpoint)"),
-        ("c", "discard the pending settings"),
-        ("s", "stop training (asks first)"),
-        ("l", "list the live runs on this machine, switch to one"),
-        ("?", "this list"),
-        ("q", "quit: detach (training goes on) or stop the run"),
     ]
 
     pending: var[dict[str, Any]] = var(dict, init=False)
@@ -199,7 +204,9 @@ class GpuwatchApp(App[str]):
         yield HistoryPanel(id="history")
         yield CrashPanel(id="crash")
         yield AttemptsPanel(id="attempts")
-        yield PendingBar(id="pending")
+        yield PendingBar(
+            idle_hint=self.settings_keys_hint(), pending_hint=self.pending_keys_hint(), id="pending"
+        )
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -276,7 +283,7 @@ class GpuwatchApp(App[str]):
                 self.query_one(AttemptsPanel).show_state(state)
             if "status" in changes:
                 self.query_one(CrashPanel).show_state(state)
-                self.screen.set_class(state.status in ("crashed", "lost"), "-crashed")
+                self.screen.set_class(state.failed, "-crashed")
             if "pending" in changes:
                 self._show_pending()
 
@@ -374,7 +381,38 @@ class GpuwatchApp(App[str]):
         self.push_screen(QuitScreen(), callback=chosen)
 
     def action_keys(self) -> None:
-        self.push_screen(KeysScreen(self.KEY_HELP))
+        self.push_screen(KeysScreen(self.key_rows()))
+
+    # ---- keys, in words made from the bindings ---------------------------
+
+    def key_rows(self) -> list[tuple[str, str]]:
+        """(key, what it does) for every binding: the keys screen."""
+        return [
+            (self.get_key_display(binding), binding.tooltip or binding.description)
+            for binding in self.BINDINGS
+            if isinstance(binding, Binding)
+        ]
+
+    def settings_keys_hint(self) -> str:
+        """'p prefetch · a/A accumulation ×2/÷2 · ...': the keys that change a setting."""
+        groups: list[list[Binding]] = []
+        for binding in self.SETTING_BINDINGS:
+            if groups and binding.group is not None and groups[-1][0].group is binding.group:
+                groups[-1].append(binding)
+            else:
+                groups.append([binding])
+        return " · ".join(
+            "/".join(self.get_key_display(b) for b in group)
+            + " "
+            + _joined([b.description for b in group])
+            for group in groups
+        )
+
+    def pending_keys_hint(self) -> str:
+        """'press r to relaunch, c to discard': what to do with pending settings."""
+        return "press " + ", ".join(
+            f"{self.get_key_display(b)} to {b.description}" for b in self.PENDING_BINDINGS
+        )
 
     # ---- switching runs ---------------------------------------------
 

@@ -6,13 +6,11 @@ Plain Python (no Textual) so the units are unit-tested. Rates are decimal
 
 from __future__ import annotations
 
-from typing import Any
-
 from gpuwatch.advisor import format_rate
 
 NA = "n/a"
 
-__all__ = ["NA", "bytes_binary", "count", "duration", "format_rate", "pct", "prefetch_word"]
+__all__ = ["NA", "bytes_binary", "count", "duration", "format_rate", "pct"]
 
 
 def pct(value: float | None, digits: int = 0) -> str:
@@ -58,16 +56,6 @@ def duration(seconds: float | None) -> str:
     if hours:
         return f"{hours}:{minutes:02d}:{secs:02d}"
     return f"{minutes}:{secs:02d}"
-
-
-def prefetch_word(value: Any) -> str:
-    if value is None:
-        return "?"
-    if value is False:
-        return "off"
-    if value is True:
-        return "on"
-    return str(value)
 
 
 def ms(value: float | None) -> str:

@@ -20,6 +20,7 @@ from gpuwatch.sampling.gpu import (
     GpuReader,
     PcieWindowPoller,
     describe_init_failure,
+    visible_gpu_count,
 )
 from gpuwatch.sampling.host import HostSampler
 from gpuwatch.sampling.types import DeviceSample, GpuProcess, GpuSample, HostSample
@@ -32,6 +33,7 @@ __all__ = [
     "HostSample",
     "cuda_version_text",
     "sample_to_frame_fields",
+    "visible_gpu_count",
 ]
 
 
@@ -48,7 +50,7 @@ class DeviceSampler:
     ``run_pids`` returns the host pids of the watched run (the trainer's
     process tree): they mark GPU processes ``in_run`` and are summed into the
     host's ``run_cpu_pct``/``run_rss_bytes``. ``nvml`` injects a fake pynvml
-    module (gpuwatch.sampling.fake_nvml) in tests; by default ``import pynvml``.
+    module (tests/support/fake_nvml.py) in tests; by default ``import pynvml``.
     Neither the constructor nor ``sample()`` raises.
     """
 

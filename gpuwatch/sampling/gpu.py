@@ -21,6 +21,7 @@ with the same names). Rules it keeps, learnt from nvitop and NVML's docs:
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -86,6 +87,64 @@ def describe_init_failure(nvml: Any, exc: BaseException) -> str:
     if code == _code(nvml, "NVML_ERROR_LIB_RM_VERSION_MISMATCH", 18):
         return "NVML library and kernel driver versions differ (driver updated, reboot needed)"
     return f"NVML failed to start: {exc}"
+
+
+def visible_gpu_count(nvml: Any | None = None) -> int:
+    """The NVIDIA GPUs CUDA will use: NVML's devices, narrowed by CUDA_VISIBLE_DEVICES as
+    CUDA reads it. Any NVML failure (no nvidia-ml-py, no library, no driver) counts as 0.
+
+    ``nvml`` injects a fake pynvml module in tests; by default ``import pynvml``, lazily,
+    so a box without the driver never pays for it.
+    """
+    if nvml is None:
+        try:
+            import pynvml as nvml_module
+        except ImportError:
+            return 0
+        nvml = nvml_module
+    try:
+        nvml.nvmlInit()
+    except Exception:
+        return 0
+    try:
+        count = int(nvml.nvmlDeviceGetCount())
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        if visible is None:
+            return count
+        uuids: list[str] | None = None
+        chosen: set[int] = set()
+        # CUDA reads entries up to the first one it cannot match and ignores the rest.
+        for raw_entry in visible.split(","):
+            entry = raw_entry.strip()
+            if not entry:
+                break
+            if entry.lstrip("-").isdigit():
+                index = int(entry)
+                if not 0 <= index < count:
+                    break
+            else:
+                if uuids is None:
+                    uuids = [_uuid(nvml, i) for i in range(count)]
+                matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
+                if len(matches) != 1:
+                    break
+                index = matches[0]
+            if index in chosen:
+                return 0  # CUDA refuses a list that names a device twice
+            chosen.add(index)
+        return len(chosen)
+    except Exception:
+        return 0
+    finally:
+        try:
+            nvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def _uuid(nvml: Any, index: int) -> str:
+    uuid = nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(index))
+    return uuid.decode() if isinstance(uuid, bytes) else str(uuid)
 
 
 def _text(value: Any) -> str:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from textual.message import Message
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
@@ -38,6 +41,37 @@ async def settle(app: GpuwatchApp, link: ReplayLink, pilot: Any) -> None:
     await pilot.pause()
     app.refresh_view()
     await pilot.pause()
+
+
+class Waiter:
+    """Waits until a condition on the app holds, re-checked as each message is dispatched.
+
+    Pass `waiter.hook` as run_test's message_hook. No fixed pauses and no polling
+    interval: the test wakes on the message after which the condition holds, or fails
+    naming what it waited for once the deadline passes.
+    """
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[Callable[[], bool], asyncio.Event]] = []
+
+    def hook(self, message: Message) -> None:
+        for condition, event in self._waiting:
+            if not event.is_set() and condition():
+                event.set()
+
+    async def until(
+        self, condition: Callable[[], bool], what: str, timeout_s: float = 10.0
+    ) -> None:
+        if condition():
+            return
+        entry = (condition, asyncio.Event())
+        self._waiting.append(entry)
+        try:
+            await asyncio.wait_for(entry[1].wait(), timeout_s)
+        except TimeoutError:
+            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+        finally:
+            self._waiting.remove(entry)
 
 
 async def wait_commands(app: GpuwatchApp) -> None:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+from typing import ClassVar
 
+from textual.binding import Binding
 from textual.widgets import OptionList
 
 from gpuwatch import runs
@@ -23,7 +26,15 @@ from gpuwatch.app.widgets.panels import (
 from gpuwatch.client import ConnectionLost
 from gpuwatch.runs import RunInfo
 
-from .conftest import SIZE, frozen_clock_for, load_events, make_app, settle, wait_commands
+from .conftest import (
+    SIZE,
+    Waiter,
+    frozen_clock_for,
+    load_events,
+    make_app,
+    settle,
+    wait_commands,
+)
 
 
 def text(app: GpuwatchApp, widget_type: type) -> str:
@@ -110,7 +121,6 @@ async def test_prefetch_key_shows_pending_and_r_relaunches_with_override():
         assert link.commands == [
             ("relaunch", {"overrides": {"data.prefetch": True}, "fresh": False})
         ]
-        await pilot.pause()
         assert app.pending == {}
         assert text(app, PendingBar).startswith("no pending changes")
 
@@ -145,7 +155,7 @@ async def test_batch_key_is_refused_at_the_datas_limit_before_relaunch(notificat
             "would need more examples than the data has"
         )
         await pilot.press("r")
-        await pilot.pause()
+        await wait_commands(app)
         assert link.commands == [
             ("relaunch", {"overrides": {"train.global_batch_size": 16384}, "fresh": False})
         ]
@@ -268,13 +278,12 @@ async def test_long_replay_folds_in_batches_not_per_event():
 
 async def test_throttled_repaint_happens_without_an_explicit_refresh():
     app, link = make_app("cpu_one_attempt.jsonl")
-    async with app.run_test(size=SIZE) as pilot:
+    waiter = Waiter()
+    async with app.run_test(size=SIZE, message_hook=waiter.hook):
         await link.wait_idle()
-        for _ in range(200):  # deadline: 200 pauses
-            if "input wait 38.0%" in text(app, MetricsPanel):
-                break
-            await pilot.pause(0.02)
-        assert "input wait 38.0%" in text(app, MetricsPanel)
+        await waiter.until(
+            lambda: "input wait 38.0%" in text(app, MetricsPanel), "the throttled repaint"
+        )
 
 
 async def test_keys_screen_lists_every_key():
@@ -284,10 +293,27 @@ async def test_keys_screen_lists_every_key():
         await pilot.press("question_mark")
         assert isinstance(app.screen, KeysScreen)
         listing = str(app.screen.query_one("#keys-text").render())
-        for key, _ in GpuwatchApp.KEY_HELP:
-            assert f"{key}  " in listing
+        bindings = [b for b in GpuwatchApp.BINDINGS if isinstance(b, Binding)]
+        assert len(bindings) == len(GpuwatchApp.BINDINGS)
+        for binding in bindings:
+            assert binding.id and binding.tooltip, binding
+            assert f"{app.get_key_display(binding)}  {binding.tooltip}\n" in listing
         await pilot.press("escape")
         assert not isinstance(app.screen, KeysScreen)
+
+
+def test_pending_bar_hints_are_made_from_the_bindings():
+    class Rebound(GpuwatchApp):
+        SETTING_BINDINGS: ClassVar[list[Binding]] = [
+            dataclasses.replace(b, key=b.key.swapcase()) for b in GpuwatchApp.SETTING_BINDINGS
+        ]
+        PENDING_BINDINGS: ClassVar[list[Binding]] = [
+            dataclasses.replace(b, key=b.key.upper()) for b in GpuwatchApp.PENDING_BINDINGS
+        ]
+
+    app = Rebound(ReplayLink([]))
+    assert app.settings_keys_hint() == "P prefetch · A/a accumulation ×2/÷2 · B/b batch ×2/÷2"
+    assert app.pending_keys_hint() == "press R to relaunch, C to discard"
 
 
 async def test_run_switcher_lists_live_runs_and_switches(tmp_path, monkeypatch):
@@ -311,20 +337,19 @@ async def test_run_switcher_lists_live_runs_and_switches(tmp_path, monkeypatch):
         return ReplayLink(other)
 
     app, link = make_app("cpu_one_attempt.jsonl", home=home, run_id="0612-kq7m", link_for=link_for)
-    async with app.run_test(size=SIZE) as pilot:
+    waiter = Waiter()
+    async with app.run_test(size=SIZE, message_hook=waiter.hook) as pilot:
         await settle(app, link, pilot)
         await pilot.press("l")
-        for _ in range(200):
-            if isinstance(app.screen, RunsScreen):
-                break
-            await pilot.pause(0.01)
+        await waiter.until(lambda: isinstance(app.screen, RunsScreen), "the runs screen")
         screen = app.screen
         assert isinstance(screen, RunsScreen)
         assert sorted(r.run_id for r in screen.runs) == ["0612-kq7m", "0613-zzzz"]
         target = [r.run_id for r in screen.runs].index("0613-zzzz")
         screen.query_one(OptionList).highlighted = target
+        (choosing,) = [w for w in app.workers if w.group == "runs"]  # awaits the screen
         await pilot.press("enter")
-        await pilot.pause()
+        await app.workers.wait_for_complete([choosing])
         assert made == ["0613-zzzz"]
         new_link = app.link
         assert isinstance(new_link, ReplayLink)

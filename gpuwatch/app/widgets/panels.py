@@ -12,6 +12,7 @@ from textual.widgets import Sparkline, Static
 from gpuwatch.advisor import Advice
 from gpuwatch.app import fmt
 from gpuwatch.runstate import WARMUP_STEPS, RunState
+from trainer_runtime.schema import prefetch_word
 
 STATUS_STYLE = {
     "starting": "yellow",
@@ -253,7 +254,8 @@ class AttemptsPanel(StatePanel):
         attempts = list(state.attempts.values())
         for summary in attempts[-8:]:
             wait = summary.input_wait_pct
-            row = f"{summary.attempt:>2} {fmt.prefetch_word(summary.prefetch):>8}"
+            prefetch = "?" if summary.prefetch is None else prefetch_word(summary.prefetch)
+            row = f"{summary.attempt:>2} {prefetch:>8}"
             row += f" {summary.accumulation_steps or '?'!s:>5}"
             row += f" {summary.global_batch_size or '?'!s:>6}"
             row += f" {summary.steps_seen:>6}"
@@ -277,18 +279,23 @@ class AttemptsPanel(StatePanel):
 
 
 class PendingBar(StatePanel):
-    """What a relaunch would change, or how to change something."""
+    """What a relaunch would change, or how to change something.
+
+    The hints name the keys; the app makes them from its bindings.
+    """
+
+    def __init__(self, *args: Any, idle_hint: str, pending_hint: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.idle_hint = idle_hint  # the keys that change a setting
+        self.pending_hint = pending_hint  # the keys that relaunch or discard
 
     def show_pending(self, description: str) -> None:
         if description:
             text = Text("pending: ", style="bold yellow")
             text.append(description)
-            text.append(" — press r to relaunch, c to discard", style="bold")
+            text.append(f" — {self.pending_hint}", style="bold")
         else:
-            text = Text(
-                "no pending changes · p prefetch · a/A accumulation ×2/÷2 · b/B batch ×2/÷2",
-                style="dim",
-            )
+            text = Text(f"no pending changes · {self.idle_hint}", style="dim")
         self.set_text(text)
 
 
@@ -297,7 +304,7 @@ class CrashPanel(StatePanel):
 
     def show_state(self, state: RunState) -> None:
         text = Text()
-        if state.status not in ("crashed", "lost"):
+        if not state.failed:
             self.set_text(text)
             return
         how = []

@@ -1,4 +1,6 @@
-"""A stand-in for the ``pynvml`` module (nvidia-ml-py), for tests, the bench and demos.
+"""A stand-in for the ``pynvml`` module (nvidia-ml-py), for tests and bench/bench_sampler.py.
+
+Test-only: it lives with the tests, outside the installed package.
 
 It has the real module's function names, constants and error classes
 (``NVMLError`` with ``.value``, one ``NVMLError_<Name>`` subclass per

@@ -1,0 +1,1 @@
+"""Test-only stand-ins shared by the tests and the benches (never installed with gpuwatch)."""
