@@ -304,6 +304,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     import json
 
     from gpuwatch.runs import list_runs
+    from trainer_runtime.protocol import FAILED_STATUSES
 
     infos = list_runs()
     if args.json:
@@ -323,7 +324,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             f"{info.run_id:<10} {info.name[:12]:<12} {info.status:<9} {info.attempt:>7} "
             f"{info.step:>8} {rate:>9}  {_format_age(info.started)}"
         )
-        if info.status in ("crashed", "lost") and info.message:
+        if info.status in FAILED_STATUSES and info.message:
             print(f"{'':<10} {info.message}")
     return EXIT_OK
 

@@ -103,18 +103,15 @@ async def follow(info: RunInfo, out: TextIO = sys.stdout, err: TextIO = sys.stde
         await client.close()
     print(progress_line(state), file=out, flush=True)
     print(summary_line(state), file=out, flush=True)
-    error = state.error or {}
+    error = state.error
     if (
         state.status == "crashed"
         and state.exit_code == 2
-        and error.get("kind")
-        in (
-            "config",
-            "factory",
-        )
+        and error is not None
+        and error.kind in ("config", "factory")
     ):
         # The trainer refused its settings before training: that is bad input, exit 2.
-        print(f"gpuwatch: {error.get('message')}", file=err)
+        print(f"gpuwatch: {error.message}", file=err)
         return 2
     if state.status == "crashed":
         print(f"gpuwatch: the trainer crashed: {state.status_message}", file=err)

@@ -1,8 +1,9 @@
 """Run state: a pure fold of a run's event stream into what the dashboard shows.
 
-No Textual, no I/O. ``RunState.apply(event)`` / ``apply_many(events)`` take the
+No Textual, no I/O. ``RunState.apply(frame)`` / ``apply_many(frames)`` take the
 frames of ``trainer_runtime/protocol.py`` (as relayed by the supervisor, with
-``seq``) plus the link's synthetic ``{"type": "link", ...}`` events, and keep:
+``seq``), each read into its typed event by ``protocol.parse_event``, plus the
+link's synthetic ``{"type": "link", ...}`` events, and keep:
 the run, each attempt with its settings and measured figures (after warm-up),
 the latest step, rolling windows for sparklines, the latest device sample and
 the status. Events whose ``seq`` was already folded are skipped, so a link that
@@ -15,13 +16,29 @@ and describing what a relaunch would change.
 
 from __future__ import annotations
 
-import math
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainer_runtime.protocol import TERMINAL_STATUSES
+from trainer_runtime.protocol import (
+    FAILED_STATUSES,
+    TERMINAL_STATUSES,
+    Attempt,
+    Checkpoint,
+    Done,
+    Error,
+    Event,
+    Hello,
+    ProtocolError,
+    Resume,
+    Run,
+    Sample,
+    StatusChange,
+    Step,
+    input_wait_pct,
+    parse_event,
+)
 from trainer_runtime.schema import prefetch_enabled, prefetch_word
 
 # The first steps of every attempt include tf.function tracing: never measure them.
@@ -36,8 +53,6 @@ PREFETCH_KEY = "data.prefetch"
 ACCUMULATION_KEY = "train.accumulation_steps"
 BATCH_KEY = "train.global_batch_size"
 
-# The terminal statuses in which the run failed: the dashboard shows why, with the log tail.
-FAILED_STATUSES = TERMINAL_STATUSES & {"crashed", "lost"}
 
 # Dirty areas, so the app repaints only the widgets whose inputs changed.
 AREAS = ("header", "metrics", "devices", "history", "attempts", "status", "link", "pending")
@@ -45,41 +60,19 @@ AREAS = ("header", "metrics", "devices", "history", "attempts", "status", "link"
 
 @dataclass(frozen=True, slots=True)
 class StepPoint:
-    """One optimizer step as the trainer measured it."""
+    """A step as the dashboard holds it: the trainer's Step, when it ended, and whether
+    it was one of its attempt's first WARMUP_STEPS (tracing, never measured).
 
-    attempt: int
-    step: int
-    micro_step: int
-    epoch: int | None
-    loss: float | None
-    lr: float | None
-    examples: int
-    step_time_ms: float
-    input_wait_ms: float
-    grad_sync_bytes: float
-    t: float | None
-    warmup: bool = False  # one of its attempt's first WARMUP_STEPS steps (tracing)
-
-    @property
-    def examples_per_s(self) -> float | None:
-        if self.step_time_ms <= 0:
-            return None
-        return self.examples * 1000.0 / self.step_time_ms
-
-    @property
-    def input_wait_pct(self) -> float | None:
-        return input_wait_pct(self.input_wait_ms, self.step_time_ms)
-
-
-def input_wait_pct(input_wait_ms: float, step_time_ms: float) -> float | None:
-    """Input-wait %: time blocked on the input iterator over step time; None without step time.
-
-    The one formula for it (docs/internals.md). Over several steps pass the sums:
-    sum(input_wait_ms) / sum(step_time_ms), as `steps_input_wait_pct` does.
+    The step's fields are the protocol's (``protocol.Step``), read through: this class
+    lists none of them.
     """
-    if step_time_ms <= 0:
-        return None
-    return 100.0 * input_wait_ms / step_time_ms
+
+    event: Step
+    t: float | None = None
+    warmup: bool = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.event, name)
 
 
 def steps_input_wait_pct(steps: Iterable[StepPoint]) -> float | None:
@@ -109,7 +102,7 @@ class AttemptSummary:
     fresh: bool = False
     reason: str | None = None
     started_t: float | None = None
-    hello: dict[str, Any] | None = None
+    hello: Hello | None = None
     steps_seen: int = 0
     first_step: int | None = None
     last_step: int | None = None
@@ -119,14 +112,14 @@ class AttemptSummary:
     sum_grad_sync_bytes: float = 0.0
     rates: list[float] = field(default_factory=list)
     end: str | None = None  # "done: max_steps", "crashed: exit 1", ...
-    resume: dict[str, Any] | None = None  # where it resumed: step, data position, data order
+    resume: Resume | None = None  # where it resumed: step, data position, data order
 
     @property
     def data_restarted(self) -> str | None:
         """Why the data order started over on this attempt's resume, or None if it did not."""
-        if self.resume is None or self.resume.get("data_order") != "restarted":
+        if self.resume is None or self.resume.data_order != "restarted":
             return None
-        return str(self.resume.get("data_note") or "data order restarted")
+        return self.resume.data_note or "data order restarted"
 
     @property
     def measured(self) -> bool:
@@ -178,7 +171,7 @@ class RunState:
     exit_code: int | None = None
     signal: int | str | None = None
     log_tail: list[str] = field(default_factory=list)
-    hello: dict[str, Any] | None = None
+    hello: Hello | None = None
     last_step: StepPoint | None = None
     window: deque[StepPoint] = field(default_factory=lambda: deque(maxlen=WINDOW_STEPS))
     sample: dict[str, Any] | None = None
@@ -186,12 +179,13 @@ class RunState:
     last_t: float | None = None
     link_state: str | None = None
     link_message: str | None = None
-    error: dict[str, Any] | None = None
-    done: dict[str, Any] | None = None
-    last_checkpoint: dict[str, Any] | None = None
+    error: Error | None = None
+    done: Done | None = None
+    last_checkpoint: Checkpoint | None = None
     dropped: int = 0
     events_applied: int = 0
     duplicates_skipped: int = 0
+    bad_events: int = 0  # frames that are not a protocol event (counted, skipped)
     changed: set[str] = field(default_factory=lambda: set(AREAS))
 
     # ---- folding -------------------------------------------------------
@@ -200,19 +194,24 @@ class RunState:
         for event in events:
             self.apply(event)
 
-    def apply(self, event: Mapping[str, Any]) -> None:
-        seq = event.get("seq")
-        if isinstance(seq, int):
-            if seq <= self.last_seq:
+    def apply(self, frame: Mapping[str, Any]) -> None:
+        if frame.get("type") == "link":  # the link's own news, not a protocol event
+            self._on_link(frame)
+            self.events_applied += 1
+            return
+        try:
+            envelope, event = parse_event(frame)
+        except ProtocolError:
+            self.bad_events += 1
+            return
+        if envelope.seq is not None:
+            if envelope.seq <= self.last_seq:
                 self.duplicates_skipped += 1
                 return
-            self.last_seq = seq
-        t = event.get("t")
-        if isinstance(t, int | float):
-            self.last_t = float(t)
-        handler = _HANDLERS.get(str(event.get("type")))
-        if handler is not None:
-            handler(self, event)
+            self.last_seq = envelope.seq
+        if envelope.t is not None:
+            self.last_t = envelope.t
+        _HANDLERS[type(event)](self, event, envelope.t)
         self.events_applied += 1
 
     def take_changes(self) -> set[str]:
@@ -227,59 +226,38 @@ class RunState:
             self.attempts[number] = summary
         return summary
 
-    def _on_run(self, event: Mapping[str, Any]) -> None:
-        self.run_id = event.get("run_id") or self.run_id
-        self.host = event.get("host") or self.host
-        self.created_t = event.get("created") or event.get("t") or self.created_t
-        settings = event.get("settings")
-        if isinstance(settings, dict):
-            if not self.settings:
-                self.settings = dict(settings)
-            self.name = settings.get("name") or self.name
-        self.name = event.get("name") or self.name
+    def _on_run(self, event: Run, t: float | None) -> None:
+        self.run_id = event.run_id or self.run_id
+        self.host = event.host or self.host
+        self.created_t = event.created or t or self.created_t
+        if not self.settings:
+            self.settings = dict(event.settings)
+        self.name = event.name or event.settings.get("name") or self.name
         self.changed.update(("header", "pending"))
 
-    def _on_attempt(self, event: Mapping[str, Any]) -> None:
-        number = int(event.get("attempt") or 0)
-        summary = self._attempt(number)
-        settings = event.get("settings")
-        if isinstance(settings, dict):
-            summary.settings = dict(settings)
-            self.settings = dict(settings)
-            self.name = settings.get("name") or self.name
-        summary.fresh = bool(event.get("fresh", False))
-        summary.reason = event.get("reason")
-        summary.started_t = event.get("t")
-        self.attempt = max(self.attempt, number)
+    def _on_attempt(self, event: Attempt, t: float | None) -> None:
+        summary = self._attempt(event.attempt)
+        summary.settings = dict(event.settings)
+        self.settings = dict(event.settings)
+        self.name = event.settings.get("name") or self.name
+        summary.fresh = event.fresh
+        summary.reason = event.reason
+        summary.started_t = t
+        self.attempt = max(self.attempt, event.attempt)
         self.changed.update(("header", "attempts", "pending", "metrics"))
 
-    def _on_hello(self, event: Mapping[str, Any]) -> None:
-        self.hello = dict(event)
-        number = int(event.get("attempt") or self.attempt)
-        self._attempt(number).hello = dict(event)
-        self.attempt = max(self.attempt, number)
+    def _on_hello(self, event: Hello, t: float | None) -> None:
+        self.hello = event
+        self._attempt(event.attempt).hello = event
+        self.attempt = max(self.attempt, event.attempt)
         self.changed.update(("devices", "header", "pending", "metrics"))
 
-    def _on_step(self, event: Mapping[str, Any]) -> None:
-        number = int(event.get("attempt") or self.attempt)
-        summary = self._attempt(number)
-        point = StepPoint(
-            attempt=number,
-            step=int(event.get("step") or 0),
-            micro_step=int(event.get("micro_step") or 0),
-            epoch=_opt_int(event.get("epoch")),
-            loss=_opt_float(event.get("loss")),
-            lr=_opt_float(event.get("lr")),
-            examples=int(event.get("examples") or 0),
-            step_time_ms=float(event.get("step_time_ms") or 0.0),
-            input_wait_ms=float(event.get("input_wait_ms") or 0.0),
-            grad_sync_bytes=float(event.get("grad_sync_bytes") or 0.0),
-            t=_opt_float(event.get("t")),
-            warmup=summary.steps_seen < WARMUP_STEPS,
-        )
+    def _on_step(self, event: Step, t: float | None) -> None:
+        summary = self._attempt(event.attempt)
+        point = StepPoint(event, t, warmup=summary.steps_seen < WARMUP_STEPS)
         self.last_step = point
         self.window.append(point)
-        self.dropped = int(event.get("dropped") or self.dropped)
+        self.dropped = event.dropped or self.dropped
         summary.steps_seen += 1
         if summary.first_step is None:
             summary.first_step = point.step
@@ -295,48 +273,41 @@ class RunState:
             self.changed.add("attempts")
         self.changed.update(("metrics", "history"))
 
-    def _on_sample(self, event: Mapping[str, Any]) -> None:
-        self.sample = {
-            "host": event.get("host") or {},
-            "gpus": list(event.get("gpus") or []),
-            "nvml": event.get("nvml"),
-            "t": event.get("t"),
-        }
+    def _on_sample(self, event: Sample, t: float | None) -> None:
+        # The widgets read the sample as its wire fields (host/gpus are plain objects).
+        self.sample = {"host": event.host, "gpus": event.gpus, "nvml": event.nvml, "t": t}
         self.changed.add("devices")
 
-    def _on_status(self, event: Mapping[str, Any]) -> None:
-        self.status = event.get("status") or self.status
-        number = event.get("attempt")
-        if isinstance(number, int) and number > 0:
+    def _on_status(self, event: StatusChange, t: float | None) -> None:
+        self.status = event.status
+        number = event.attempt
+        if number > 0:
             self.attempt = max(self.attempt, number)
-        self.status_message = event.get("message")
-        self.exit_code = event.get("exit_code")
-        self.signal = event.get("signal")
-        tail = event.get("log_tail")
-        if isinstance(tail, list):
-            self.log_tail = [str(line) for line in tail][-LOG_TAIL_LINES:]
-        if self.status == "crashed" and isinstance(number, int) and number in self.attempts:
+        self.status_message = event.message
+        self.exit_code = event.exit_code
+        self.signal = event.signal
+        if event.log_tail:
+            self.log_tail = event.log_tail[-LOG_TAIL_LINES:]
+        if self.status == "crashed" and number in self.attempts:
             self.attempts[number].end = "crashed"
             self.changed.add("attempts")
         self.changed.update(("header", "status", "pending"))
 
-    def _on_done(self, event: Mapping[str, Any]) -> None:
-        self.done = dict(event)
-        number = int(event.get("attempt") or self.attempt)
-        self._attempt(number).end = str(event.get("reason") or "done")
+    def _on_done(self, event: Done, t: float | None) -> None:
+        self.done = event
+        self._attempt(event.attempt).end = event.reason or "done"
         self.changed.update(("header", "attempts"))
 
-    def _on_error(self, event: Mapping[str, Any]) -> None:
-        self.error = dict(event)
+    def _on_error(self, event: Error, t: float | None) -> None:
+        self.error = event
         self.changed.update(("header", "status"))
 
-    def _on_resume(self, event: Mapping[str, Any]) -> None:
-        number = int(event.get("attempt") or self.attempt)
-        self._attempt(number).resume = dict(event)
+    def _on_resume(self, event: Resume, t: float | None) -> None:
+        self._attempt(event.attempt).resume = event
         self.changed.add("attempts")
 
-    def _on_checkpoint(self, event: Mapping[str, Any]) -> None:
-        self.last_checkpoint = dict(event)
+    def _on_checkpoint(self, event: Checkpoint, t: float | None) -> None:
+        self.last_checkpoint = event
 
     def _on_link(self, event: Mapping[str, Any]) -> None:
         self.link_state = event.get("state")
@@ -348,8 +319,8 @@ class RunState:
     @property
     def replicas(self) -> int:
         """Replicas of the current attempt (hello), else the config's CPU replicas, else 1."""
-        if self.hello and isinstance(self.hello.get("replicas"), int):
-            return int(self.hello["replicas"])
+        if self.hello is not None:
+            return self.hello.replicas
         value = get_setting(self.settings, "strategy.cpu_replicas")
         return int(value) if isinstance(value, int) and value > 0 else 1
 
@@ -402,31 +373,17 @@ class RunState:
         return self.status in FAILED_STATUSES
 
 
-def _opt_float(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        result = float(value)
-        return result if math.isfinite(result) else None
-    return None
-
-
-def _opt_int(value: Any) -> int | None:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    return None
-
-
-_HANDLERS = {
-    "run": RunState._on_run,
-    "attempt": RunState._on_attempt,
-    "hello": RunState._on_hello,
-    "step": RunState._on_step,
-    "sample": RunState._on_sample,
-    "status": RunState._on_status,
-    "done": RunState._on_done,
-    "error": RunState._on_error,
-    "checkpoint": RunState._on_checkpoint,
-    "resume": RunState._on_resume,
-    "link": RunState._on_link,
+_HANDLERS: dict[type[Event], Callable[[RunState, Any, float | None], None]] = {
+    Run: RunState._on_run,
+    Attempt: RunState._on_attempt,
+    Hello: RunState._on_hello,
+    Step: RunState._on_step,
+    Sample: RunState._on_sample,
+    StatusChange: RunState._on_status,
+    Done: RunState._on_done,
+    Error: RunState._on_error,
+    Checkpoint: RunState._on_checkpoint,
+    Resume: RunState._on_resume,
 }
 
 

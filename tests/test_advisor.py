@@ -6,6 +6,7 @@ import pytest
 
 from gpuwatch.advisor import advise, format_rate, input_bound_level, input_wait_pct
 from gpuwatch.runstate import StepPoint
+from trainer_runtime.protocol import Step
 
 SETTINGS = {
     "data": {"prefetch": False, "parallel_calls": 1},
@@ -15,7 +16,11 @@ SETTINGS = {
 
 def points(step_ms: float, wait_ms: float, n: int = 10, sync: float = 0.0) -> list[StepPoint]:
     return [
-        StepPoint(1, i, i, 0, 1.0, 1e-3, 256, step_ms, wait_ms, sync, None) for i in range(n)
+        StepPoint(
+            Step(attempt=1, step=i, micro_step=i, epoch=0, loss=1.0, lr=1e-3, examples=256,
+                 step_time_ms=step_ms, input_wait_ms=wait_ms, grad_sync_bytes=sync)
+        )
+        for i in range(n)
     ]
 
 

@@ -37,7 +37,7 @@ trainer -> supervisor (the trainer's telemetry socket):
               examples (int): examples trained on, counted in the graph
               step_time_ms (float): wall time of the whole update
               input_wait_ms (float): host time blocked on the input iterator
-              grad_sync_bytes (int): estimated all-reduce bytes in this update
+              grad_sync_bytes (float): estimated all-reduce bytes in this update
               position (int | None): examples trained on so far, all attempts
               dropped (int): telemetry frames dropped so far
   checkpoint  A checkpoint was written.
@@ -152,6 +152,8 @@ STATUSES = (
     "lost",
 )
 TERMINAL_STATUSES = frozenset({"stopped", "finished", "crashed", "lost"})
+# The terminal statuses in which the run failed: shown with why, and the log's tail.
+FAILED_STATUSES = frozenset({"crashed", "lost"})
 
 
 class ProtocolError(ValueError):
@@ -691,7 +693,7 @@ class Step(Event):
     examples: int = field(metadata=_note("examples trained on, counted in the graph"))
     step_time_ms: float = field(metadata=_note("wall time of the whole update"))
     input_wait_ms: float = field(metadata=_note("host time blocked on the input iterator"))
-    grad_sync_bytes: int = field(metadata=_note("estimated all-reduce bytes in this update"))
+    grad_sync_bytes: float = field(metadata=_note("estimated all-reduce bytes in this update"))
     position: int | None = field(
         default=None, metadata=_note("examples trained on so far, all attempts")
     )
@@ -784,8 +786,8 @@ class Attempt(Event):
     FROM: ClassVar[str] = "supervisor"
     attempt: int = _attempt()
     settings: dict[str, Any] = field(metadata=_note("the full validated config"))
-    fresh: bool = field(metadata=_note("whether it ignores checkpoints"))
-    reason: str = field(metadata=_note('"start" or "relaunch"'))
+    fresh: bool = field(default=False, metadata=_note("whether it ignores checkpoints"))
+    reason: str = field(default="start", metadata=_note('"start" or "relaunch"'))
     config_path: str = field(default="", metadata=_note("attempt-N.yaml in the run directory"))
 
 

@@ -12,6 +12,7 @@ from textual.widgets import Sparkline, Static
 from gpuwatch.advisor import Advice
 from gpuwatch.app import fmt
 from gpuwatch.runstate import WARMUP_STEPS, RunState
+from trainer_runtime.protocol import Hello
 from trainer_runtime.schema import prefetch_word
 
 STATUS_STYLE = {
@@ -75,8 +76,8 @@ class MetricsPanel(StatePanel):
             text.append("no steps yet", style="dim")
             hello = state.hello
             if hello:
-                text.append(f"\nbatch {hello.get('global_batch_size')} over ")
-                text.append(f"{hello.get('replicas')} replicas")
+                text.append(f"\nbatch {hello.global_batch_size} over ")
+                text.append(f"{hello.replicas} replicas")
             self.set_text(text)
             return
         accumulation = (state.current.accumulation_steps if state.current else None) or 1
@@ -127,11 +128,10 @@ class DevicesPanel(StatePanel):
     def show_state(self, state: RunState) -> None:
         sample = state.sample or {}
         gpus = sample.get("gpus") or []
-        hello = state.hello or {}
         sync = state.recent_grad_sync_bytes_per_s()
         text = Text()
         if not gpus:
-            self._no_gpu(text, state, sample, hello, sync)
+            self._no_gpu(text, state, sample, state.hello, sync)
         else:
             self._gpu_table(text, gpus, sync, state.replicas)
         self.set_text(text)
@@ -141,14 +141,15 @@ class DevicesPanel(StatePanel):
         text: Text,
         state: RunState,
         sample: dict[str, Any],
-        hello: dict[str, Any],
+        hello: Hello | None,
         sync: float | None,
     ) -> None:
-        replicas = hello.get("replicas", state.replicas)
-        kind = hello.get("device_kind", "cpu")
+        replicas = state.replicas
+        kind = hello.device_kind if hello is not None else "cpu"
         reason = sample.get("nvml")
         devices = [
-            str(d).rsplit("/", 1)[-1].removeprefix("device:") for d in hello.get("devices", [])
+            d.rsplit("/", 1)[-1].removeprefix("device:")
+            for d in (hello.devices if hello is not None else [])
         ]
         if kind == "gpu":
             text.append(f"{replicas} GPU replicas, but no GPU readings", style="bold yellow")
@@ -315,8 +316,8 @@ class CrashPanel(StatePanel):
         text.append(f"{state.status}: {', '.join(how) or 'no exit status'}", style="bold red")
         if state.status_message:
             text.append(f" — {state.status_message}")
-        if state.error and state.error.get("message"):
-            text.append(f"\nerror ({state.error.get('kind')}): {state.error['message']}")
+        if state.error is not None and state.error.message:
+            text.append(f"\nerror ({state.error.kind}): {state.error.message}")
         if state.log_tail:
             # The last lines matter most (the exception): show as many as the screen allows.
             keep = 16 if self.app.size.height >= 40 else 5
