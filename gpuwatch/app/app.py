@@ -30,6 +30,7 @@ from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
 from gpuwatch.advisor import advise
+from gpuwatch.app import keys
 from gpuwatch.app.link import RunLink
 from gpuwatch.app.screens.modals import (
     ConfirmStopScreen,
@@ -60,17 +61,6 @@ from gpuwatch.runstate import (
     toggle_prefetch,
 )
 
-_ACCUMULATION = Binding.Group("accum", compact=True)
-_BATCH = Binding.Group("batch", compact=True)
-
-
-def _joined(descriptions: list[str]) -> str:
-    """One label for a group of keys: "batch ×2", "batch ÷2" -> "batch ×2/÷2"."""
-    heads = {text.rpartition(" ")[0] for text in descriptions}
-    if len(descriptions) > 1 and len(heads) == 1 and "" not in heads:
-        return f"{heads.pop()} " + "/".join(text.rpartition(" ")[2] for text in descriptions)
-    return "/".join(descriptions)
-
 
 class GpuwatchApp(App[str]):
     """Live dashboard of one training run (and a switcher between the live runs)."""
@@ -82,91 +72,11 @@ class GpuwatchApp(App[str]):
     VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]  # noqa: RUF012
 
     # The keys that change a pending setting; the pending bar's hint lists them.
-    SETTING_BINDINGS: ClassVar[list[Binding]] = [
-        Binding(
-            "p",
-            "toggle_prefetch",
-            "prefetch",
-            id="prefetch",
-            tooltip="Flip data.prefetch off/on for the next relaunch",
-        ),
-        Binding(
-            "a",
-            "accumulation(True)",
-            "accumulation ×2",
-            id="accumulation.up",
-            group=_ACCUMULATION,
-            tooltip="Double accumulation steps for the next relaunch",
-        ),
-        Binding(
-            "A",
-            "accumulation(False)",
-            "accumulation ÷2",
-            id="accumulation.down",
-            group=_ACCUMULATION,
-            tooltip="Halve accumulation steps for the next relaunch",
-        ),
-        Binding(
-            "b",
-            "batch(True)",
-            "batch ×2",
-            id="batch.up",
-            group=_BATCH,
-            tooltip="Double the global batch for the next relaunch",
-        ),
-        Binding(
-            "B",
-            "batch(False)",
-            "batch ÷2",
-            id="batch.down",
-            group=_BATCH,
-            tooltip="Halve the global batch for the next relaunch",
-        ),
-    ]
+    SETTING_BINDINGS: ClassVar[list[Binding]] = keys.SETTING_BINDINGS
     # What to do with the pending settings; the pending bar says "press r to relaunch, ...".
-    PENDING_BINDINGS: ClassVar[list[Binding]] = [
-        Binding(
-            "r",
-            "relaunch",
-            "relaunch",
-            id="relaunch",
-            tooltip="Relaunch with the pending settings (resumes from checkpoint)",
-        ),
-        Binding(
-            "c",
-            "discard",
-            "discard",
-            id="discard",
-            show=False,
-            tooltip="Forget the pending settings",
-        ),
-    ]
+    PENDING_BINDINGS: ClassVar[list[Binding]] = keys.PENDING_BINDINGS
     # Every key, in the footer's order; the keys screen (?) lists them with their tooltips.
-    BINDINGS: ClassVar[list[BindingType]] = [
-        *SETTING_BINDINGS,
-        *PENDING_BINDINGS,
-        Binding("s", "stop_run", "stop", id="stop", tooltip="Stop training (asks first)"),
-        Binding("l", "runs", "runs", id="runs", tooltip="List the live runs and switch to one"),
-        Binding(
-            "question_mark", "keys", "keys", id="keys", key_display="?", tooltip="List every key"
-        ),
-        Binding(
-            "q",
-            "quit_dashboard",
-            "quit",
-            id="quit",
-            tooltip="Close the dashboard: detach (training goes on) or stop",
-        ),
-        Binding(
-            "ctrl+c",
-            "quit_dashboard",
-            "quit",
-            id="quit.ctrl_c",
-            show=False,
-            tooltip="Same as q",
-            priority=True,
-        ),
-    ]
+    BINDINGS: ClassVar[list[BindingType]] = keys.BINDINGS
 
     pending: var[dict[str, Any]] = var(dict, init=False)
 
@@ -404,7 +314,7 @@ class GpuwatchApp(App[str]):
         return " · ".join(
             "/".join(self.get_key_display(b) for b in group)
             + " "
-            + _joined([b.description for b in group])
+            + keys.joined([b.description for b in group])
             for group in groups
         )
 

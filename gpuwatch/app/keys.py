@@ -1,0 +1,108 @@
+"""The dashboard's keys: one declaration each (key, action, words, id, tooltip).
+
+The footer, the keys screen (?) and the pending bar's hints are all made from these
+lists; gpuwatch.app.app.GpuwatchApp takes them as its class bindings.
+"""
+
+from __future__ import annotations
+
+from textual.binding import Binding, BindingType
+
+_ACCUMULATION = Binding.Group("accum", compact=True)
+_BATCH = Binding.Group("batch", compact=True)
+
+
+def joined(descriptions: list[str]) -> str:
+    """One label for a group of keys: "batch ×2", "batch ÷2" -> "batch ×2/÷2"."""
+    heads = {text.rpartition(" ")[0] for text in descriptions}
+    if len(descriptions) > 1 and len(heads) == 1 and "" not in heads:
+        return f"{heads.pop()} " + "/".join(text.rpartition(" ")[2] for text in descriptions)
+    return "/".join(descriptions)
+
+
+# The keys that change a pending setting; the pending bar's hint lists them.
+SETTING_BINDINGS: list[Binding] = [
+    Binding(
+        "p",
+        "toggle_prefetch",
+        "prefetch",
+        id="prefetch",
+        tooltip="Flip data.prefetch off/on for the next relaunch",
+    ),
+    Binding(
+        "a",
+        "accumulation(True)",
+        "accumulation ×2",
+        id="accumulation.up",
+        group=_ACCUMULATION,
+        tooltip="Double accumulation steps for the next relaunch",
+    ),
+    Binding(
+        "A",
+        "accumulation(False)",
+        "accumulation ÷2",
+        id="accumulation.down",
+        group=_ACCUMULATION,
+        tooltip="Halve accumulation steps for the next relaunch",
+    ),
+    Binding(
+        "b",
+        "batch(True)",
+        "batch ×2",
+        id="batch.up",
+        group=_BATCH,
+        tooltip="Double the global batch for the next relaunch",
+    ),
+    Binding(
+        "B",
+        "batch(False)",
+        "batch ÷2",
+        id="batch.down",
+        group=_BATCH,
+        tooltip="Halve the global batch for the next relaunch",
+    ),
+]
+# What to do with the pending settings; the pending bar says "press r to relaunch, ...".
+PENDING_BINDINGS: list[Binding] = [
+    Binding(
+        "r",
+        "relaunch",
+        "relaunch",
+        id="relaunch",
+        tooltip="Relaunch with the pending settings (resumes from checkpoint)",
+    ),
+    Binding(
+        "c",
+        "discard",
+        "discard",
+        id="discard",
+        show=False,
+        tooltip="Forget the pending settings",
+    ),
+]
+# Every key, in the footer's order; the keys screen (?) lists them with their tooltips.
+BINDINGS: list[BindingType] = [
+    *SETTING_BINDINGS,
+    *PENDING_BINDINGS,
+    Binding("s", "stop_run", "stop", id="stop", tooltip="Stop training (asks first)"),
+    Binding("l", "runs", "runs", id="runs", tooltip="List the live runs and switch to one"),
+    Binding(
+        "question_mark", "keys", "keys", id="keys", key_display="?", tooltip="List every key"
+    ),
+    Binding(
+        "q",
+        "quit_dashboard",
+        "quit",
+        id="quit",
+        tooltip="Close the dashboard: detach (training goes on) or stop",
+    ),
+    Binding(
+        "ctrl+c",
+        "quit_dashboard",
+        "quit",
+        id="quit.ctrl_c",
+        show=False,
+        tooltip="Same as q",
+        priority=True,
+    ),
+]
