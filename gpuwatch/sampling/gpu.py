@@ -16,6 +16,11 @@ with the same names). Rules it keeps, learnt from nvitop and NVML's docs:
   Where they are missing, or too narrow to difference at 2 Hz, a worker thread
   reads nvmlDeviceGetPcieThroughput, which blocks ~20 ms per call, so the
   caller only ever takes the latest finished reading and never waits.
+
+Split by job: NvmlCalls makes one call for one reading and degrades it;
+CounterRates turns cumulative counters into rates; PcieThroughput picks the
+counters or the PcieWindowPoller worker; NvlinkThroughput finds the active links
+and sums their counters; GpuReader owns the handle and builds the GpuSample.
 """
 
 from __future__ import annotations
@@ -310,8 +315,278 @@ def _reason(nvml: Any, exc: BaseException) -> str:
     return f"error: {exc}"
 
 
+class NvmlCalls:
+    """One GPU's NVML calls, each degraded on its own: None with a reason, never an error.
+
+    ``reasons`` says why readings are missing from the sample being read (the
+    reader starts a fresh dict per sample); ``sticky`` keeps the reasons that
+    will not change while the process lives, so those calls are not repeated.
+    NVML_ERROR_GPU_IS_LOST raises _GpuLostError for the reader to catch.
+    """
+
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+        self.sticky: dict[str, str] = {}
+        self.reasons: dict[str, str] = {}
+        self.lost_code = _code(nvml, "NVML_ERROR_GPU_IS_LOST", 15)
+        self._sticky_codes = {
+            _code(nvml, "NVML_ERROR_NOT_SUPPORTED", 3),
+            _code(nvml, "NVML_ERROR_NO_PERMISSION", 4),
+            _code(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
+        }
+        self._success = _code(nvml, "NVML_SUCCESS", 0)
+
+    def call(self, reading: str, function: str, *args: Any, **kwargs: Any) -> Any:
+        """One NVML call for one reading; None (with a reason) instead of an error."""
+        if reading in self.sticky:
+            self.reasons[reading] = self.sticky[reading]
+            return None
+        try:
+            fn = getattr(self.nvml, function)
+        except AttributeError:
+            self.sticky[reading] = self.reasons[reading] = "not in this nvidia-ml-py"
+            return None
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # any failure degrades this reading only
+            code = error_code(exc)
+            if code == self.lost_code:
+                raise _GpuLostError from exc
+            reason = _reason(self.nvml, exc)
+            if code in self._sticky_codes:
+                self.sticky[reading] = reason
+            self.reasons[reading] = reason
+            return None
+
+    def counter_read(self, fv: Any, now: float) -> _CounterRead | str:
+        """One nvmlFieldValue_t as a counter read, or why it is not one."""
+        ret = int(fv.nvmlReturn)
+        if ret == self.lost_code:
+            raise _GpuLostError
+        if ret != self._success:
+            code_reason = {
+                _code(self.nvml, "NVML_ERROR_NOT_SUPPORTED", 3): NOT_SUPPORTED,
+                _code(self.nvml, "NVML_ERROR_NO_PERMISSION", 4): NO_PERMISSION,
+            }
+            return code_reason.get(ret, f"error: NVML return code {ret}")
+        value, width = field_value(self.nvml, fv)
+        if width is None:
+            return "counter is not an integer"
+        return _CounterRead(int(value), width, int(fv.timestamp), now)
+
+
+# A counter's key: (field id, NVLink link index; 0 for PCIe).
+CounterKey = tuple[int, int]
+CounterReads = dict[CounterKey, _CounterRead | str]
+
+
+class CounterRates:
+    """Cumulative counters turned into rates: the last read of each, and the rate it gave."""
+
+    def __init__(self) -> None:
+        self._counters: dict[CounterKey, _CounterRead] = {}
+        self._last_rates: dict[CounterKey, float | None] = {}
+
+    def rate(
+        self, key: CounterKey, read: _CounterRead, unit_bytes: int, ceiling: float
+    ) -> tuple[float | None, str | None]:
+        """(bytes/s, None) or (None, why); see counters.py for wrap and reset."""
+        previous = self._counters.get(key)
+        if previous is None:
+            self._counters[key] = read
+            return None, FIRST_SAMPLE
+        interval = interval_between(previous, read)
+        if interval is None:
+            # NVML served the same cached read again: repeat the last rate
+            # rather than flicker to n/a.
+            last = self._last_rates.get(key)
+            return last, None if last is not None else NOT_UPDATED
+        self._counters[key] = read
+        rate = counter_rate(
+            previous.value, read.value, interval, read.width_bits, unit_bytes, ceiling
+        )
+        self._last_rates[key] = rate
+        if rate is None:
+            return None, "counter reset, or interval too long for its width"
+        return rate, None
+
+
+class PcieThroughput:
+    """One GPU's PCIe TX/RX bytes/s, from the counters or from the window worker.
+
+    The first sample decides the source for good: the cumulative counters
+    (fields 197/198) when both read and are wide enough not to wrap twice in
+    LONGEST_EXPECTED_INTERVAL_S at the link's top speed, else the 20 ms
+    nvmlDeviceGetPcieThroughput window, read by the shared PcieWindowPoller.
+    """
+
+    def __init__(self, calls: NvmlCalls, index: int, poller: PcieWindowPoller) -> None:
+        self._calls = calls
+        self._index = index
+        self._poller = poller
+        self.source: str | None = None  # "counter" or "window"; None = not decided yet
+        self._max_bytes_per_s: float | None = None
+        self._rates = CounterRates()
+        nvml = calls.nvml
+        self._tx_key: CounterKey = (
+            _code(nvml, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", FI_PCIE_TX_BYTES),
+            0,
+        )
+        self._rx_key: CounterKey = (
+            _code(nvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", FI_PCIE_RX_BYTES),
+            0,
+        )
+
+    def learn_link_max(self, handle: Any, pcie_gen: int | None, pcie_width: int | None) -> None:
+        """Once: the most the link can move, the ceiling of the counter arithmetic."""
+        if self._max_bytes_per_s is not None:
+            return
+        calls = self._calls
+        # The link can train up under load between two samples: bound the
+        # counter arithmetic by the most the link can do, not its idle speed.
+        max_gen = calls.call("pcie_max", "nvmlDeviceGetMaxPcieLinkGeneration", handle)
+        max_width = calls.call("pcie_max", "nvmlDeviceGetMaxPcieLinkWidth", handle)
+        calls.reasons.pop("pcie_max", None)
+        self._max_bytes_per_s = pcie_link_max_bytes_per_s(
+            max_gen if max_gen is not None else pcie_gen,
+            max_width if max_width is not None else pcie_width,
+        )
+
+    def wanted(self) -> list[CounterKey]:
+        """The counter fields to read this sample (none once the window is the source)."""
+        if self.source in (None, "counter"):
+            return [self._tx_key, self._rx_key]
+        return []
+
+    def rates(self, handle: Any, reads: CounterReads) -> tuple[float | None, float | None]:
+        """(TX, RX) bytes/s; a missing one gets its reason in the calls' reasons."""
+        reasons = self._calls.reasons
+        if self.source is None:
+            self._choose_source(handle, reads)
+        if self.source == "window":
+            tx, rx, reason = self._poller.latest(self._index)
+            if reason is not None:
+                reasons["pcie_tx_bytes_per_s"] = reasons["pcie_rx_bytes_per_s"] = reason
+            return tx, rx
+        ceiling = self._max_bytes_per_s or 0.0
+        rates: list[float | None] = []
+        for key, reading in (
+            (self._tx_key, "pcie_tx_bytes_per_s"),
+            (self._rx_key, "pcie_rx_bytes_per_s"),
+        ):
+            read = reads.get(key)
+            if not isinstance(read, _CounterRead):
+                reasons[reading] = read or "not read"
+                rates.append(None)
+                continue
+            rate, why = self._rates.rate(key, read, 1, ceiling)
+            if why is not None:
+                reasons[reading] = why
+            rates.append(rate)
+        return rates[0], rates[1]
+
+    def _choose_source(self, handle: Any, reads: CounterReads) -> None:
+        tx_read, rx_read = reads.get(self._tx_key), reads.get(self._rx_key)
+        if isinstance(tx_read, _CounterRead) and isinstance(rx_read, _CounterRead):
+            assert self._max_bytes_per_s is not None
+            safe_s = max_unambiguous_interval_s(
+                min(tx_read.width_bits, rx_read.width_bits), 1, self._max_bytes_per_s
+            )
+            self.source = "counter" if safe_s > LONGEST_EXPECTED_INTERVAL_S else "window"
+        else:
+            self.source = "window"
+        if self.source == "window":
+            self._poller.watch(self._index, handle)
+            self._poller.kick()
+
+    def stop(self) -> None:
+        """The GPU is lost: the window worker stops reading it."""
+        self._poller.unwatch(self._index)
+
+
+class NvlinkThroughput:
+    """One GPU's NVLink TX/RX bytes/s: the data counters (fields 138/139, KiB) of
+    its active links, each differenced on its own and summed; found once per process.
+    """
+
+    def __init__(self, calls: NvmlCalls, clock: Callable[[], float] = time.monotonic) -> None:
+        self._calls = calls
+        self._clock = clock
+        self.links: list[int] | None = None  # active link indices; None = not found yet
+        self._rates = CounterRates()
+        nvml = calls.nvml
+        self._fields = (
+            _code(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", FI_NVLINK_DATA_TX_KIB),
+            _code(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", FI_NVLINK_DATA_RX_KIB),
+        )
+        self._fi_link_count = _code(nvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", FI_NVLINK_LINK_COUNT)
+
+    def discover(self, handle: Any) -> None:
+        """Find the active links, until found or known not to be there."""
+        calls = self._calls
+        if self.links is not None or "nvlink" in calls.sticky:
+            return
+        values = calls.call(
+            "nvlink", "nvmlDeviceGetFieldValues", handle, [(self._fi_link_count, 0)]
+        )
+        if values is None:
+            return
+        read = calls.counter_read(values[0], self._clock())
+        if isinstance(read, str):
+            calls.sticky["nvlink"] = calls.reasons["nvlink"] = read
+            return
+        active: list[int] = []
+        enabled = _code(calls.nvml, "NVML_FEATURE_ENABLED", 1)
+        for link in range(read.value):
+            state = calls.call("nvlink_state", "nvmlDeviceGetNvLinkState", handle, link)
+            if state == enabled:
+                active.append(link)
+        calls.reasons.pop("nvlink_state", None)
+        self.links = active
+        if not active:
+            calls.sticky["nvlink"] = "no active NVLink link"
+
+    def wanted(self) -> list[CounterKey]:
+        """The counter fields to read this sample: TX and RX of each active link."""
+        wanted: list[CounterKey] = []
+        for link in self.links or ():
+            wanted += [(self._fields[0], link), (self._fields[1], link)]
+        return wanted
+
+    def rates(self, reads: CounterReads) -> tuple[float | None, float | None]:
+        """(TX, RX) bytes/s summed over the active links; None if any link has no rate."""
+        reasons = self._calls.reasons
+        if not self.links:
+            reason = self._calls.sticky.get("nvlink") or reasons.get("nvlink") or NOT_SUPPORTED
+            reasons.pop("nvlink", None)
+            reasons["nvlink_tx_bytes_per_s"] = reasons["nvlink_rx_bytes_per_s"] = reason
+            return None, None
+        totals: list[float | None] = []
+        for field_id, reading in zip(
+            self._fields, ("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"), strict=True
+        ):
+            total: float | None = 0.0
+            for link in self.links:
+                read = reads.get((field_id, link))
+                if not isinstance(read, _CounterRead):
+                    reasons[reading] = read or "not read"
+                    total = None
+                    continue
+                rate, why = self._rates.rate(
+                    (field_id, link), read, 1024, NVLINK_LINK_MAX_BYTES_PER_S
+                )
+                if rate is None:
+                    # One link without a rate makes the sum wrong: the sum is n/a.
+                    reasons[reading] = why or "n/a"
+                    total = None
+                elif total is not None:
+                    total += rate
+            totals.append(total)
+        return totals[0], totals[1]
+
+
 class GpuReader:
-    """One GPU: its handle and what it has learnt (unsupported calls, last counters)."""
+    """One GPU: its handle, the per-field readings, and its PCIe and NVLink throughput."""
 
     def __init__(
         self,
@@ -322,103 +597,57 @@ class GpuReader:
     ) -> None:
         self.index = index
         self._nvml = nvml
-        self._poller = poller
         self._clock = clock
         self._handle: Any = None
         self.name: str | None = None
         self.uuid: str | None = None
         self.lost = False
         self.mig = False
-        # Readings that will not come back in this process, with why.
-        self._sticky: dict[str, str] = {}
-        self._reasons: dict[str, str] = {}
-        self._counters: dict[tuple[int, int], _CounterRead] = {}
-        self._last_rates: dict[tuple[int, int], float | None] = {}
-        self._pcie_source: str | None = None  # None = not decided yet
-        self._pcie_max_bytes_per_s: float | None = None
-        self._nvlink_links: list[int] | None = None  # active link indices
+        self._calls = NvmlCalls(nvml)
+        self._pcie = PcieThroughput(self._calls, index, poller)
+        self._nvlink = NvlinkThroughput(self._calls, clock)
         self._memory_v2: bool | None = None
-        self._lost_code = _code(nvml, "NVML_ERROR_GPU_IS_LOST", 15)
-        self._sticky_codes = {
-            _code(nvml, "NVML_ERROR_NOT_SUPPORTED", 3),
-            _code(nvml, "NVML_ERROR_NO_PERMISSION", 4),
-            _code(nvml, "NVML_ERROR_FUNCTION_NOT_FOUND", 13),
-        }
-        self._success = _code(nvml, "NVML_SUCCESS", 0)
-        self._fi_pcie = (
-            _code(nvml, "NVML_FI_DEV_PCIE_COUNT_TX_BYTES", FI_PCIE_TX_BYTES),
-            _code(nvml, "NVML_FI_DEV_PCIE_COUNT_RX_BYTES", FI_PCIE_RX_BYTES),
-        )
-        self._fi_nvlink = (
-            _code(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", FI_NVLINK_DATA_TX_KIB),
-            _code(nvml, "NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", FI_NVLINK_DATA_RX_KIB),
-        )
-        self._fi_link_count = _code(nvml, "NVML_FI_DEV_NVLINK_LINK_COUNT", FI_NVLINK_LINK_COUNT)
         try:
             self._open()
         except _GpuLostError:
             self._mark_lost()
 
-    # -- calls -----------------------------------------------------------------
-
-    def _call(self, reading: str, function: str, *args: Any, **kwargs: Any) -> Any:
-        """One NVML call for one reading; None (with a reason) instead of an error."""
-        if reading in self._sticky:
-            self._reasons[reading] = self._sticky[reading]
-            return None
-        try:
-            fn = getattr(self._nvml, function)
-        except AttributeError:
-            self._sticky[reading] = self._reasons[reading] = "not in this nvidia-ml-py"
-            return None
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:  # any failure degrades this reading only
-            code = error_code(exc)
-            if code == self._lost_code:
-                raise _GpuLostError from exc
-            reason = _reason(self._nvml, exc)
-            if code in self._sticky_codes:
-                self._sticky[reading] = reason
-            self._reasons[reading] = reason
-            return None
-
     def _open(self) -> None:
-        self._handle = self._call("handle", "nvmlDeviceGetHandleByIndex", self.index)
+        self._handle = self._calls.call("handle", "nvmlDeviceGetHandleByIndex", self.index)
         if self._handle is None:
             return
-        name = self._call("name", "nvmlDeviceGetName", self._handle)
-        uuid = self._call("uuid", "nvmlDeviceGetUUID", self._handle)
+        name = self._calls.call("name", "nvmlDeviceGetName", self._handle)
+        uuid = self._calls.call("uuid", "nvmlDeviceGetUUID", self._handle)
         self.name = None if name is None else _text(name)
         self.uuid = None if uuid is None else _text(uuid)
-        mode = self._call("mig", "nvmlDeviceGetMigMode", self._handle)
+        mode = self._calls.call("mig", "nvmlDeviceGetMigMode", self._handle)
         enabled = _code(self._nvml, "NVML_DEVICE_MIG_ENABLE", 1)
         # Not supported (pre-Ampere, consumer cards) means no MIG.
         self.mig = bool(mode) and mode[0] == enabled
-        self._reasons.pop("mig", None)
+        self._calls.reasons.pop("mig", None)
 
     def _mark_lost(self) -> None:
         if not self.lost:
             self.lost = True
-            self._poller.unwatch(self.index)
+            self._pcie.stop()
 
     # -- the sample ------------------------------------------------------------
 
     def read(self, run_pids: set[int]) -> GpuSample:
         """This GPU now. Never raises."""
-        self._reasons = {}
+        self._calls.reasons = {}
         if self.lost:
             return self._lost_sample()
         try:
             if self._handle is None:
-                self._sticky.pop("handle", None)
+                self._calls.sticky.pop("handle", None)
                 self._open()
                 if self._handle is None:
                     return GpuSample(
                         index=self.index,
                         name=self.name,
                         uuid=self.uuid,
-                        unavailable=(("handle", self._reasons.get("handle", "no handle")),),
+                        unavailable=(("handle", self._calls.reasons.get("handle", "no handle")),),
                     )
             return self._read(run_pids)
         except _GpuLostError:
@@ -444,33 +673,34 @@ class GpuReader:
         )
 
     def _read(self, run_pids: set[int]) -> GpuSample:
-        nvml, handle = self._nvml, self._handle
+        nvml, handle, reasons = self._nvml, self._handle, self._calls.reasons
         util_gpu: float | None = None
         util_mem: float | None = None
         if self.mig:
-            self._reasons["util_gpu_pct"] = self._reasons["util_mem_pct"] = (
+            reasons["util_gpu_pct"] = reasons["util_mem_pct"] = (
                 "MIG mode: whole-GPU utilization is not available"
             )
         else:
-            util = self._call("util", "nvmlDeviceGetUtilizationRates", handle)
+            util = self._calls.call("util", "nvmlDeviceGetUtilizationRates", handle)
             if util is not None:
                 util_gpu, util_mem = float(util.gpu), float(util.memory)
         mem_used, mem_total = self._memory()
-        temperature = self._call(
+        temperature = self._calls.call(
             "temperature_c",
             "nvmlDeviceGetTemperature",
             handle,
             _code(nvml, "NVML_TEMPERATURE_GPU", 0),
         )
-        power_mw = self._call("power_w", "nvmlDeviceGetPowerUsage", handle)
-        limit_mw = self._call("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", handle)
-        sm_clock = self._call(
+        power_mw = self._calls.call("power_w", "nvmlDeviceGetPowerUsage", handle)
+        limit_mw = self._calls.call("power_limit_w", "nvmlDeviceGetEnforcedPowerLimit", handle)
+        sm_clock = self._calls.call(
             "sm_clock_mhz", "nvmlDeviceGetClockInfo", handle, _code(nvml, "NVML_CLOCK_SM", 1)
         )
-        pcie_gen = self._call("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", handle)
-        pcie_width = self._call("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", handle)
+        pcie_gen = self._calls.call("pcie_gen", "nvmlDeviceGetCurrPcieLinkGeneration", handle)
+        pcie_width = self._calls.call("pcie_width", "nvmlDeviceGetCurrPcieLinkWidth", handle)
         pcie_tx, pcie_rx, nvlink_tx, nvlink_rx = self._throughput(pcie_gen, pcie_width)
         processes = self._processes(run_pids)
+        nvlink_links = self._nvlink.links
         return GpuSample(
             index=self.index,
             name=self.name,
@@ -492,14 +722,15 @@ class GpuReader:
             nvlink_tx_bytes_per_s=nvlink_tx,
             nvlink_rx_bytes_per_s=nvlink_rx,
             processes=processes,
-            pcie_source=self._pcie_source,
-            nvlink_links_active=None if self._nvlink_links is None else len(self._nvlink_links),
-            unavailable=tuple(sorted(self._reasons.items())),
+            pcie_source=self._pcie.source,
+            nvlink_links_active=None if nvlink_links is None else len(nvlink_links),
+            unavailable=tuple(sorted(reasons.items())),
         )
 
     def _memory(self) -> tuple[int | None, int | None]:
         # v2 reports driver-reserved memory apart from "used", as nvidia-smi
         # does since R510; v1 folds it into used (hundreds of MiB on an H100).
+        reasons = self._calls.reasons
         version = getattr(self._nvml, "nvmlMemory_v2", None)
         if self._memory_v2 is not False and version is not None:
             try:
@@ -507,26 +738,27 @@ class GpuReader:
                 self._memory_v2 = True
                 return int(info.used), int(info.total)
             except Exception as exc:  # fall back to v1 below
-                if error_code(exc) == self._lost_code:
+                if error_code(exc) == self._calls.lost_code:
                     raise _GpuLostError from exc
                 if self._memory_v2 is None:
                     self._memory_v2 = False
                 else:
-                    self._reasons["mem_used_bytes"] = _reason(self._nvml, exc)
+                    reasons["mem_used_bytes"] = _reason(self._nvml, exc)
                     return None, None
-        info = self._call("mem_used_bytes", "nvmlDeviceGetMemoryInfo", self._handle)
+        info = self._calls.call("mem_used_bytes", "nvmlDeviceGetMemoryInfo", self._handle)
         if info is None:
-            self._reasons["mem_total_bytes"] = self._reasons["mem_used_bytes"]
+            reasons["mem_total_bytes"] = reasons["mem_used_bytes"]
             return None, None
         return int(info.used), int(info.total)
 
     def _processes(self, run_pids: set[int]) -> tuple[GpuProcess, ...]:
+        reasons = self._calls.reasons
         found: dict[int, int | None] = {}
         for reading, function in (
             ("processes", "nvmlDeviceGetComputeRunningProcesses"),
             ("graphics_processes", "nvmlDeviceGetGraphicsRunningProcesses"),
         ):
-            procs = self._call(reading, function, self._handle)
+            procs = self._calls.call(reading, function, self._handle)
             for proc in procs or ():
                 used = getattr(proc, "usedGpuMemory", None)
                 used = None if used is None else int(used)
@@ -535,175 +767,33 @@ class GpuReader:
                 # A process in both lists is one process: keep its larger figure.
                 if pid not in found or (used is not None and (known is None or used > known)):
                     found[pid] = used
-        if "graphics_processes" in self._reasons and "processes" not in self._reasons:
+        if "graphics_processes" in reasons and "processes" not in reasons:
             # Compute-only boards do not support the graphics list: not worth a note.
-            self._reasons.pop("graphics_processes")
+            reasons.pop("graphics_processes")
         return tuple(
             GpuProcess(pid=pid, used_bytes=used, in_run=pid in run_pids)
             for pid, used in sorted(found.items())
         )
 
-    # -- throughput ------------------------------------------------------------
-
     def _throughput(
         self, pcie_gen: int | None, pcie_width: int | None
     ) -> tuple[float | None, float | None, float | None, float | None]:
-        if self._pcie_max_bytes_per_s is None:
-            # The link can train up under load between two samples: bound the
-            # counter arithmetic by the most the link can do, not its idle speed.
-            max_gen = self._call("pcie_max", "nvmlDeviceGetMaxPcieLinkGeneration", self._handle)
-            max_width = self._call("pcie_max", "nvmlDeviceGetMaxPcieLinkWidth", self._handle)
-            self._reasons.pop("pcie_max", None)
-            self._pcie_max_bytes_per_s = pcie_link_max_bytes_per_s(
-                max_gen if max_gen is not None else pcie_gen,
-                max_width if max_width is not None else pcie_width,
-            )
-        if self._nvlink_links is None and "nvlink" not in self._sticky:
-            self._discover_nvlink()
-
-        wanted: list[tuple[int, int]] = []
-        if self._pcie_source in (None, "counter"):
-            wanted += [(self._fi_pcie[0], 0), (self._fi_pcie[1], 0)]
-        for link in self._nvlink_links or ():
-            wanted += [(self._fi_nvlink[0], link), (self._fi_nvlink[1], link)]
-        reads: dict[tuple[int, int], _CounterRead | str] = {}
+        # PCIe and NVLink counters come back from one nvmlDeviceGetFieldValues call.
+        handle = self._handle
+        self._pcie.learn_link_max(handle, pcie_gen, pcie_width)
+        self._nvlink.discover(handle)
+        wanted = self._pcie.wanted() + self._nvlink.wanted()
+        reads: CounterReads = {}
         if wanted:
-            values = self._call("counters", "nvmlDeviceGetFieldValues", self._handle, wanted)
+            values = self._calls.call("counters", "nvmlDeviceGetFieldValues", handle, wanted)
             now = self._clock()
             if values is None:
-                reason = self._reasons.pop("counters")
+                reason = self._calls.reasons.pop("counters")
                 for key in wanted:
                     reads[key] = reason
             else:
                 for key, fv in zip(wanted, values, strict=False):
-                    reads[key] = self._counter_read(fv, now)
-
-        pcie_tx, pcie_rx = self._pcie(reads)
-        nvlink_tx, nvlink_rx = self._nvlink(reads)
+                    reads[key] = self._calls.counter_read(fv, now)
+        pcie_tx, pcie_rx = self._pcie.rates(handle, reads)
+        nvlink_tx, nvlink_rx = self._nvlink.rates(reads)
         return pcie_tx, pcie_rx, nvlink_tx, nvlink_rx
-
-    def _counter_read(self, fv: Any, now: float) -> _CounterRead | str:
-        ret = int(fv.nvmlReturn)
-        if ret == self._lost_code:
-            raise _GpuLostError
-        if ret != self._success:
-            code_reason = {
-                _code(self._nvml, "NVML_ERROR_NOT_SUPPORTED", 3): NOT_SUPPORTED,
-                _code(self._nvml, "NVML_ERROR_NO_PERMISSION", 4): NO_PERMISSION,
-            }
-            return code_reason.get(ret, f"error: NVML return code {ret}")
-        value, width = field_value(self._nvml, fv)
-        if width is None:
-            return "counter is not an integer"
-        return _CounterRead(int(value), width, int(fv.timestamp), now)
-
-    def _rate(
-        self, key: tuple[int, int], read: _CounterRead, unit_bytes: int, ceiling: float
-    ) -> tuple[float | None, str | None]:
-        previous = self._counters.get(key)
-        if previous is None:
-            self._counters[key] = read
-            return None, FIRST_SAMPLE
-        interval = interval_between(previous, read)
-        if interval is None:
-            # NVML served the same cached read again: repeat the last rate
-            # rather than flicker to n/a.
-            last = self._last_rates.get(key)
-            return last, None if last is not None else NOT_UPDATED
-        self._counters[key] = read
-        rate = counter_rate(
-            previous.value, read.value, interval, read.width_bits, unit_bytes, ceiling
-        )
-        self._last_rates[key] = rate
-        if rate is None:
-            return None, "counter reset, or interval too long for its width"
-        return rate, None
-
-    def _pcie(
-        self, reads: dict[tuple[int, int], _CounterRead | str]
-    ) -> tuple[float | None, float | None]:
-        tx_key, rx_key = (self._fi_pcie[0], 0), (self._fi_pcie[1], 0)
-        if self._pcie_source is None:
-            tx_read, rx_read = reads.get(tx_key), reads.get(rx_key)
-            if isinstance(tx_read, _CounterRead) and isinstance(rx_read, _CounterRead):
-                assert self._pcie_max_bytes_per_s is not None
-                safe_s = max_unambiguous_interval_s(
-                    min(tx_read.width_bits, rx_read.width_bits), 1, self._pcie_max_bytes_per_s
-                )
-                self._pcie_source = "counter" if safe_s > LONGEST_EXPECTED_INTERVAL_S else "window"
-            else:
-                self._pcie_source = "window"
-            if self._pcie_source == "window":
-                self._poller.watch(self.index, self._handle)
-                self._poller.kick()
-        if self._pcie_source == "window":
-            tx, rx, reason = self._poller.latest(self.index)
-            if reason is not None:
-                self._reasons["pcie_tx_bytes_per_s"] = self._reasons["pcie_rx_bytes_per_s"] = reason
-            return tx, rx
-        ceiling = self._pcie_max_bytes_per_s or 0.0
-        rates: list[float | None] = []
-        for key, reading in (
-            (tx_key, "pcie_tx_bytes_per_s"),
-            (rx_key, "pcie_rx_bytes_per_s"),
-        ):
-            read = reads.get(key)
-            if not isinstance(read, _CounterRead):
-                self._reasons[reading] = read or "not read"
-                rates.append(None)
-                continue
-            rate, why = self._rate(key, read, 1, ceiling)
-            if why is not None:
-                self._reasons[reading] = why
-            rates.append(rate)
-        return rates[0], rates[1]
-
-    def _discover_nvlink(self) -> None:
-        values = self._call(
-            "nvlink", "nvmlDeviceGetFieldValues", self._handle, [(self._fi_link_count, 0)]
-        )
-        if values is None:
-            return
-        read = self._counter_read(values[0], self._clock())
-        if isinstance(read, str):
-            self._sticky["nvlink"] = self._reasons["nvlink"] = read
-            return
-        active: list[int] = []
-        enabled = _code(self._nvml, "NVML_FEATURE_ENABLED", 1)
-        for link in range(read.value):
-            state = self._call("nvlink_state", "nvmlDeviceGetNvLinkState", self._handle, link)
-            if state == enabled:
-                active.append(link)
-        self._reasons.pop("nvlink_state", None)
-        self._nvlink_links = active
-        if not active:
-            self._sticky["nvlink"] = "no active NVLink link"
-
-    def _nvlink(
-        self, reads: dict[tuple[int, int], _CounterRead | str]
-    ) -> tuple[float | None, float | None]:
-        if not self._nvlink_links:
-            reason = self._sticky.get("nvlink") or self._reasons.get("nvlink") or NOT_SUPPORTED
-            self._reasons.pop("nvlink", None)
-            self._reasons["nvlink_tx_bytes_per_s"] = self._reasons["nvlink_rx_bytes_per_s"] = reason
-            return None, None
-        totals: list[float | None] = []
-        for field_id, reading in zip(
-            self._fi_nvlink, ("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"), strict=True
-        ):
-            total: float | None = 0.0
-            for link in self._nvlink_links:
-                read = reads.get((field_id, link))
-                if not isinstance(read, _CounterRead):
-                    self._reasons[reading] = read or "not read"
-                    total = None
-                    continue
-                rate, why = self._rate((field_id, link), read, 1024, NVLINK_LINK_MAX_BYTES_PER_S)
-                if rate is None:
-                    # One link without a rate makes the sum wrong: the sum is n/a.
-                    self._reasons[reading] = why or "n/a"
-                    total = None
-                elif total is not None:
-                    total += rate
-            totals.append(total)
-        return totals[0], totals[1]
