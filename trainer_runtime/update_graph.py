@@ -1,0 +1,221 @@
+"""The distributed update graph: one optimizer update of k micro-steps, as tf.functions.
+
+One optimizer update = k micro-steps (train.accumulation_steps). With k == 1 a
+replica computes gradients and applies them (one all-reduce inside the Keras
+optimizer). With k > 1 each replica adds its gradients into replica-local
+accumulators (``synchronization=ON_READ``: no cross-replica traffic) for k
+micro-batches, then one apply step all-reduces once and updates once.
+
+Losses are scaled with ``tf.nn.compute_average_loss(global_batch_size=...)``
+where the global batch counts every example of the update (all replicas, all
+micro-steps): the optimizer's all-reduce SUMs, so the applied gradient is the
+mean over the whole update, the same as one big batch.
+
+Several updates can run inside one tf.function call; every update's timings
+still come out, measured in the graph with ``tf.timestamp()`` around
+``next(iterator)`` and after the update's variable writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+# Above this many micro-steps the accumulation loop is a tf.while instead of
+# being unrolled in the graph (keeps tracing time bounded).
+UNROLL_MICRO_STEPS = 16
+
+
+class UpdateGraph:
+    """Traces and caches the update functions for one model, optimizer and strategy.
+
+    It holds no training state of its own: the model, optimizer and accumulators
+    are the Trainer's, made under ``strategy.scope()`` before anything traces.
+    """
+
+    def __init__(self, strategy: tf.distribute.MirroredStrategy, model: keras.Model,
+                 optimizer: keras.optimizers.Optimizer, accumulators: list[tf.Variable],
+                 accumulation_steps: int, global_batch: int, jit_compile: bool) -> None:
+        self.strategy = strategy
+        self.model = model
+        self.optimizer = optimizer
+        self.accumulators = accumulators
+        self.k = accumulation_steps
+        self.global_batch = global_batch
+        self.replicas = strategy.num_replicas_in_sync
+        # One traced function per kind: a single update, or several in a tf.range loop.
+        self._fns: dict[bool, Any] = {}
+        # XLA compiles the per-replica forward/backward only: the optimizer's
+        # all-reduce is a merge_call, which cannot live inside an XLA cluster.
+        self._grads_fn: Any = (tf.function(self._grads_eager, jit_compile=True)
+                               if jit_compile else None)
+
+    def function(self, multi: bool) -> Any:
+        """The update tf.function: ``fn(iterator)``, or ``fn(iterator, n)`` when `multi`."""
+        fn = self._fns.get(multi)
+        if fn is None:
+            fn = self._fns[multi] = self._make_fn(multi)
+        return fn
+
+    def concrete_update_fn(self, iterator: Any) -> Any:
+        """The traced one-update function (tests count its collectives)."""
+        return self.function(False).get_concrete_function(iterator)
+
+    def _replica_loss(self, features: tf.Tensor, labels: tf.Tensor) -> tuple[Any, Any]:
+        logits = self.model(features, training=True)
+        per_example = keras.losses.sparse_categorical_crossentropy(
+            labels, tf.cast(logits, tf.float32), from_logits=True)
+        scaled = tf.nn.compute_average_loss(per_example, global_batch_size=self.global_batch)
+        if self.model.losses:
+            scaled += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses)) / self.k
+        return scaled, tf.reduce_mean(per_example)
+
+    def _grads(self, features: tf.Tensor, labels: tf.Tensor) -> tuple[list[Any], Any]:
+        if self._grads_fn is not None:
+            return self._grads_fn(features, labels)  # type: ignore[no-any-return]
+        return self._grads_eager(features, labels)
+
+    def _grads_eager(self, features: tf.Tensor, labels: tf.Tensor) -> tuple[list[Any], Any]:
+        with tf.GradientTape() as tape:
+            scaled, mean_loss = self._replica_loss(features, labels)
+            if isinstance(self.optimizer, keras.optimizers.LossScaleOptimizer):
+                scaled = self.optimizer.scale_loss(scaled)
+        grads = tape.gradient(scaled, self.model.trainable_variables)
+        return grads, mean_loss
+
+    def _probe(self) -> tf.Tensor:
+        # Reads of the updated variables: auto control deps order them after the
+        # writes, so a timestamp that depends on this marks the end of the update.
+        return tf.add_n([tf.reduce_sum(tf.reshape(tf.cast(v, tf.float32), [-1])[:1])
+                         for v in self.model.trainable_variables])
+
+    @staticmethod
+    def _gate(features: Any, labels: Any, after: tf.Tensor) -> tuple[Any, Any]:
+        # MirroredStrategy traces each replica in its own thread, where the
+        # caller's tf.control_dependencies context does not reach; gate the
+        # inputs explicitly so no replica computes before the whole batch has
+        # arrived (otherwise one replica's compute delays the other's read and
+        # shows up as input wait).
+        with tf.control_dependencies([after]):
+            return tf.identity(features), tf.identity(labels)
+
+    def _apply_step(self, features: tf.Tensor, labels: tf.Tensor,
+                    after: tf.Tensor) -> tuple[Any, Any]:
+        features, labels = self._gate(features, labels, after)
+        grads, mean_loss = self._grads(features, labels)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
+        return mean_loss, self._probe()
+
+    def _accumulate(self, features: tf.Tensor, labels: tf.Tensor, after: tf.Tensor) -> Any:
+        features, labels = self._gate(features, labels, after)
+        grads, mean_loss = self._grads(features, labels)
+        writes = [acc.assign_add(g) for acc, g in zip(self.accumulators, grads, strict=True)]
+        with tf.control_dependencies(writes):
+            return tf.identity(mean_loss)
+
+    def _apply_accumulated(self, after: tf.Tensor) -> Any:
+        with tf.control_dependencies([after]):
+            grads = [tf.identity(acc.read_value()) for acc in self.accumulators]
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
+        probe = self._probe()
+        with tf.control_dependencies([probe]):
+            resets = [acc.assign(tf.zeros_like(acc)) for acc in self.accumulators]
+        with tf.control_dependencies(resets):
+            return tf.identity(probe)
+
+    def _local_sum(self, per_replica: Any) -> tf.Tensor:
+        # Local reads, not strategy.reduce: the loss must not add a collective.
+        return tf.add_n([tf.cast(t, tf.float32)
+                         for t in self.strategy.experimental_local_results(per_replica)])
+
+    def _one_update(self, iterator: Any, after: tf.Tensor) -> tuple[Any, Any, Any, Any, Any]:
+        """(end timestamp, input wait seconds, mean loss, lr, examples) for one update."""
+        lr = tf.cast(self.optimizer.learning_rate, tf.float32)
+        wait = tf.constant(0.0, tf.float64)
+        loss_sum = tf.constant(0.0, tf.float32)
+        examples = tf.constant(0, tf.int64)
+        dep = after
+        if self.k == 1:
+            batch, t0, t1, examples = self._timed_next(iterator, dep)
+            with tf.control_dependencies([t1]):
+                loss, probe = self.strategy.run(self._apply_step, args=(*batch, t1))
+            wait += t1 - t0
+            loss_sum += self._local_sum(loss)
+            dep = self._local_sum(probe)
+        else:
+            def micro(dep: tf.Tensor) -> tuple[Any, Any, Any, Any]:
+                batch, t0, t1, count = self._timed_next(iterator, dep)
+                with tf.control_dependencies([t1]):
+                    loss = self.strategy.run(self._accumulate, args=(*batch, t1))
+                local = self._local_sum(loss)
+                return t1 - t0, local, local, count
+
+            if self.k <= UNROLL_MICRO_STEPS:
+                for _ in range(self.k):
+                    w, loss_local, dep, count = micro(dep)
+                    wait += w
+                    loss_sum += loss_local
+                    examples += count
+            else:
+                def body(i: Any, wait: Any, loss_sum: Any, examples: Any, dep: Any) -> Any:
+                    w, loss_local, dep, count = micro(dep)
+                    return i + 1, wait + w, loss_sum + loss_local, examples + count, dep
+
+                _, wait, loss_sum, examples, dep = tf.while_loop(
+                    lambda i, *_: i < self.k, body,
+                    (tf.constant(0), wait, loss_sum, examples, tf.cast(dep, tf.float32)))
+            with tf.control_dependencies([dep]):
+                probe = self.strategy.run(self._apply_accumulated, args=(tf.identity(dep),))
+            dep = self._local_sum(probe)
+        with tf.control_dependencies([dep]):
+            t_end = tf.timestamp()
+        return t_end, wait, loss_sum / float(self.replicas * self.k), lr, examples
+
+    def _timed_next(self, iterator: Any, after: tf.Tensor
+                    ) -> tuple[Any, tf.Tensor, tf.Tensor, tf.Tensor]:
+        """The next batch, the host time spent waiting for it, and its examples (all replicas)."""
+        with tf.control_dependencies([after]):
+            t0 = tf.timestamp()
+        with tf.control_dependencies([t0]):
+            batch = next(iterator)
+        with tf.control_dependencies(self._flat(batch)):
+            t1 = tf.timestamp()
+        examples = tf.add_n([tf.shape(part, out_type=tf.int64)[0]
+                             for part in self.strategy.experimental_local_results(batch[0])])
+        return batch, t0, t1, examples
+
+    def _flat(self, batch: Any) -> list[tf.Tensor]:
+        out: list[tf.Tensor] = []
+        for part in tf.nest.flatten(batch):
+            out.extend(self.strategy.experimental_local_results(part))
+        return out
+
+    def _make_fn(self, multi: bool) -> Any:
+        if not multi:
+            @tf.function
+            def run_one(iterator: Any) -> Any:
+                t_end, wait, loss, lr, examples = self._one_update(iterator, tf.constant(0.0))
+                return (tf.reshape(t_end, [1]), tf.reshape(wait, [1]),
+                        tf.reshape(loss, [1]), tf.reshape(lr, [1]), tf.reshape(examples, [1]))
+            return run_one
+
+        @tf.function
+        def run_many(iterator: Any, n: tf.Tensor) -> Any:
+            ends = tf.TensorArray(tf.float64, size=n)
+            waits = tf.TensorArray(tf.float64, size=n)
+            losses = tf.TensorArray(tf.float32, size=n)
+            lrs = tf.TensorArray(tf.float32, size=n)
+            counts = tf.TensorArray(tf.int64, size=n)
+            dep = tf.constant(0.0)
+            for i in tf.range(n):
+                t_end, wait, loss, lr, examples = self._one_update(iterator, dep)
+                ends = ends.write(i, t_end)
+                waits = waits.write(i, wait)
+                losses = losses.write(i, loss)
+                lrs = lrs.write(i, lr)
+                counts = counts.write(i, examples)
+                dep = tf.cast(t_end, tf.float32)
+            return ends.stack(), waits.stack(), losses.stack(), lrs.stack(), counts.stack()
+        return run_many
