@@ -435,6 +435,14 @@ def _walk(
                 line = key_node.start_mark.line + 1
                 if not isinstance(key_node, yaml.ScalarNode):
                     continue  # a complex key; construction rejects it as unhashable
+                if key_node.tag in _NUMBER_TAGS and len(key_node.value) > MAX_NUMBER_CHARS:
+                    # Before constructing it: YAML 1.1's base-60 ints are quadratic to build.
+                    raise ConfigError(
+                        f"{shown}:{line}: {key_text(path) or '(top level)'}: a key is a number "
+                        f"written with more than {MAX_NUMBER_CHARS} characters",
+                        source=shown,
+                        line=line,
+                    )
                 key = loader.construct_object(key_node, deep=True)
                 child = (*path, key)
                 if key in first_line:
@@ -642,6 +650,10 @@ def _data_limit(data: Any) -> _LimitExceeded | None:
             characters += len(item)
         elif isinstance(item, int) and abs(item) >= _BIGGEST_NUMBER:
             return _LimitExceeded(f"is a number of more than {MAX_NUMBER_CHARS} digits", loc=loc)
+        elif item is None or isinstance(item, bool):
+            characters += 5  # as the loader counts what it reads back: "false", "null"
+        elif isinstance(item, int | float):
+            characters += len(repr(item))
         elif isinstance(item, Mapping | list | tuple | set | frozenset):
             if level >= MAX_NESTING_DEPTH:
                 return _LimitExceeded(_too_deep(), loc=loc)

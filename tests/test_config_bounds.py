@@ -530,3 +530,11 @@ def test_generated_hostile_yaml_loads_or_fails_in_one_line_within_a_second(
         elapsed_s = time.perf_counter() - start
         assert isinstance(loaded.config, RunConfig)
     assert elapsed_s < TIME_LIMIT_S, (elapsed_s, text[:300])
+
+
+def test_a_base_60_key_is_refused_before_it_is_built(tmp_path: Path) -> None:
+    path = tmp_path / "key.yaml"
+    path.write_text("name: x\n? 1" + ":1" * 40_000 + "\n: 1\n")
+    result = measure("file", str(path))
+    assert result.outcome == "error" and result.elapsed_s < 1.0, result
+    assert "a key is a number written with more than 100 characters" in result.message

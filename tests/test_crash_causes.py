@@ -96,3 +96,17 @@ def test_a_c_level_abort_is_named_and_stop_releases_the_ended_runs_supervisor(
     again = gpuwatch("stop", info.run_id)
     assert again.returncode == 0
     assert again.stdout.strip() == f"gpuwatch: run {info.run_id} is already crashed"
+
+
+def test_a_huge_cause_and_huge_log_lines_still_make_a_status_that_fits_a_frame() -> None:
+    from gpuwatch.supervisor.exits import MAX_CAUSE_CHARS, MAX_LINE_CHARS, TrainerExit, exit_status
+    from trainer_runtime.protocol import StatusChange, encode_event
+
+    ended = TrainerExit(1, error="ValueError: " + "x" * 800_000,
+                        log_lines=["y" * 200_000] * 60)
+    status, fields = exit_status(ended, relaunching=False, stop_requested=False)
+    assert status == "crashed"
+    assert len(fields["message"]) <= len("exited with code 1: ") + MAX_CAUSE_CHARS
+    assert fields["message"].endswith("...")
+    assert all(len(line) <= MAX_LINE_CHARS for line in fields["log_tail"])
+    encode_event(StatusChange(attempt=1, status=status, **fields))  # fits: no ProtocolError

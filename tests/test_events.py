@@ -157,3 +157,11 @@ def test_the_module_docstring_carries_the_reference_generated_from_the_declarati
         assert f"  {name} " in event_reference()
         for declared in dataclasses.fields(cls):
             assert f"{declared.name} (" in event_reference()
+
+
+def test_a_number_too_big_for_a_float_is_a_protocol_error_not_an_overflow() -> None:
+    frame = {"v": 1, "type": "checkpoint", **EXAMPLES["checkpoint"], "seconds": 10**400}
+    with pytest.raises(ProtocolError, match="seconds must be a finite number"):
+        parse_event(frame)
+    with pytest.raises(ProtocolError, match="t must be a number"):
+        parse_event({**frame, "seconds": 0.1, "t": 10**400})

@@ -102,3 +102,23 @@ def test_what_a_factory_raises_is_a_factory_error_with_the_cause() -> None:
 
     with pytest.raises(FactoryError, match="raised MemoryError: cannot allocate 10 TB"):
         calls(build_model, MODEL)
+
+
+def test_a_value_asked_for_by_name_is_not_given_again_by_position() -> None:
+    def build_model(n_classes: int, input_shape: Any) -> Any:
+        return n_classes, input_shape
+
+    assert calls(build_model, MODEL) == (10, (28, 28, 1))
+
+    def make_dataset(batch: int, input_context: Any) -> Any:
+        return batch, input_context
+
+    assert calls(make_dataset, DATA, key="data.factory") == (64, "CTX")
+
+
+def test_a_positional_only_parameter_after_a_defaulted_one_is_refused_not_misplaced() -> None:
+    def make_dataset(ctx: Any = None, per_replica_batch_size: int = 1, /) -> Any:
+        return ctx, per_replica_batch_size
+
+    with pytest.raises(FactoryError, match="positional-only parameter 'per_replica_batch_size'"):
+        calls(make_dataset, DATA, key="data.factory")

@@ -683,3 +683,14 @@ def test_fresh_reaches_the_supervisor_as_an_argument(tmp_path: Path) -> None:
 
     assert _supervisor_command(tmp_path, fresh=True)[-1] == "--fresh"
     assert "--fresh" not in _supervisor_command(tmp_path)
+
+
+async def test_agent_start_says_why_when_the_trainer_log_cannot_be_written(
+    harness: AgentHarness,
+) -> None:
+    from gpuwatch.supervisor.agent import AgentStartError
+
+    harness.agent.log_path.mkdir()  # trainer.log is a directory: the header cannot be written
+    with pytest.raises(AgentStartError, match=r"could not write .*trainer\.log"):
+        await harness.start(1, "finish")
+    assert harness.agent.pid is None and not harness.frames

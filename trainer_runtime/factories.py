@@ -64,40 +64,46 @@ def call_factory(key: str, spec: str, fn: Callable[..., Any], offered: Mapping[s
 def _bind(key: str, spec: str, section: str, signature: inspect.Signature,
           offered: Mapping[str, Any], kwargs: Mapping[str, Any]
           ) -> tuple[list[Any], dict[str, Any]]:
-    params = list(signature.parameters.values())
-    takes_all = any(p.kind is p.VAR_KEYWORD for p in params)
-    positional_values = list(offered.values())
+    params = [p for p in signature.parameters.values()
+              if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    # Offered values no parameter asks for by name, in order: what the required
+    # positional parameters with other names take (`def build_model(n_classes, input_shape)`
+    # gets classes, not input_shape twice).
+    names = {p.name for p in params}
+    unclaimed = [name for name in offered if name not in names and name not in kwargs]
     args: list[Any] = []
     named: dict[str, Any] = {}
     given: set[str] = set()
-    position = 0
+    skipped_positional_only = False
     for param in params:
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            continue
         is_positional = param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD)
         if param.name in kwargs:
             value, source = kwargs[param.name], param.name
         elif param.name in offered:
             value, source = offered[param.name], param.name
-        elif (param.default is param.empty and is_positional
-              and position < len(positional_values)):
-            value, source = positional_values[position], list(offered)[position]
+        elif param.default is param.empty and is_positional and unclaimed:
+            source = unclaimed.pop(0)
+            value = offered[source]
         elif param.default is not param.empty:
-            position += is_positional
+            skipped_positional_only |= param.kind is param.POSITIONAL_ONLY
             continue
         else:
             raise FactoryError(
                 f"{key} {spec!r}: its parameter {param.name!r} is neither one gpuwatch passes "
                 f"({', '.join(offered)}) nor in {section}.kwargs")
         given.add(source)
-        position += is_positional
         if param.kind is param.POSITIONAL_ONLY:
+            if skipped_positional_only:
+                raise FactoryError(
+                    f"{key} {spec!r}: its positional-only parameter {param.name!r} comes after "
+                    "one left to its default, so it cannot be given; make it a keyword")
             args.append(value)
         else:
             named[param.name] = value
     unknown = [name for name in kwargs if name not in given]
     if unknown and not takes_all:
-        accepted = [p.name for p in params if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        accepted = [p.name for p in params]
         raise FactoryError(
             f"{section}.kwargs.{unknown[0]}: {key} {spec!r} has no parameter {unknown[0]!r} "
             f"(it takes: {', '.join(accepted) or 'nothing'})")

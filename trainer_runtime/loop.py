@@ -347,6 +347,10 @@ class Trainer:
             note = self._pipeline_ckpt.restore(self.step)
             if note:
                 resume.data_order, resume.data_note = "restarted", note
+            else:
+                # The restored pipeline was checked when it started; mid-epoch it may sit
+                # on a short last batch, which is no sign of a wrong batch size.
+                self._batch_checked = True
         elif saved_position < 0:
             # A checkpoint from before positions were saved.
             resume.data_order = "restarted"

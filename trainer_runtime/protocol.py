@@ -874,7 +874,7 @@ def parse_event(frame: Mapping[str, Any]) -> tuple[Envelope, Event]:
     seq, t = frame.get("seq"), frame.get("t")
     if seq is not None and (type(seq) is not int or seq < 0):
         raise ProtocolError(f"{cls.TYPE}: seq must be an integer >= 0 (got {_show(seq)})")
-    if t is not None and (type(t) not in (int, float) or not math.isfinite(t)):
+    if t is not None and not _finite_number(t):
         raise ProtocolError(f"{cls.TYPE}: t must be a number (got {_show(t)})")
     checks = _EVENT_CHECKS[cls.TYPE]
     values: dict[str, Any] = {}
@@ -895,6 +895,16 @@ def parse_event(frame: Mapping[str, Any]) -> tuple[Envelope, Event]:
     return Envelope(cls.TYPE, seq, float(t) if t is not None else None), event
 
 
+def _finite_number(value: Any) -> bool:
+    """An int or float a float can hold (10**400 is neither: OverflowError, so False)."""
+    if type(value) not in (int, float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def _type_check(annotation: Any) -> Callable[[Any], tuple[bool, Any]]:
     """A check for one declared field type: (True, value kept) or (False, words)."""
     text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
@@ -903,7 +913,7 @@ def _type_check(annotation: Any) -> Callable[[Any], tuple[bool, Any]]:
     simple: dict[str, tuple[Callable[[Any], bool], Callable[[Any], Any], str]] = {
         "int": (lambda v: type(v) is int, int, "an integer"),
         "float": (
-            lambda v: type(v) in (int, float) and math.isfinite(v),
+            _finite_number,
             float,
             "a finite number",
         ),

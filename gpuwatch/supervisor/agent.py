@@ -104,12 +104,15 @@ class LocalAgent:
 
     async def start(self, attempt: int, config_path: Path, *, fresh: bool) -> None:
         """Start this attempt's trainer and watch it; AgentStartError if it cannot start."""
-        with open(self.log_path, "ab") as log_file:  # noqa: ASYNC230 - one short line
-            log_file.write(
-                f"=== gpuwatch: attempt {attempt} starting at {time.strftime('%Y-%m-%d %H:%M:%S')}"
-                " ===\n".encode()
-            )
-            self._log_offset = log_file.tell()
+        try:
+            with open(self.log_path, "ab") as log_file:  # noqa: ASYNC230 - one short line
+                log_file.write(
+                    f"=== gpuwatch: attempt {attempt} starting at "
+                    f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode()
+                )
+                self._log_offset = log_file.tell()
+        except OSError as exc:  # not writable, disk full: the attempt cannot start
+            raise AgentStartError(f"could not write {self.log_path}: {exc}") from None
         cmd = [sys.executable, "-m", self.trainer_module, "--run-dir", str(self.run_dir)]
         cmd += ["--config", str(config_path), "--attempt", str(attempt)]
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)

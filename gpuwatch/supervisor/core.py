@@ -33,6 +33,7 @@ from trainer_runtime.protocol import (
     Attempt,
     Event,
     Hello,
+    ProtocolError,
     Resume,
     Run,
     Sample,
@@ -131,7 +132,10 @@ class Supervisor:
         status, fields = exit_status(
             ended, relaunching=self._relaunching, stop_requested=self.stop_requested
         )
-        self.set_status(status, **fields)
+        try:
+            self.set_status(status, **fields)
+        except ProtocolError:  # it cannot be too big (exits.py bounds it); never lose a status
+            self.set_status(status, message=str(fields.get("message"))[:500])
 
     def _on_sample(self, index: int, fields: dict[str, Any]) -> None:
         # A finished run lingering for a relaunch records no more samples: the record
@@ -199,6 +203,10 @@ class Supervisor:
             await self.stop_trainers()
         finally:
             self._relaunching = False
+        if self.stop_requested:  # a stop (a signal) came while the old attempt stopped
+            if self.status not in TERMINAL_STATUSES:
+                self.set_status("stopped", message="stopped on request")
+            raise ValueError("the run was stopped while relaunching; nothing was started")
         return await self.start_attempt(config, fresh=fresh, reason="relaunch")
 
     async def stop_run(self) -> None:

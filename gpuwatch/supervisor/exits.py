@@ -14,6 +14,10 @@ from typing import Any
 
 # How many of the attempt's last trainer.log lines a crashed status carries.
 LOG_TAIL_LINES = 50
+# A crash's cause (one line) and each log line it carries: a status event stays far
+# below the frame limit even when an exception's message is megabytes long.
+MAX_CAUSE_CHARS = 500
+MAX_LINE_CHARS = 1000
 # Return codes of a trainer that ended because it was asked to (SIGTERM, or SIGKILL
 # after the grace period), or that had finished on its own (0).
 _ASKED_TO_END = (0, -signal.SIGTERM, -signal.SIGKILL)
@@ -76,7 +80,8 @@ def exit_status(
         "exit_code": exit_code,
         "signal": sig,
         "message": describe_crash(returncode, ended.error, lines, ended.oom_killed),
-        "log_tail": lines[-LOG_TAIL_LINES:],
+        # Bounded, so the status event always fits in a frame, whatever the log holds.
+        "log_tail": [line[:MAX_LINE_CHARS] for line in lines[-LOG_TAIL_LINES:]],
     }
 
 
@@ -99,8 +104,10 @@ def describe_crash(
         for line in reversed(log_tail):
             text = line.strip()
             if text and _ERROR_LINE.search(text) and not text.startswith("File "):
-                cause = text[:500]
+                cause = text
                 break
+    if cause and len(cause) > MAX_CAUSE_CHARS:
+        cause = cause[: MAX_CAUSE_CHARS - 3] + "..."
     if returncode == -signal.SIGKILL:
         if oom_killed:
             how += " (the kernel's OOM killer: the machine ran out of memory)"
