@@ -330,11 +330,7 @@ class RunState:
 
     def recent_steps(self, count: int = CURRENT_STEPS) -> list[StepPoint]:
         """The latest steps of the current attempt, warm-up steps left out."""
-        summary = self.current
-        points = [p for p in self.window if p.attempt == self.attempt]
-        if summary is not None and summary.first_step is not None:
-            skip_until = summary.first_step + WARMUP_STEPS
-            points = [p for p in points if p.step >= skip_until]
+        points = [p for p in self.window if p.attempt == self.attempt and not p.warmup]
         return points[-count:]
 
     def recent_input_wait_pct(self, count: int = CURRENT_STEPS) -> float | None:

@@ -164,11 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         log.info("resumed from step %d (%s), data position %d, data order %s%s",
                  resume.from_step, resume.checkpoint, resume.position, resume.data_order,
                  f" ({resume.data_note})" if resume.data_note else "")
-        emitter.emit(protocol.Resume(
-            attempt=args.attempt, from_step=resume.from_step,
-            from_micro_step=resume.from_micro_step, checkpoint=resume.checkpoint,
-            position=resume.position, data_order=resume.data_order,
-            data_note=resume.data_note))
+        emitter.emit(resume)
     try:
         reason, step = train(trainer, flags)
     except FactoryError as exc:  # the first batch of a factory dataset was the wrong size

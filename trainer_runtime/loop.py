@@ -27,7 +27,7 @@ from trainer_runtime.data import batch_mismatch, input_options, make_dataset_fn
 from trainer_runtime.devices import Devices
 from trainer_runtime.factories import FactoryError
 from trainer_runtime.models import build_model
-from trainer_runtime.protocol import Checkpoint, Step
+from trainer_runtime.protocol import Checkpoint, Resume, Step
 from trainer_runtime.schema import RunConfig, per_replica_batch
 from trainer_runtime.telemetry import NullEmitter, SocketEmitter
 from trainer_runtime.update_graph import UpdateGraph
@@ -47,18 +47,6 @@ class StopFlags:
 
         signal.signal(signal.SIGTERM, handler)
         signal.signal(signal.SIGINT, handler)
-
-
-@dataclass
-class Resume:
-    from_step: int
-    from_micro_step: int
-    checkpoint: str | None
-    # Examples trained on before the checkpoint: where the data continues.
-    position: int = 0
-    # "continued" (the same examples, in order, from `position`) or "restarted".
-    data_order: str = "continued"
-    data_note: str = ""
 
 
 def _schedule(cfg: RunConfig) -> Any:
@@ -331,6 +319,7 @@ class Trainer:
 
     # ----------------------------------------------------------- checkpoints
     def restore(self, fresh: bool) -> Resume | None:
+        """Restore the latest checkpoint (unless fresh); the `resume` event to send, or None."""
         if self.manager is None or fresh or not self.manager.latest_checkpoint:
             return None
         path = self.manager.latest_checkpoint
@@ -340,26 +329,24 @@ class Trainer:
         self.step = int(self._step_var.numpy())
         self.micro_step = int(self._micro_var.numpy())
         saved_position = int(self._position_var.numpy())
-        resume = Resume(self.step, self.micro_step, path)
+        note = ""
         if self._pipeline_ckpt is not None:
             # A factory dataset: its tf.data iterators, where they could be saved.
             self.position = max(0, saved_position)
             note = self._pipeline_ckpt.restore(self.step)
-            if note:
-                resume.data_order, resume.data_note = "restarted", note
-            else:
+            if not note:
                 # The restored pipeline was checked when it started; mid-epoch it may sit
                 # on a short last batch, which is no sign of a wrong batch size.
                 self._batch_checked = True
         elif saved_position < 0:
-            # A checkpoint from before positions were saved.
-            resume.data_order = "restarted"
-            resume.data_note = "the checkpoint has no data position"
+            note = "data order restarted: the checkpoint has no data position"
         else:
             self.position = saved_position
             self._make_data(self.position)
-        resume.position = self.position
-        return resume
+        return Resume(attempt=self.attempt, from_step=self.step,
+                      from_micro_step=self.micro_step, checkpoint=path,
+                      position=self.position, data_order="restarted" if note else "continued",
+                      data_note=note)
 
     def save(self) -> tuple[str, float] | None:
         if self.manager is None:
