@@ -860,4 +860,6 @@ def _pointed_at(locate: _Locator, keys: tuple[Loc, ...]) -> Loc:
     for key in keys:
         if key in locate.lines:
             return key
+        if len(key) > 1 and key[:-1] in locate.lines and isinstance(key[-2], int):
+            return key  # a key the file leaves out, of a list item it spells (`- gpu2`)
     return keys[0]

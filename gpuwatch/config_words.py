@@ -59,11 +59,11 @@ def problems(exc: ValidationError) -> list[Problem]:
         groups.setdefault(field_loc, []).append(dict(error))
     found = []
     for field_loc, errors in groups.items():
-        if field_loc == () and errors[0]["type"] == "value_error":
+        cause = (errors[0].get("ctx") or {}).get("error")
+        if errors[0]["type"] == "value_error" and (field_loc == () or isinstance(cause, LimitError)):
             # A limit across settings (trainer_runtime.schema.LimitError) names its keys.
-            cause = (errors[0].get("ctx") or {}).get("error")
             keys = (
-                tuple(tuple(k.split(".")) for k in cause.keys)
+                tuple(_loc_from_text(k) for k in cause.keys)
                 if isinstance(cause, LimitError)
                 else _BATCH_SPLIT_KEYS
             )
@@ -78,6 +78,11 @@ def problems(exc: ValidationError) -> list[Problem]:
         key = key_text(key_loc) or "(top level)"
         found.append(Problem((field_loc,), key, _problem(field_loc, errors)))
     return found
+
+
+def _loc_from_text(key: str) -> Loc:
+    """"cluster.workers.1.host" as a loc, list positions as ints (pydantic's spelling)."""
+    return tuple(int(part) if part.isdigit() else part for part in key.split("."))
 
 
 def _wants_number_not_bool(annotation: Any) -> bool:
@@ -101,7 +106,7 @@ def _field_loc(loc: Loc) -> tuple[Loc, Any]:
     """Strip pydantic's union-member tags from a loc; returns (field loc, its annotation)."""
     annotation: Any = RunConfig
     for index, part in enumerate(loc):
-        annotation = _strip_annotated(annotation)
+        annotation = _optional_model(_strip_annotated(annotation))
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             info = annotation.model_fields.get(part) if isinstance(part, str) else None
             if info is None:
@@ -119,6 +124,17 @@ def _field_loc(loc: Loc) -> tuple[Loc, Any]:
         else:
             return loc, None
     return loc, annotation
+
+
+def _optional_model(annotation: Any) -> Any:
+    """`Model | None` is the model (a loc names its keys, not a union member)."""
+    if _is_union(annotation):
+        members = [m for m in typing.get_args(annotation) if m is not type(None)]
+        if len(members) == 1 and isinstance(members[0], type) and issubclass(
+            members[0], BaseModel
+        ):
+            return members[0]
+    return annotation
 
 
 def _field_annotation(info: Any) -> Any:

@@ -27,6 +27,9 @@ trainer -> supervisor (the trainer's telemetry socket):
               per_replica_batch (int): examples per replica per micro-step
               start_step (int): optimizer steps before this attempt
               start_micro_step (int): micro-steps before this attempt
+              worker (int): the worker that sent it (0 = chief)
+              workers (int): workers in the cluster (1: one host)
+              host (str): the worker's host name
   step        One optimizer update as the trainer measured it (t: when it ended).
               attempt (int): the attempt it belongs to (1, 2, ...)
               step (int): optimizer steps so far, counted across attempts
@@ -40,12 +43,16 @@ trainer -> supervisor (the trainer's telemetry socket):
               grad_sync_bytes (float): estimated all-reduce bytes in this update
               position (int | None): examples trained on so far, all attempts
               dropped (int): telemetry frames dropped so far
+              worker (int): the worker that sent it (0 = chief)
+              compute_ms (float | None): batch in hand to local gradients ready,
+                before the all-reduce
   checkpoint  A checkpoint was written.
               attempt (int): the attempt it belongs to (1, 2, ...)
               step (int): the optimizer step it holds
               micro_step (int): the micro-step it holds
               path (str): its path prefix
               seconds (float): time the save took
+              worker (int): the worker that sent it (0 = chief)
   resume      The attempt continues from a checkpoint.
               attempt (int): the attempt it belongs to (1, 2, ...)
               from_step (int): the checkpoint's optimizer step
@@ -56,14 +63,17 @@ trainer -> supervisor (the trainer's telemetry socket):
               data_note (str): why the data order restarted
               lost_steps (int | None): added by the supervisor: steps since the
                 checkpoint
+              worker (int): the worker that sent it (0 = chief)
   done        The trainer is ending after a checkpoint.
               attempt (int): the attempt it belongs to (1, 2, ...)
               reason (str): "max_steps", "epochs", "sigterm" or "socket_lost"
               step (int): the last optimizer step
+              worker (int): the worker that sent it (0 = chief)
   error       The trainer cannot go on; the message is its root cause, one line.
               attempt (int): the attempt it belongs to (1, 2, ...)
               kind (str): "config", "factory" or "runtime"
               message (str): one line
+              worker (int): the worker that sent it (0 = chief)
 supervisor -> dashboard, besides every trainer event relayed:
   run         The run: the first line of events.jsonl (attempt 0).
               run_id (str): the run's id
@@ -86,10 +96,12 @@ supervisor -> dashboard, besides every trainer event relayed:
               signal (str | None): the signal that ended it
               message (str | None): what happened, one line
               log_tail (list[str]): the trainer log's last lines, on a crash
+              worker (int | None): the worker whose exit set this status, in a cluster
   sample      One device sample of the host (1 Hz).
               host (dict[str, Any]): cpu_pct, mem_used_bytes, ...
               gpus (list[dict[str, Any]]): one per GPU
               nvml (str | None): null when NVML works, else why it does not
+              worker (int): the worker whose host it samples
 
 Every frame carries "v" and "type"; "t" is the sender's clock (a step's: when it
 ended); the supervisor adds "seq", the event's line number in events.jsonl.
@@ -676,6 +688,9 @@ class Hello(Event):
     per_replica_batch: int = field(metadata=_note("examples per replica per micro-step"))
     start_step: int = field(metadata=_note("optimizer steps before this attempt"))
     start_micro_step: int = field(metadata=_note("micro-steps before this attempt"))
+    worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
+    workers: int = field(default=1, metadata=_note("workers in the cluster (1: one host)"))
+    host: str = field(default="", metadata=_note("the worker's host name"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -698,6 +713,11 @@ class Step(Event):
         default=None, metadata=_note("examples trained on so far, all attempts")
     )
     dropped: int = field(default=0, metadata=_note("telemetry frames dropped so far"))
+    worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
+    compute_ms: float | None = field(
+        default=None,
+        metadata=_note("batch in hand to local gradients ready, before the all-reduce"),
+    )
 
     @property
     def examples_per_s(self) -> float | None:
@@ -719,6 +739,7 @@ class Checkpoint(Event):
     micro_step: int = field(metadata=_note("the micro-step it holds"))
     path: str = field(metadata=_note("its path prefix"))
     seconds: float = field(metadata=_note("time the save took"))
+    worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -739,6 +760,7 @@ class Resume(Event):
     lost_steps: int | None = field(
         default=None, metadata=_note("added by the supervisor: steps since the checkpoint")
     )
+    worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -750,6 +772,7 @@ class Done(Event):
     attempt: int = _attempt()
     reason: str = field(metadata=_note('"max_steps", "epochs", "sigterm" or "socket_lost"'))
     step: int = field(metadata=_note("the last optimizer step"))
+    worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -761,6 +784,7 @@ class Error(Event):
     attempt: int = _attempt()
     kind: str = field(metadata=_note('"config", "factory" or "runtime"'))
     message: str = field(metadata=_note("one line"))
+    worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -805,6 +829,9 @@ class StatusChange(Event):
     log_tail: list[str] = field(
         default_factory=list, metadata=_note("the trainer log's last lines, on a crash")
     )
+    worker: int | None = field(
+        default=None, metadata=_note("the worker whose exit set this status, in a cluster")
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -816,6 +843,7 @@ class Sample(Event):
     host: dict[str, Any] = field(metadata=_note("cpu_pct, mem_used_bytes, ..."))
     gpus: list[dict[str, Any]] = field(metadata=_note("one per GPU"))
     nvml: str | None = field(metadata=_note("null when NVML works, else why it does not"))
+    worker: int = field(default=0, metadata=_note("the worker whose host it samples"))
 
 
 EVENTS: Mapping[str, type[Event]] = MappingProxyType(

@@ -57,6 +57,16 @@ MAX_KEEP = 1000
 MAX_BUFFER_FRAMES = 1_000_000
 MAX_NAME_CHARS = 100
 MAX_FACTORY_CHARS = 200
+# A cluster (MultiWorkerMirroredStrategy): 64 hosts x 8 GPUs is what we plan for.
+MAX_WORKERS = 256
+MAX_HOST_CHARS = 253
+MAX_COLLECTIVE_TIMEOUT_S = 3600.0
+MAX_SSH_OPTIONS = 32
+MAX_SSH_OPTION_CHARS = 1000
+MAX_PATH_CHARS = 4096
+# user@host, a host name or an IPv4 address; never a leading "-" (an ssh option).
+HOST_RE = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}@)?[A-Za-z0-9][A-Za-z0-9.-]*$")
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1"})
 # The built-in MLP: 4 GiB of float32 weights (Adam keeps two more copies).
 MAX_MLP_PARAMETERS = 1 << 30
 # Features of one micro-step of the built-in data, all replicas together.
@@ -132,6 +142,26 @@ def prefetch_enabled(value: Any) -> bool:
     return value is not None and value is not False
 
 
+def read_prefetch_word(value: Any) -> Any:
+    """data.prefetch as text read: YAML reads `on`/`off` as booleans already; --set gives words."""
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in PREFETCH_WORDS:
+            return PREFETCH_WORDS[word]
+        if word.isdigit():
+            return int(word)
+    return value
+
+
+def read_parallel_word(value: Any) -> Any:
+    """data.parallel_calls as text read: auto/autotune, or a count."""
+    if isinstance(value, str) and value.strip().lower() in ("auto", "autotune"):
+        return "autotune"
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return value
+
+
 def prefetch_word(value: Any) -> str:
     """A data.prefetch value in a word: "off" (also when absent), "on", "autotune" or N."""
     if not prefetch_enabled(value):
@@ -191,23 +221,12 @@ class DataConfig(_Strict):
     @field_validator("prefetch", mode="before")
     @classmethod
     def _prefetch_words(cls, value: Any) -> Any:
-        # YAML reads `on`/`off` as booleans already; accept the words from --set too.
-        if isinstance(value, str):
-            word = value.strip().lower()
-            if word in PREFETCH_WORDS:
-                return PREFETCH_WORDS[word]
-            if word.isdigit():
-                return int(word)
-        return value
+        return read_prefetch_word(value)
 
     @field_validator("parallel_calls", mode="before")
     @classmethod
     def _parallel_words(cls, value: Any) -> Any:
-        if isinstance(value, str) and value.strip().lower() in ("auto", "autotune"):
-            return "autotune"
-        if isinstance(value, str) and value.strip().isdigit():
-            return int(value)
-        return value
+        return read_parallel_word(value)
 
     @field_validator("input_shape")
     @classmethod
@@ -268,6 +287,144 @@ class TelemetryConfig(_Strict):
     buffer_frames: Annotated[Integer, Field(ge=16, le=MAX_BUFFER_FRAMES)] = 4096
 
 
+Port = Annotated[Integer, Field(ge=1, le=65535)]
+
+
+class WorkerDataOverride(_Strict):
+    """Input-pipeline settings one worker may set for itself: its host's storage and CPUs.
+
+    Only what leaves the model's arithmetic alone: every worker still takes the same
+    batch each step, so the synchronous step stays one step.
+    """
+
+    read_latency_ms: Annotated[Number, Field(ge=0.0, le=MAX_READ_LATENCY_MS)] | None = None
+    decode_cost: Annotated[Integer, Field(ge=0, le=MAX_DECODE_COST)] | None = None
+    prefetch: (
+        bool | Literal["autotune"] | Annotated[Integer, Field(ge=1, le=MAX_PREFETCH)] | None
+    ) = None
+    parallel_calls: (
+        Literal["autotune"] | Annotated[Integer, Field(ge=1, le=MAX_PARALLEL_CALLS)] | None
+    ) = None
+    cache: bool | None = None
+
+    @field_validator("prefetch", mode="before")
+    @classmethod
+    def _prefetch_words(cls, value: Any) -> Any:
+        return read_prefetch_word(value)
+
+    @field_validator("parallel_calls", mode="before")
+    @classmethod
+    def _parallel_words(cls, value: Any) -> Any:
+        return read_parallel_word(value)
+
+    def given(self) -> dict[str, Any]:
+        """The settings this override sets (the others follow the run's data section)."""
+        return {k: v for k, v in self.model_dump().items() if v is not None}
+
+
+class WorkerConfig(_Strict):
+    """One worker: its host, and what its input pipeline does differently, if anything."""
+
+    host: Annotated[str, Field(min_length=1, max_length=MAX_HOST_CHARS)] = "localhost"
+    data: WorkerDataOverride = Field(default_factory=WorkerDataOverride)
+
+    @field_validator("host")
+    @classmethod
+    def _host_form(cls, value: str) -> str:
+        if not HOST_RE.match(value):
+            raise ValueError(
+                f"must be a host name, an IPv4 address or user@host (got {value!r})"
+            )
+        return value
+
+    @property
+    def hostname(self) -> str:
+        """The host without its user@ part: what TensorFlow's cluster spec names."""
+        return self.host.rpartition("@")[2]
+
+    @property
+    def is_local(self) -> bool:
+        return self.hostname in LOCAL_HOSTS
+
+
+def _workers_shorthand(value: Any) -> Any:
+    """`workers: 2` is two localhost workers; a host name alone is {host: name}."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if not 1 <= value <= MAX_WORKERS:
+            raise PydanticCustomError(
+                "workers_count", "must be from 1 to {limit} (got {value})",
+                {"limit": MAX_WORKERS, "value": value},
+            )
+        return [{} for _ in range(value)]
+    if isinstance(value, list):
+        return [{"host": item} if isinstance(item, str) else item for item in value]
+    return value
+
+
+class ClusterConfig(_Strict):
+    """Several workers under MultiWorkerMirroredStrategy (worker 0 is the chief).
+
+    launcher: local (processes on this host), ssh (one agent per host over the
+    user's own ssh), slurm (one agent per node of the current allocation, via srun).
+    """
+
+    launcher: Literal["local", "ssh", "slurm"] = "local"
+    workers: Annotated[
+        list[WorkerConfig],
+        Field(min_length=1, max_length=MAX_WORKERS),
+        BeforeValidator(_workers_shorthand),
+    ] = Field(default_factory=lambda: [WorkerConfig(), WorkerConfig()])
+    # One TensorFlow port per worker; none: free ports found on each host at launch.
+    # Slurm: the first is the port every node uses (TensorFlow's resolver), default 8888.
+    ports: Annotated[list[Port], Field(min_length=1, max_length=MAX_WORKERS)] | None = None
+    collective: Literal["auto", "ring", "nccl"] = "auto"
+    timeout_s: Annotated[Number, Field(ge=1.0, le=MAX_COLLECTIVE_TIMEOUT_S)] = 60.0
+    # The Python that runs the agent on other hosts; none: this interpreter's path.
+    python: Annotated[str, Field(min_length=1, max_length=MAX_PATH_CHARS)] | None = None
+    # Extra arguments for ssh before the host, e.g. ["-F", "~/.ssh/cluster_config"].
+    ssh_options: Annotated[
+        list[Annotated[str, Field(max_length=MAX_SSH_OPTION_CHARS)]],
+        Field(max_length=MAX_SSH_OPTIONS),
+    ] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _workers_fit_the_launcher(self) -> ClusterConfig:
+        n = len(self.workers)
+        if self.ports is not None and self.launcher != "slurm" and len(self.ports) != n:
+            raise LimitError(
+                ("cluster.ports", "cluster.workers"),
+                f"cluster.ports has {len(self.ports)} ports for {n} workers: give one each",
+            )
+        if self.ports is not None and self.launcher != "slurm":
+            seen: set[tuple[str, int]] = set()
+            for worker, port in zip(self.workers, self.ports, strict=True):
+                key = ("localhost" if worker.is_local else worker.hostname, port)
+                if key in seen:
+                    raise LimitError(
+                        ("cluster.ports",),
+                        f"cluster.ports gives port {port} twice on {key[0]}",
+                    )
+                seen.add(key)
+        for i, worker in enumerate(self.workers):
+            if self.launcher == "local" and not worker.is_local:
+                raise LimitError(
+                    (f"cluster.workers.{i}.host", "cluster.launcher"),
+                    f"cluster.workers[{i}].host {worker.host!r} is another host: the local "
+                    "launcher runs workers on this one (localhost); use launcher ssh or slurm",
+                )
+            if self.launcher == "slurm" and "host" in worker.model_fields_set:
+                raise LimitError(
+                    (f"cluster.workers.{i}.host", "cluster.launcher"),
+                    f"cluster.workers[{i}].host: the slurm launcher takes its hosts from the "
+                    "allocation (worker i runs on its node i); give a count or leave host out",
+                )
+        return self
+
+    @property
+    def count(self) -> int:
+        return len(self.workers)
+
+
 class RunConfig(_Strict):
     """A whole run: what `gpuwatch train CONFIG` reads."""
 
@@ -278,6 +435,8 @@ class RunConfig(_Strict):
     strategy: StrategyConfig = Field(default_factory=StrategyConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
+    # Several workers under MultiWorkerMirroredStrategy; none: one host, MirroredStrategy.
+    cluster: ClusterConfig | None = None
 
     @field_validator("name")
     @classmethod
