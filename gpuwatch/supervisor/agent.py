@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.supervisor.exits import TrainerExit
+from gpuwatch.supervisor.launch import CLUSTER_ENV, WorkerLaunch
 from trainer_runtime.protocol import (
     MAX_FRAME_BYTES,
     TRAINER_EVENTS,
@@ -67,11 +68,17 @@ class LocalAgent:
         on_exit: OnExit,
         on_sample: OnSample,
         trainer_module: str = "trainer_runtime",
+        worker_dir: Path | None = None,
+        sample: bool = True,
     ) -> None:
         self.index = index
         self.trainer_module = trainer_module  # run as `python -m`; tests give a stand-in
         self.run_dir = run_dir
-        self.log_path = run_dir / "trainer.log"
+        # The trainer's own directory: the run's for worker 0 (its checkpoints are the
+        # ones resumed), workers/<i>/ for the others (their scratch checkpoints, logs).
+        self.worker_dir = worker_dir or run_dir
+        self.log_path = self.worker_dir / "trainer.log"
+        self.sample = sample  # workers on one host: only one of them samples it
         self._on_frame = on_frame
         self._on_exit = on_exit
         self.process: asyncio.subprocess.Process | None = None
@@ -102,9 +109,20 @@ class LocalAgent:
 
     # -- the trainer process -------------------------------------------------------
 
-    async def start(self, attempt: int, config_path: Path, *, fresh: bool) -> None:
-        """Start this attempt's trainer and watch it; AgentStartError if it cannot start."""
+    async def start(
+        self,
+        attempt: int,
+        config_path: Path,
+        *,
+        fresh: bool,
+        launch: WorkerLaunch | None = None,
+    ) -> None:
+        """Start this attempt's trainer and watch it; AgentStartError if it cannot start.
+
+        launch: this worker's place in a cluster (None: a single-host run).
+        """
         try:
+            self.worker_dir.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "ab") as log_file:  # noqa: ASYNC230 - one short line
                 log_file.write(
                     f"=== gpuwatch: attempt {attempt} starting at "
@@ -113,8 +131,10 @@ class LocalAgent:
                 self._log_offset = log_file.tell()
         except OSError as exc:  # not writable, disk full: the attempt cannot start
             raise AgentStartError(f"could not write {self.log_path}: {exc}") from None
-        cmd = [sys.executable, "-m", self.trainer_module, "--run-dir", str(self.run_dir)]
+        cmd = [sys.executable, "-m", self.trainer_module, "--run-dir", str(self.worker_dir)]
         cmd += ["--config", str(config_path), "--attempt", str(attempt)]
+        if launch is not None:
+            cmd += ["--worker", str(launch.index)]
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         cmd += ["--telemetry-fd", str(child_sock.fileno())]
         if fresh:
@@ -133,8 +153,8 @@ class LocalAgent:
                 stderr=log_fd,
                 pass_fds=(child_sock.fileno(),),
                 start_new_session=True,  # its own process group: stop signals all of it
-                cwd=str(self.run_dir),
-                env=_trainer_env(),
+                cwd=str(self.worker_dir),
+                env=_trainer_env(launch),
             )
         except OSError as exc:
             parent_sock.close()
@@ -235,7 +255,8 @@ class LocalAgent:
         if event.TYPE not in TRAINER_EVENTS:
             raise ProtocolError(f"the trainer may not send {event.TYPE!r} frames")
         # The attempt is the agent's to say: a trainer cannot speak for another one.
-        event = replace(event, attempt=attempt)  # type: ignore[call-arg]
+        # So is the worker: every frame says which worker sent it.
+        event = replace(event, attempt=attempt, worker=self.index)  # type: ignore[call-arg]
         if isinstance(event, Hello):
             self.replicas = event.replicas
         elif isinstance(event, Done):
@@ -247,7 +268,8 @@ class LocalAgent:
     # -- its host's devices --------------------------------------------------------
 
     def start_sampling(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._sampler.start(loop)
+        if self.sample:
+            self._sampler.start(loop)
 
     def stop_sampling(self) -> None:
         """Ask the sampler to stop (at once); join_sampling waits for it."""
@@ -317,8 +339,10 @@ class _SamplerThread:
                 loop.call_soon_threadsafe(self.on_sample, self.index, fields)
 
 
-def _trainer_env() -> dict[str, str]:
-    env = dict(os.environ)
+def _trainer_env(launch: WorkerLaunch | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in CLUSTER_ENV}
+    if launch is not None:
+        env.update(launch.env)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env["PYTHONUNBUFFERED"] = "1"
     user_cwd = os.environ.get("GPUWATCH_USER_CWD")

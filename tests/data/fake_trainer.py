@@ -34,6 +34,7 @@ def main() -> int:
     parser.add_argument("--attempt", type=int, required=True)
     parser.add_argument("--telemetry-fd", type=int, required=True)
     parser.add_argument("--fresh", action="store_true")
+    parser.add_argument("--worker", type=int, default=0)
     args = parser.parse_args()
     mode = os.environ["GPUWATCH_FAKE_TRAINER"]
     sock = socket.socket(fileno=args.telemetry_fd)
