@@ -760,7 +760,16 @@ def _set_path(data: dict[Any, Any], parts: list[str], value: Any, label: str) ->
         if index == len(parts) - 1:
             current[step] = value
             return
-        if isinstance(current, dict) and step not in current:
+        if isinstance(current, dict) and current.get(step) is None:  # absent, or an unset section
+            following = parts[index + 1]
+            if following.isdigit():  # an item of a list the config does not have
+                shown = key_text((*done, step, int(following)))
+                raise ConfigError(
+                    f"{label}: {shown}: no such item: {key_text((*done, step))} is not set "
+                    "(set the whole list instead)",
+                    source=label,
+                    key=shown,
+                )
             current[step] = {}
         current = current[step]
         done.append(step)

@@ -60,7 +60,8 @@ def problems(exc: ValidationError) -> list[Problem]:
     found = []
     for field_loc, errors in groups.items():
         cause = (errors[0].get("ctx") or {}).get("error")
-        if errors[0]["type"] == "value_error" and (field_loc == () or isinstance(cause, LimitError)):
+        limit = isinstance(cause, LimitError)
+        if errors[0]["type"] == "value_error" and (field_loc == () or limit):
             # A limit across settings (trainer_runtime.schema.LimitError) names its keys.
             keys = (
                 tuple(_loc_from_text(k) for k in cause.keys)
@@ -127,13 +128,16 @@ def _field_loc(loc: Loc) -> tuple[Loc, Any]:
 
 
 def _optional_model(annotation: Any) -> Any:
-    """`Model | None` is the model (a loc names its keys, not a union member)."""
+    """`Model | None` is the model, `list[X] | None` the list: a loc names their keys and
+    items, not a union member."""
     if _is_union(annotation):
         members = [m for m in typing.get_args(annotation) if m is not type(None)]
-        if len(members) == 1 and isinstance(members[0], type) and issubclass(
-            members[0], BaseModel
-        ):
-            return members[0]
+        if len(members) == 1:
+            member = _strip_annotated(members[0])
+            if (isinstance(member, type) and issubclass(member, BaseModel)) or typing.get_origin(
+                member
+            ) in (list, dict):
+                return member
     return annotation
 
 

@@ -157,6 +157,11 @@ def _numeric_leaf(key: str, annotation: Any) -> NumericSetting | None:
             return None  # free-form kwargs handed to your own factory
         raise UnwalkableType(f"{key}: a mapping of {typing.get_args(bare)[1]!r}")
     members = typing.get_args(bare) if origin in (typing.Union, types.UnionType) else (bare,)
+    some = [m for m in members if m is not type(None)]
+    listed_only = len(some) == 1 and len(members) == 2
+    if listed_only and typing.get_origin(_unwrap(some[0])[0]) in _SEQUENCES:
+        listed = _numeric_leaf(key, some[0])  # an optional list (`cluster.ports`)
+        return replace(listed, takes_none=True) if listed is not None else None
     numbers: list[tuple[type, list[Any]]] = []
     takes_bool = takes_none = False
     words: list[str] = []
@@ -187,6 +192,18 @@ def _numeric_leaf(key: str, annotation: Any) -> NumericSetting | None:
     return _with_bounds(setting, number_constraints)
 
 
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The model of a section: `Model`, or `Model | None`."""
+    members = (
+        typing.get_args(annotation)
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType)
+        else (annotation,)
+    )
+    models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+    others = [m for m in members if m not in models and m is not type(None)]
+    return models[0] if len(models) == 1 and not others else None
+
+
 def numeric_settings(model: type[BaseModel] = RunConfig, prefix: str = "") -> list[NumericSetting]:
     """Every numeric setting under `model`, sections walked into."""
     found: list[NumericSetting] = []
@@ -196,8 +213,14 @@ def numeric_settings(model: type[BaseModel] = RunConfig, prefix: str = "") -> li
             Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
         )
         bare, _ = _unwrap(annotation)
-        if isinstance(bare, type) and issubclass(bare, BaseModel):
-            found.extend(numeric_settings(bare, f"{key}."))
+        section = _section_model(bare)
+        if section is not None:  # a section, or an optional one (`cluster:`)
+            found.extend(numeric_settings(section, f"{key}."))
+            continue
+        items = typing.get_args(bare)[0] if typing.get_origin(bare) in _SEQUENCES else None
+        item_model = _section_model(_unwrap(items)[0]) if items is not None else None
+        if item_model is not None:  # a list of sections (`cluster.workers`): its first item's
+            found.extend(numeric_settings(item_model, f"{key}.0."))
             continue
         leaf = _numeric_leaf(key, annotation)
         if leaf is not None:
@@ -219,7 +242,15 @@ def missing_bounds(setting: NumericSetting) -> list[str]:
 
 SETTINGS = numeric_settings()
 # Values are derived from the bounds; a setting without them fails the first test below.
-BOUNDED = [setting for setting in SETTINGS if not missing_bounds(setting)]
+# The tests that write a setting into a file take `section.name` settings; those of a list
+# of sections (`cluster.workers.0.data.read_latency_ms`) have tests of their own
+# (tests/test_cluster_config.py).
+BOUNDED = [
+    setting for setting in SETTINGS if not missing_bounds(setting) and setting.key.count(".") == 1
+]
+IN_LISTS_OF_SECTIONS = [
+    setting for setting in SETTINGS if not missing_bounds(setting) and setting.key.count(".") > 1
+]
 
 
 def by_key(key: str) -> NumericSetting:
@@ -455,7 +486,8 @@ def test_the_walk_refuses_a_type_it_cannot_look_into(annotation: Any) -> None:
 
 
 def test_list_settings_hold_at_most_their_number_of_items(tmp_path: Path) -> None:
-    for setting in (s for s in BOUNDED if s.in_list):
+    # cluster.ports holds one distinct port per worker: tests/test_cluster_config.py.
+    for setting in (s for s in BOUNDED if s.in_list and s.key != "cluster.ports"):
         assert setting.max_items is not None
         items = [smallest(setting)] * setting.max_items
         text, _ = with_setting(BASE_TEXT, setting.key, yaml_text(items))
@@ -583,6 +615,7 @@ CROSS_LIMITED = {
     "train.accumulation_steps",
     "data.examples",
     "data.input_shape",
+    "cluster.ports",  # one port per worker
 }
 # With tiny.yaml (global batch 64, data.examples 4096), the values at a bound that a limit
 # across settings refuses, and the keys of that limit; every other value at a bound loads.
@@ -593,6 +626,9 @@ REFUSED_AT_A_BOUND = {
         "train.accumulation_steps",
     ),
     ("data.examples", "smallest"): ("train.global_batch_size", "data.examples"),
+    # One port given, for the cluster section's default of two workers.
+    ("cluster.ports", "smallest"): ("cluster.ports", "cluster.workers"),
+    ("cluster.ports", "largest"): ("cluster.ports", "cluster.workers"),
 }
 
 
