@@ -81,14 +81,30 @@ def advise(
     settings: Mapping[str, Any],
     sample: Mapping[str, Any] | None = None,
     replicas: int = 1,
+    straggler: Straggler | None = None,
 ) -> Advice:
-    """Verdict and up to three recommendations for the steps of the current attempt."""
+    """Verdict and up to three recommendations for the steps of the current attempt.
+
+    The steps are the chief's; a straggler (``find_straggler``) comes first, since every
+    worker's step waits for it whatever the chief's own figures say.
+    """
     pct = input_wait_pct(steps)
     level = input_bound_level(pct)
     verdict = VERDICTS[level]
     if pct is not None:
         verdict = f"{verdict}: {pct:.1f}% of step time waiting for input"
     recs: list[str] = []
+    if straggler is not None:
+        if straggler.cause == "input-bound":
+            recs.append(
+                f"worker {straggler.worker} waits on input; every step waits for it: "
+                "speed up its input"
+            )
+        else:
+            recs.append(
+                f"worker {straggler.worker}'s devices are slower: the others wait for it "
+                "in the all-reduce"
+            )
 
     prefetch_on = prefetch_enabled(get_setting(settings, "data.prefetch"))
     parallel = get_setting(settings, "data.parallel_calls")
@@ -115,7 +131,7 @@ def advise(
                 f"GPUs only {sum(utils) / len(utils):.0f}% busy, not waiting on input: "
                 "a larger batch (b) adds work"
             )
-        else:
+        elif straggler is None:
             recs.append("the input keeps up: step time is compute (and gradient sync)")
 
     total_ms = sum(s.step_time_ms for s in steps)
@@ -183,10 +199,8 @@ def _outlier(
     top = max(known, key=lambda w: (getattr(w, figure), -w.worker))
     value = float(getattr(top, figure))
     others = _median([float(getattr(w, figure)) for w in known if w is not top])
-    if figure == "input_wait_pct":
-        extra_ms = (value - others) * step_ms / 100.0
-    else:
-        extra_ms = value - others
+    # Input wait is a % of the step: its extra time is that share of the median step.
+    extra_ms = (value - others) * (step_ms / 100.0 if figure == "input_wait_pct" else 1.0)
     if value < ratio * others or extra_ms < STRAGGLER_MIN_SHARE_PCT * step_ms / 100.0:
         return None
     return top, value, others, extra_ms
