@@ -167,3 +167,40 @@ async def test_a_crash_status_without_the_worker_in_its_message_names_it():
             "crashed (worker 1): signal SIGKILL — agent lost"
         )
         assert " crashed " in text(app, WorkersPanel).splitlines()[1]
+
+
+def gpu_workers() -> list[dict[str, Any]]:
+    """The two-worker run on GPU hosts: 2 GPUs each, the chief's and worker 1's samples."""
+    gpu_events = load_events("gpu_running.jsonl")
+    gpu_sample = next(e for e in gpu_events if e["type"] == "sample")
+    events = []
+    for event in load_events("cpu_two_workers.jsonl"):
+        if event["type"] == "hello":
+            w = event["worker"]
+            event = {**event, "device_kind": "gpu", "replicas": 4,
+                     "devices": [f"/job:worker/replica:0/task:{w}/device:GPU:{i}" for i in (0, 1)]}
+        elif event["type"] == "sample":
+            event = {**gpu_sample, "seq": event["seq"], "t": event["t"], "worker": event["worker"]}
+        events.append(event)
+    return events
+
+
+async def test_gpu_workers_show_per_host_gpus_and_traffic_when_wide():
+    events = gpu_workers()
+    for size in (SIZE, (160, 50)):
+        link = ReplayLink(events, batch_size=50)
+        app = GpuwatchApp(link, clock=frozen_clock_for(events))
+        async with app.run_test(size=size) as pilot:
+            await settle(app, link, pilot)
+            devices = text(app, DevicesPanel).splitlines()
+            assert devices[0] == (
+                "2 workers x 2 GPU replicas (MultiWorkerMirroredStrategy) · the chief's host:"
+            )
+            assert devices[1].startswith("GPU")  # the chief's GPU table follows
+            row = text(app, WorkersPanel).splitlines()[1]
+            # gpu_running's sample: utils 92 and 85 -> 88 %; 42.9 of 85.9 GB used -> 50 %.
+            assert row.split()[:3] == ["1", "gpu-box-4", "2"]
+            assert row.endswith("2 GPU 88% mem 50%" if size == SIZE else
+                                "2 GPU 88% mem 50%  PCIe 9.3 GB/s  NVLink 36.9 GB/s")
+            for line in text(app, WorkersPanel).splitlines()[:3]:  # the table never wraps
+                assert len(line) <= size[0] - 2

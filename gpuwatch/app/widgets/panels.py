@@ -232,8 +232,17 @@ def cluster_line(state: RunState) -> str:
     return f"{workers} workers x {replicas} (MultiWorkerMirroredStrategy)"
 
 
-def device_summary(sample: dict[str, Any] | None) -> str:
-    """A host's devices in a few characters: '2 GPU 92% mem 53%' or 'CPU 95% mem 33%'."""
+def _sum_rate(gpus: list[dict[str, Any]], *keys: str) -> float | None:
+    values = [g[key] for g in gpus for key in keys if g.get(key) is not None]
+    return sum(values) if values else None
+
+
+def device_summary(sample: dict[str, Any] | None, wide: bool = False) -> str:
+    """A host's devices in a few characters: '2 GPU 92% mem 53%' or 'CPU 95% mem 33%'.
+
+    Mean GPU utilization and memory used of all its GPUs; ``wide`` adds the host's
+    PCIe and NVLink traffic (TX + RX over its GPUs), or its load, for 120+ columns.
+    """
     if not sample:
         return fmt.NA
     gpus = [g for g in sample.get("gpus") or [] if not g.get("lost")]
@@ -243,11 +252,19 @@ def device_summary(sample: dict[str, Any] | None) -> str:
         total = sum(g.get("mem_total_bytes") or 0 for g in gpus)
         util = fmt.pct(sum(utils) / len(utils)) if utils else fmt.NA
         mem = fmt.pct(100.0 * used / total) if total else fmt.NA
-        return f"{len(gpus)} GPU {util} mem {mem}"
+        summary = f"{len(gpus)} GPU {util} mem {mem}"
+        if wide:
+            pcie = _sum_rate(gpus, "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s")
+            nvlink = _sum_rate(gpus, "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s")
+            summary += f"  PCIe {fmt.format_rate(pcie)}  NVLink {fmt.format_rate(nvlink)}"
+        return summary
     host = sample.get("host") or {}
     used, total = host.get("mem_used_bytes"), host.get("mem_total_bytes")
     mem = fmt.pct(100.0 * used / total) if used is not None and total else fmt.NA
-    return f"CPU {fmt.pct(host.get('cpu_pct'))} mem {mem}"
+    summary = f"CPU {fmt.pct(host.get('cpu_pct'))} mem {mem}"
+    if wide and host.get("load_1m") is not None:
+        summary += f"  load {host['load_1m']:.1f}"
+    return summary
 
 
 def slowest_first(rows: list[WorkerSummary]) -> list[WorkerSummary]:
@@ -273,6 +290,7 @@ class WorkersPanel(StatePanel):
         header += f" {'compute':>8} {'ex/s':>7} {'status':<7} device"
         text.append(header, style="bold")
         tall = self.app.size.height >= 40
+        wide = self.app.size.width >= 120
         keep = 12 if tall else 4
         # After a crash the log tail needs the rows: the failed worker (first) and a count.
         crashed_short = state.failed and not tall
@@ -294,7 +312,7 @@ class WorkersPanel(StatePanel):
                 status = "ended"  # the run ended with it (one lost worker ends them all)
             text.append("\n" + line)
             text.append(f" {status:<7}", style=style)
-            text.append(f" {device_summary(row.sample)}")
+            text.append(f" {device_summary(row.sample, wide)}")
         if len(shown) < len(rows):
             text.append(f"\n… and {len(rows) - len(shown)} more workers", style="dim")
         if not rows:
