@@ -112,3 +112,19 @@ def test_ground_truth_from_frames_input_bound_and_slow_devices_and_none():
         found = find_straggler(state.worker_summaries())
         got = None if found is None else (found.worker, found.cause)
         assert got == expected, name
+
+
+def test_advice_puts_the_straggler_first_and_drops_the_input_keeps_up():
+    from gpuwatch.advisor import advise
+
+    state = RunState()
+    state.apply_many(cluster_run(2, WARMUP_STEPS + 10,
+                                 {0: (200.0, 6.0, 40.0), 1: (200.0, 76.0, 41.0)}).frames)
+    settings = {"data": {"prefetch": True, "parallel_calls": "autotune"}}
+    plain = advise(state.recent_steps(), settings, None, 2)
+    assert plain.level == "none" and "the input keeps up" in plain.recommendations[0]
+    found = find_straggler(state.worker_summaries())
+    advice = advise(state.recent_steps(), settings, None, 2, found)
+    assert advice.level == "none"  # the chief's own verdict is unchanged
+    assert advice.recommendations[0].startswith("worker 1 waits on input")
+    assert not any("the input keeps up" in r for r in advice.recommendations)
