@@ -4,6 +4,9 @@ Plain Python, no Textual. The verdict uses TF Profiler's thresholds
 (openxla/xprof ``op_stats_to_input_pipeline_analysis.cc``): input wait / step
 time >= 20 % is "highly input-bound", >= 5 % "moderately input-bound", else
 "not input-bound". Recommendations name the dashboard key that acts on them.
+
+Several workers: ``find_straggler`` names the worker that holds every synchronous
+step back and why (see its docstring for the thresholds).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwatch.runstate import StepPoint, get_setting
+from gpuwatch.runstate import StepPoint, WorkerSummary, get_setting
 from gpuwatch.runstate import steps_input_wait_pct as input_wait_pct  # the rule's one home
 from trainer_runtime.schema import prefetch_enabled
 
@@ -21,6 +24,15 @@ MODERATE_INPUT_BOUND_PCT = 5.0
 LOW_GPU_UTIL_PCT = 50.0
 HIGH_GPU_MEM_FRACTION = 0.90
 MAX_RECOMMENDATIONS = 3
+# Straggler rule. Under synchronous training every worker's step lasts as long as the
+# slowest's; the straggler is the one whose own work (input wait or compute) is longer,
+# the others spend the difference waiting in the all-reduce. It is named when its extra
+# time is at least STRAGGLER_MIN_SHARE_PCT of a step (TF Profiler's "moderate" bar: less
+# is noise) and at least the ratio below times the others' median (so a run where every
+# worker is input-bound alike has no straggler).
+STRAGGLER_MIN_SHARE_PCT = 5.0
+STRAGGLER_INPUT_RATIO = 1.5
+STRAGGLER_COMPUTE_RATIO = 1.25
 
 
 @dataclass(frozen=True)
@@ -69,14 +81,30 @@ def advise(
     settings: Mapping[str, Any],
     sample: Mapping[str, Any] | None = None,
     replicas: int = 1,
+    straggler: Straggler | None = None,
 ) -> Advice:
-    """Verdict and up to three recommendations for the steps of the current attempt."""
+    """Verdict and up to three recommendations for the steps of the current attempt.
+
+    The steps are the chief's; a straggler (``find_straggler``) comes first, since every
+    worker's step waits for it whatever the chief's own figures say.
+    """
     pct = input_wait_pct(steps)
     level = input_bound_level(pct)
     verdict = VERDICTS[level]
     if pct is not None:
         verdict = f"{verdict}: {pct:.1f}% of step time waiting for input"
     recs: list[str] = []
+    if straggler is not None:
+        if straggler.cause == "input-bound":
+            recs.append(
+                f"worker {straggler.worker} waits on input; every step waits for it: "
+                "speed up its input"
+            )
+        else:
+            recs.append(
+                f"worker {straggler.worker}'s devices are slower: the others wait for it "
+                "in the all-reduce"
+            )
 
     prefetch_on = prefetch_enabled(get_setting(settings, "data.prefetch"))
     parallel = get_setting(settings, "data.parallel_calls")
@@ -103,7 +131,7 @@ def advise(
                 f"GPUs only {sum(utils) / len(utils):.0f}% busy, not waiting on input: "
                 "a larger batch (b) adds work"
             )
-        else:
+        elif straggler is None:
             recs.append("the input keeps up: step time is compute (and gradient sync)")
 
     total_ms = sum(s.step_time_ms for s in steps)
@@ -131,3 +159,78 @@ def advise(
             break
 
     return Advice(level, verdict, pct, recs[:MAX_RECOMMENDATIONS])
+
+
+@dataclass(frozen=True)
+class Straggler:
+    """The worker the others wait for, and what makes it slow."""
+
+    worker: int
+    host: str
+    cause: str  # "input-bound" | "slow devices"
+    value: float  # its input wait % or compute ms
+    others: float  # the others' median of the same figure
+    extra_ms: float  # its extra time per step over the others' median
+
+    @property
+    def message(self) -> str:
+        """'worker 1 (host-b) is the straggler: input-bound (input wait 38% vs 3% ...)'."""
+        who = f"worker {self.worker}" + (f" ({self.host})" if self.host else "")
+        if self.cause == "input-bound":
+            figures = f"input wait {self.value:.0f}% vs {self.others:.0f}%"
+        else:
+            figures = f"compute {self.value:.0f} ms vs {self.others:.0f} ms"
+        return f"{who} is the straggler: {self.cause} ({figures} on the others)"
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+def _outlier(
+    workers: Sequence[WorkerSummary], figure: str, ratio: float, step_ms: float
+) -> tuple[WorkerSummary, float, float, float] | None:
+    """(worker, its value, the others' median, extra ms) if one worker stands out."""
+    known = [w for w in workers if getattr(w, figure) is not None]
+    if len(known) < 2:
+        return None
+    top = max(known, key=lambda w: (getattr(w, figure), -w.worker))
+    value = float(getattr(top, figure))
+    others = _median([float(getattr(w, figure)) for w in known if w is not top])
+    # Input wait is a % of the step: its extra time is that share of the median step.
+    extra_ms = (value - others) * (step_ms / 100.0 if figure == "input_wait_pct" else 1.0)
+    if value < ratio * others or extra_ms < STRAGGLER_MIN_SHARE_PCT * step_ms / 100.0:
+        return None
+    return top, value, others, extra_ms
+
+
+def find_straggler(workers: Sequence[WorkerSummary]) -> Straggler | None:
+    """The worker that holds the synchronous step back, or None within the margins.
+
+    Only workers with measured steps count; with fewer than two there is nothing to
+    compare. Input-bound: its median input wait % is >= STRAGGLER_INPUT_RATIO x the
+    others' median and the extra wait is >= STRAGGLER_MIN_SHARE_PCT % of the step.
+    Slow devices: the same with compute ms (batch in hand to local gradients ready)
+    and STRAGGLER_COMPUTE_RATIO; workers that do not report compute_ms are left out of
+    that rule. When both rules name someone, the larger extra time per step wins.
+    """
+    measured = [w for w in workers if w.step_time_ms is not None and w.measured_steps > 0]
+    if len(measured) < 2:
+        return None
+    step_ms = _median([float(w.step_time_ms) for w in measured if w.step_time_ms is not None])
+    if step_ms <= 0:
+        return None
+    found = [
+        (cause, hit)
+        for cause, figure, ratio in (
+            ("input-bound", "input_wait_pct", STRAGGLER_INPUT_RATIO),
+            ("slow devices", "compute_ms", STRAGGLER_COMPUTE_RATIO),
+        )
+        if (hit := _outlier(measured, figure, ratio, step_ms)) is not None
+    ]
+    if not found:
+        return None
+    cause, (top, value, others, extra_ms) = max(found, key=lambda pair: pair[1][3])
+    return Straggler(top.worker, top.host, cause, value, others, extra_ms)

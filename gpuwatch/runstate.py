@@ -9,6 +9,14 @@ the latest step, rolling windows for sparklines, the latest device sample and
 the status. Events whose ``seq`` was already folded are skipped, so a link that
 resubscribes with an overlap never counts a step twice.
 
+Several workers (MultiWorkerMirroredStrategy): the headline figures (step, loss,
+examples/s, input wait, the step window, the device sample) come from the chief
+(worker 0) alone, so nothing is counted twice and a one-host run folds exactly as
+before; every worker also gets a ``WorkerFigures``: a fixed window of its recent
+steps, its status and its host's latest sample. Folding costs O(1) per event; the
+medians are taken when the screen asks (``worker_summaries``), over windows of at
+most WORKER_WINDOW_STEPS steps.
+
 It also holds the pure helpers behind the "pending settings" keys: reading a
 dotted setting, stepping prefetch/accumulation/batch with the divisibility rule,
 and describing what a relaunch would change.
@@ -39,7 +47,7 @@ from trainer_runtime.protocol import (
     input_wait_pct,
     parse_event,
 )
-from trainer_runtime.schema import prefetch_enabled, prefetch_word
+from trainer_runtime.schema import MAX_WORKERS, prefetch_enabled, prefetch_word
 
 # The first steps of every attempt include tf.function tracing: never measure them.
 WARMUP_STEPS = 5
@@ -48,6 +56,10 @@ WINDOW_STEPS = 240
 # Steps the "current" figures (examples/s, input wait) are taken over.
 CURRENT_STEPS = 20
 LOG_TAIL_LINES = 40
+# Steps per worker its figures (median step time, input wait, compute) are taken over.
+WORKER_WINDOW_STEPS = 20
+# The chief: the headline figures are its own.
+CHIEF = 0
 
 PREFETCH_KEY = "data.prefetch"
 ACCUMULATION_KEY = "train.accumulation_steps"
@@ -55,7 +67,9 @@ BATCH_KEY = "train.global_batch_size"
 
 
 # Dirty areas, so the app repaints only the widgets whose inputs changed.
-AREAS = ("header", "metrics", "devices", "history", "attempts", "status", "link", "pending")
+AREAS = (
+    "header", "metrics", "devices", "history", "attempts", "status", "link", "pending", "workers"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +107,83 @@ def _median(values: list[float]) -> float | None:
     return (ordered[mid - 1] + ordered[mid]) / 2.0
 
 
+@dataclass(frozen=True, slots=True)
+class WorkerStep:
+    """What a worker's figures keep of one of its steps (the window holds no full events)."""
+
+    step_time_ms: float
+    input_wait_ms: float
+    compute_ms: float | None
+    examples: int
+
+
+@dataclass
+class WorkerFigures:
+    """One worker of the current attempt, folded in O(1) per event (a fixed window)."""
+
+    worker: int
+    attempt: int = 0
+    host: str = ""
+    hello: Hello | None = None
+    status: str = "starting"  # starting | running | done | error | crashed
+    steps_seen: int = 0
+    last_step: int | None = None
+    window: deque[WorkerStep] = field(
+        default_factory=lambda: deque(maxlen=WORKER_WINDOW_STEPS)
+    )
+
+    def start_attempt(self, attempt: int) -> None:
+        """A newer attempt: its figures start over (never mixed across settings)."""
+        self.attempt = attempt
+        self.status = "starting"
+        self.steps_seen = 0
+        self.last_step = None
+        self.window.clear()
+
+    @property
+    def workers(self) -> int:
+        return self.hello.workers if self.hello is not None and self.hello.workers > 0 else 1
+
+    @property
+    def replicas(self) -> int | None:
+        """This worker's own replicas: on CPU one per worker, else its devices."""
+        hello = self.hello
+        if hello is None:
+            return None
+        if hello.device_kind == "cpu" or not hello.devices:
+            return max(1, hello.replicas // self.workers)
+        return len(hello.devices)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerSummary:
+    """A worker's figures as the screen and the straggler rule read them (None: not known).
+
+    Medians over its last WORKER_WINDOW_STEPS steps after warm-up; examples/s is its
+    share of the update (examples / workers) over its own step time.
+    """
+
+    worker: int
+    host: str
+    replicas: int | None
+    status: str
+    last_step: int | None
+    measured_steps: int
+    step_time_ms: float | None
+    input_wait_pct: float | None
+    input_wait_ms: float | None
+    compute_ms: float | None
+    examples_per_s: float | None
+    sample: dict[str, Any] | None
+
+    @property
+    def busy_ms(self) -> float | None:
+        """Time of a step spent on its own work (input + compute), or its step time."""
+        if self.input_wait_ms is not None and self.compute_ms is not None:
+            return self.input_wait_ms + self.compute_ms
+        return self.step_time_ms
+
+
 @dataclass
 class AttemptSummary:
     """One attempt: what it ran with and what it measured after warm-up."""
@@ -113,6 +204,7 @@ class AttemptSummary:
     rates: list[float] = field(default_factory=list)
     end: str | None = None  # "done: max_steps", "crashed: exit 1", ...
     resume: Resume | None = None  # where it resumed: step, data position, data order
+    workers: int = 1  # the cluster size its chief's hello gave (1: one host)
 
     @property
     def data_restarted(self) -> str | None:
@@ -168,13 +260,16 @@ class RunState:
     attempt: int = 0
     status: str | None = None
     status_message: str | None = None
+    status_worker: int | None = None  # the worker whose exit set the status, in a cluster
     exit_code: int | None = None
     signal: int | str | None = None
     log_tail: list[str] = field(default_factory=list)
     hello: Hello | None = None
     last_step: StepPoint | None = None
     window: deque[StepPoint] = field(default_factory=lambda: deque(maxlen=WINDOW_STEPS))
-    sample: dict[str, Any] | None = None
+    sample: dict[str, Any] | None = None  # the chief's host
+    samples: dict[int, dict[str, Any]] = field(default_factory=dict)  # by Sample.worker
+    workers_seen: dict[int, WorkerFigures] = field(default_factory=dict)
     last_seq: int = -1
     last_t: float | None = None
     link_state: str | None = None
@@ -246,13 +341,52 @@ class RunState:
         self.attempt = max(self.attempt, event.attempt)
         self.changed.update(("header", "attempts", "pending", "metrics"))
 
+    def _worker(self, worker: int, attempt: int) -> WorkerFigures | None:
+        """The figures of `worker` for `attempt` (a newer attempt starts them over);
+        None for an older attempt's late event or an index no cluster can have."""
+        if not 0 <= worker < MAX_WORKERS:
+            return None
+        figures = self.workers_seen.get(worker)
+        if figures is None:
+            figures = WorkerFigures(worker=worker)
+            self.workers_seen[worker] = figures
+        if attempt > figures.attempt:
+            figures.start_attempt(attempt)
+        elif attempt < figures.attempt:
+            return None
+        self.changed.add("workers")
+        return figures
+
     def _on_hello(self, event: Hello, t: float | None) -> None:
+        figures = self._worker(event.worker, event.attempt)
+        if figures is not None:
+            figures.hello = event
+            figures.host = event.host or figures.host
+            figures.status = "running"
+        if event.worker != CHIEF:
+            return
         self.hello = event
-        self._attempt(event.attempt).hello = event
+        summary = self._attempt(event.attempt)
+        summary.hello = event
+        summary.workers = max(1, event.workers)
         self.attempt = max(self.attempt, event.attempt)
-        self.changed.update(("devices", "header", "pending", "metrics"))
+        self.changed.update(("devices", "header", "pending", "metrics", "attempts"))
 
     def _on_step(self, event: Step, t: float | None) -> None:
+        figures = self._worker(event.worker, event.attempt)
+        if figures is not None:
+            figures.steps_seen += 1
+            figures.last_step = event.step
+            if figures.status == "starting":
+                figures.status = "running"
+            if figures.steps_seen > WARMUP_STEPS and event.step_time_ms > 0:
+                figures.window.append(
+                    WorkerStep(
+                        event.step_time_ms, event.input_wait_ms, event.compute_ms, event.examples
+                    )
+                )
+        if event.worker != CHIEF:  # the headline is the chief's: nothing counted twice
+            return
         summary = self._attempt(event.attempt)
         point = StepPoint(event, t, warmup=summary.steps_seen < WARMUP_STEPS)
         self.last_step = point
@@ -275,8 +409,14 @@ class RunState:
 
     def _on_sample(self, event: Sample, t: float | None) -> None:
         # The widgets read the sample as its wire fields (host/gpus are plain objects).
-        self.sample = {"host": event.host, "gpus": event.gpus, "nvml": event.nvml, "t": t}
-        self.changed.add("devices")
+        sample = {"host": event.host, "gpus": event.gpus, "nvml": event.nvml, "t": t}
+        if 0 <= event.worker < MAX_WORKERS:
+            self.samples[event.worker] = sample
+        if event.worker == CHIEF:
+            self.sample = sample
+            self.changed.add("devices")  # the workers panel repaints on it too
+        else:
+            self.changed.add("workers")
 
     def _on_status(self, event: StatusChange, t: float | None) -> None:
         self.status = event.status
@@ -284,6 +424,7 @@ class RunState:
         if number > 0:
             self.attempt = max(self.attempt, number)
         self.status_message = event.message
+        self.status_worker = event.worker
         self.exit_code = event.exit_code
         self.signal = event.signal
         if event.log_tail:
@@ -291,23 +432,42 @@ class RunState:
         if self.status == "crashed" and number in self.attempts:
             self.attempts[number].end = "crashed"
             self.changed.add("attempts")
+        if self.status == "crashed" and event.worker is not None:
+            figures = self._worker(event.worker, number)
+            if figures is not None and figures.status != "error":
+                figures.status = "crashed"
         self.changed.update(("header", "status", "pending"))
 
     def _on_done(self, event: Done, t: float | None) -> None:
+        figures = self._worker(event.worker, event.attempt)
+        if figures is not None:
+            figures.status = "done"
+        if event.worker != CHIEF:
+            return
         self.done = event
         self._attempt(event.attempt).end = event.reason or "done"
         self.changed.update(("header", "attempts"))
 
     def _on_error(self, event: Error, t: float | None) -> None:
-        self.error = event
+        figures = self._worker(event.worker, event.attempt)
+        if figures is not None:
+            figures.status = "error"
+        # The first worker's error of the newest attempt is the cause: the others' that
+        # follow (a collective timing out on the chief) must not hide it.
+        known = self.error
+        if known is None or event.attempt > known.attempt or event.worker == known.worker:
+            self.error = event
         self.changed.update(("header", "status"))
 
     def _on_resume(self, event: Resume, t: float | None) -> None:
+        if event.worker != CHIEF:  # every worker resumes from the chief's checkpoint
+            return
         self._attempt(event.attempt).resume = event
         self.changed.add("attempts")
 
     def _on_checkpoint(self, event: Checkpoint, t: float | None) -> None:
-        self.last_checkpoint = event
+        if event.worker == CHIEF:  # only the chief's checkpoint is the real one
+            self.last_checkpoint = event
 
     def _on_link(self, event: Mapping[str, Any]) -> None:
         self.link_state = event.get("state")
@@ -323,6 +483,32 @@ class RunState:
             return self.hello.replicas
         value = get_setting(self.settings, "strategy.cpu_replicas")
         return int(value) if isinstance(value, int) and value > 0 else 1
+
+    @property
+    def workers(self) -> int:
+        """Workers in the current attempt: its hellos, else the config's cluster, else 1."""
+        if self.hello is not None and self.hello.attempt == self.attempt:
+            return max(1, self.hello.workers)
+        for figures in self.workers_seen.values():
+            if figures.attempt == self.attempt and figures.hello is not None:
+                return figures.workers
+        cluster = get_setting(self.settings, "cluster.workers")
+        if isinstance(cluster, list) and cluster:
+            return len(cluster)
+        return 1
+
+    def worker_summaries(self) -> list[WorkerSummary]:
+        """Every worker of the current attempt, by index, with its medians and host sample."""
+        current = [f for f in self.workers_seen.values() if f.attempt == self.attempt]
+        by_host: dict[str, dict[str, Any]] = {}
+        for figures in current:  # workers on one host share one sampler
+            sample = self.samples.get(figures.worker)
+            if sample is not None and figures.host:
+                by_host.setdefault(figures.host, sample)
+        return [
+            _summarize(f, self.samples.get(f.worker) or by_host.get(f.host))
+            for f in sorted(current, key=lambda f: f.worker)
+        ]
 
     @property
     def current(self) -> AttemptSummary | None:
@@ -367,6 +553,29 @@ class RunState:
     def failed(self) -> bool:
         """The run ended badly: the trainer crashed or the supervisor was lost."""
         return self.status in FAILED_STATUSES
+
+
+def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerSummary:
+    steps = list(figures.window)
+    share = 1.0 / figures.workers  # each worker trains its share of the update's examples
+    computes = [s.compute_ms for s in steps if s.compute_ms is not None]
+    return WorkerSummary(
+        worker=figures.worker,
+        host=figures.host,
+        replicas=figures.replicas,
+        status=figures.status,
+        last_step=figures.last_step,
+        measured_steps=len(steps),
+        step_time_ms=_median([s.step_time_ms for s in steps]),
+        input_wait_pct=_median(
+            [pct for s in steps if (pct := input_wait_pct(s.input_wait_ms, s.step_time_ms))
+             is not None]
+        ),
+        input_wait_ms=_median([s.input_wait_ms for s in steps]),
+        compute_ms=_median(computes),
+        examples_per_s=_median([s.examples * share * 1000.0 / s.step_time_ms for s in steps]),
+        sample=sample,
+    )
 
 
 _HANDLERS: dict[type[Event], Callable[[RunState, Any, float | None], None]] = {

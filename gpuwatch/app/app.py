@@ -29,7 +29,7 @@ from textual.timer import Timer
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
-from gpuwatch.advisor import advise
+from gpuwatch.advisor import advise, find_straggler
 from gpuwatch.app import keys
 from gpuwatch.app.link import RunLink
 from gpuwatch.app.screens.modals import (
@@ -48,6 +48,7 @@ from gpuwatch.app.widgets.panels import (
     HistoryPanel,
     MetricsPanel,
     PendingBar,
+    WorkersPanel,
 )
 from gpuwatch.client import ClientError
 from gpuwatch.runs import RunInfo, list_runs
@@ -111,6 +112,7 @@ class GpuwatchApp(App[str]):
             yield MetricsPanel(id="metrics")
             yield AdvicePanel(id="advice")
         yield DevicesPanel(id="devices")
+        yield WorkersPanel(id="workers")
         yield HistoryPanel(id="history")
         yield CrashPanel(id="crash")
         yield AttemptsPanel(id="attempts")
@@ -178,13 +180,18 @@ class GpuwatchApp(App[str]):
                 self.query_one(HeaderBar).show_state(state, self.clock())
             if changes & {"metrics", "attempts"}:
                 self.query_one(MetricsPanel).show_state(state)
-            if changes & {"metrics", "devices", "attempts"}:
+            cluster = state.workers > 1
+            self.screen.set_class(cluster, "-cluster")
+            straggler = find_straggler(state.worker_summaries()) if cluster else None
+            if changes & {"metrics", "devices", "attempts", "workers"}:
                 steps = state.recent_steps()
                 current = state.current
                 settings = current.settings if current and current.settings else state.settings
                 self.query_one(AdvicePanel).show_advice(
-                    advise(steps, settings, state.sample, state.replicas)
+                    advise(steps, settings, state.sample, state.replicas, straggler)
                 )
+            if cluster and changes & {"workers", "devices", "metrics", "status"}:
+                self.query_one(WorkersPanel).show_state(state, straggler)
             if changes & {"devices", "metrics"}:
                 self.query_one(DevicesPanel).show_state(state)
             if "history" in changes:

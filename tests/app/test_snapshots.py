@@ -46,3 +46,11 @@ def test_crashed_80x24(snap_compare):
 
 def test_two_attempts_160x50(snap_compare):
     assert shot(snap_compare, "cpu_two_attempts.jsonl", (160, 50))
+
+
+def test_two_workers_80x24(snap_compare):
+    assert shot(snap_compare, "cpu_two_workers.jsonl", (80, 24))
+
+
+def test_two_workers_160x50(snap_compare):
+    assert shot(snap_compare, "cpu_two_workers.jsonl", (160, 50))

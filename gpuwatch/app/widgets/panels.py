@@ -9,9 +9,9 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Sparkline, Static
 
-from gpuwatch.advisor import Advice
+from gpuwatch.advisor import Advice, Straggler
 from gpuwatch.app import fmt
-from gpuwatch.runstate import WARMUP_STEPS, RunState
+from gpuwatch.runstate import WARMUP_STEPS, RunState, WorkerSummary
 from trainer_runtime.protocol import Hello
 from trainer_runtime.schema import prefetch_word
 
@@ -133,6 +133,10 @@ class DevicesPanel(StatePanel):
         if not gpus:
             self._no_gpu(text, state, sample, state.hello, sync)
         else:
+            cluster = cluster_line(state)
+            if cluster:
+                text.append(cluster, style="bold")
+                text.append(" · the chief's host:\n", style="dim")
             self._gpu_table(text, gpus, sync, state.replicas)
         self.set_text(text)
 
@@ -151,12 +155,18 @@ class DevicesPanel(StatePanel):
             d.rsplit("/", 1)[-1].removeprefix("device:")
             for d in (hello.devices if hello is not None else [])
         ]
+        cluster = cluster_line(state)
         if kind == "gpu":
             text.append(f"{replicas} GPU replicas, but no GPU readings", style="bold yellow")
+            if cluster:
+                text.append(f": {cluster}")
         else:
             text.append("No NVIDIA GPU found", style="bold yellow")
-            text.append(f": training uses {replicas} logical CPU replicas")
-        if devices:
+            if cluster:
+                text.append(f": {cluster}")
+            else:
+                text.append(f": training uses {replicas} logical CPU replicas")
+        if devices and not cluster:
             text.append(f" ({', '.join(devices)})", style="dim")
         host = sample.get("host") or {}
         text.append("\nhost CPU ", style="dim")
@@ -201,6 +211,116 @@ class DevicesPanel(StatePanel):
         text.append("\ngradient sync ", style="dim")
         text.append(f"{fmt.format_rate(sync)}", style="bold")
         text.append(f" per replica, estimate (ring all-reduce over {replicas})", style="dim")
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
+
+
+def cluster_line(state: RunState) -> str:
+    """'2 workers x 1 CPU replica (MultiWorkerMirroredStrategy)'; '' on one host."""
+    workers = state.workers
+    if workers <= 1:
+        return ""
+    chief = state.workers_seen.get(0)
+    hello = state.hello
+    per_worker = chief.replicas if chief is not None else None
+    if per_worker is None:
+        per_worker = max(1, state.replicas // workers) if hello is not None else None
+    kind = (hello.device_kind if hello is not None else "cpu").upper()
+    replicas = plural(per_worker, f"{kind} replica") if per_worker else f"{kind} replicas"
+    return f"{workers} workers x {replicas} (MultiWorkerMirroredStrategy)"
+
+
+def _sum_rate(gpus: list[dict[str, Any]], *keys: str) -> float | None:
+    values = [g[key] for g in gpus for key in keys if g.get(key) is not None]
+    return sum(values) if values else None
+
+
+def device_summary(sample: dict[str, Any] | None, wide: bool = False) -> str:
+    """A host's devices in a few characters: '2 GPU 92% mem 53%' or 'CPU 95% mem 33%'.
+
+    Mean GPU utilization and memory used of all its GPUs; ``wide`` adds the host's
+    PCIe and NVLink traffic (TX + RX over its GPUs), or its load, for 120+ columns.
+    """
+    if not sample:
+        return fmt.NA
+    gpus = [g for g in sample.get("gpus") or [] if not g.get("lost")]
+    if gpus:
+        utils = [g["util_gpu_pct"] for g in gpus if g.get("util_gpu_pct") is not None]
+        used = sum(g.get("mem_used_bytes") or 0 for g in gpus)
+        total = sum(g.get("mem_total_bytes") or 0 for g in gpus)
+        util = fmt.pct(sum(utils) / len(utils)) if utils else fmt.NA
+        mem = fmt.pct(100.0 * used / total) if total else fmt.NA
+        summary = f"{len(gpus)} GPU {util} mem {mem}"
+        if wide:
+            pcie = _sum_rate(gpus, "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s")
+            nvlink = _sum_rate(gpus, "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s")
+            summary += f"  PCIe {fmt.format_rate(pcie)}  NVLink {fmt.format_rate(nvlink)}"
+        return summary
+    host = sample.get("host") or {}
+    used, total = host.get("mem_used_bytes"), host.get("mem_total_bytes")
+    mem = fmt.pct(100.0 * used / total) if used is not None and total else fmt.NA
+    summary = f"CPU {fmt.pct(host.get('cpu_pct'))} mem {mem}"
+    if wide and host.get("load_1m") is not None:
+        summary += f"  load {host['load_1m']:.1f}"
+    return summary
+
+
+def slowest_first(rows: list[WorkerSummary]) -> list[WorkerSummary]:
+    """Failed workers, then the longest own work per step (input wait + compute), then index."""
+
+    def key(row: WorkerSummary) -> tuple[int, float, int]:
+        busy = row.busy_ms
+        return (row.status not in ("error", "crashed"), -(busy if busy is not None else -1.0),
+                row.worker)
+
+    return sorted(rows, key=key)
+
+
+class WorkersPanel(StatePanel):
+    """Every worker of a cluster run, slowest first, as many as fit, and the straggler."""
+
+    HOST_CHARS = 10
+
+    def show_state(self, state: RunState, straggler: Straggler | None) -> None:
+        rows = slowest_first(state.worker_summaries())
+        text = Text()
+        header = f"{'w':>2} {'host':<{self.HOST_CHARS}} {'rep':>3} {'step':>8} {'wait':>6}"
+        header += f" {'compute':>8} {'ex/s':>7} {'status':<7} device"
+        text.append(header, style="bold")
+        tall = self.app.size.height >= 40
+        wide = self.app.size.width >= 120
+        keep = 12 if tall else 4
+        # After a crash the log tail needs the rows: the failed worker (first) and a count.
+        crashed_short = state.failed and not tall
+        if crashed_short:
+            keep = 1
+        shown = rows if len(rows) <= keep + 1 else rows[:keep]
+        for row in shown:
+            host = row.host or "?"
+            if len(host) > self.HOST_CHARS:
+                host = host[: self.HOST_CHARS - 1] + "…"
+            line = f"{row.worker:>2} {host:<{self.HOST_CHARS}} {row.replicas or '?'!s:>3}"
+            line += f" {fmt.ms(row.step_time_ms):>8} {fmt.pct(row.input_wait_pct):>6}"
+            line += f" {fmt.ms(row.compute_ms):>8} {fmt.count(row.examples_per_s):>7}"
+            style = "bold red" if row.status in ("error", "crashed") else ""
+            if straggler is not None and row.worker == straggler.worker:
+                style = style or "bold yellow"
+            status = row.status
+            if state.terminal and status in ("starting", "running"):
+                status = "ended"  # the run ended with it (one lost worker ends them all)
+            text.append("\n" + line)
+            text.append(f" {status:<7}", style=style)
+            text.append(f" {device_summary(row.sample, wide)}")
+        if len(shown) < len(rows):
+            text.append(f"\n… and {len(rows) - len(shown)} more workers", style="dim")
+        if not rows:
+            text.append("\nno worker has said hello yet", style="dim")
+        if straggler is not None and not crashed_short:
+            text.append("\n" + straggler.message, style="bold yellow")
+        self.border_title = f"workers: {len(rows)}, slowest first"
+        self.set_text(text)
 
 
 class HistoryPanel(Vertical):
@@ -249,10 +369,14 @@ class AttemptsPanel(StatePanel):
 
     def show_state(self, state: RunState) -> None:
         text = Text()
+        attempts = list(state.attempts.values())
+        # A workers column only for a cluster: one-host runs read as they always did.
+        cluster = any(s.workers > 1 for s in attempts[-8:])
         header = f"{'#':>2} {'prefetch':>8} {'accum':>5} {'batch':>6} {'steps':>6}"
+        if cluster:
+            header += f" {'wkrs':>4}"
         header += f" {'ex/s (median)':>14} {'input wait':>11}  ended"
         text.append(header, style="bold")
-        attempts = list(state.attempts.values())
         for summary in attempts[-8:]:
             wait = summary.input_wait_pct
             prefetch = "?" if summary.prefetch is None else prefetch_word(summary.prefetch)
@@ -260,6 +384,8 @@ class AttemptsPanel(StatePanel):
             row += f" {summary.accumulation_steps or '?'!s:>5}"
             row += f" {summary.global_batch_size or '?'!s:>6}"
             row += f" {summary.steps_seen:>6}"
+            if cluster:
+                row += f" {summary.workers:>4}"
             if summary.measured:
                 row += f" {fmt.count(summary.median_examples_per_s):>14} {fmt.pct(wait, 1):>11}"
             else:
@@ -313,11 +439,19 @@ class CrashPanel(StatePanel):
             how.append(f"exit code {state.exit_code}")
         if state.signal is not None:
             how.append(f"signal {state.signal}")
-        text.append(f"{state.status}: {', '.join(how) or 'no exit status'}", style="bold red")
+        status = str(state.status)
+        worker = state.status_worker
+        if worker is not None and f"worker {worker}" not in (state.status_message or ""):
+            status += f" (worker {worker})"
+        text.append(f"{status}: {', '.join(how) or 'no exit status'}", style="bold red")
         if state.status_message:
             text.append(f" — {state.status_message}")
-        if state.error is not None and state.error.message:
-            text.append(f"\nerror ({state.error.kind}): {state.error.message}")
+        error = state.error
+        if error is not None and error.message:
+            kind = error.kind
+            if error.worker or state.workers > 1:
+                kind += f", worker {error.worker}"
+            text.append(f"\nerror ({kind}): {error.message}")
         if state.log_tail:
             # The last lines matter most (the exception): show as many as the screen allows.
             keep = 16 if self.app.size.height >= 40 else 5

@@ -193,8 +193,62 @@ def cpu_crashed() -> None:
     rec.write("cpu_crashed.jsonl")
 
 
+def cpu_two_workers() -> None:
+    """MultiWorkerMirroredStrategy over two hosts; worker 1 reads with 80 ms latency.
+
+    Ground truth after warm-up: every worker's step is 200 ms (synchronous); the chief
+    waits 6 ms on input (3.0 %) and computes 40 ms; worker 1 waits 76 ms (38.0 %) and
+    computes 41 ms: worker 1 is the straggler, input-bound. Each host has its sampler.
+    """
+    rec = Recorder()
+    first = settings(True)
+    first["strategy"]["cpu_replicas"] = 1
+    first["cluster"] = {
+        "launcher": "ssh",
+        "workers": [{"host": "gpu-box-3", "data": {}},
+                    {"host": "ana@gpu-box-4", "data": {"read_latency_ms": 80.0}}],
+        "ports": None, "collective": "auto", "timeout_s": 60.0, "python": None,
+        "ssh_options": [],
+    }
+    start(rec, first)
+    rec.t += 5.0
+    hosts = ["gpu-box-3", "gpu-box-4"]
+    for worker, host in enumerate(hosts):
+        rec.emit("hello", attempt=1, pid=4243 + worker, tf_version="2.21.0", replicas=2,
+                 device_kind="cpu", devices=[f"/job:worker/replica:0/task:{worker}/device:CPU:0"],
+                 param_count=669_706, param_bytes=2_678_824, global_batch_size=256,
+                 accumulation_steps=1, per_replica_batch=128, start_step=0,
+                 start_micro_step=0, worker=worker, workers=2, host=host)
+    rec.emit("status", status="running", attempt=1, exit_code=None, signal=None, message=None,
+             log_tail=[])
+    own = {0: (6.0, 40.0), 1: (76.0, 41.0)}  # (input wait ms, compute ms) after warm-up
+    for i in range(45):
+        number = 1 + i
+        warmup_ms = 2400.0 if i == 0 else 320.0
+        ms = warmup_ms if i < 5 else 200.0 + (10.0 if i % 2 else -10.0)
+        rec.t += ms / 1000.0
+        for worker in (0, 1):
+            wait, compute = own[worker]
+            if i < 5:
+                wait, compute = wait * 1.5, compute * 1.5
+            rec.emit("step", attempt=1, step=number, micro_step=number, epoch=number // 64,
+                     loss=round(2.3 * 0.985 ** number + 0.08, 5), lr=0.001, examples=256,
+                     step_time_ms=round(ms, 3), input_wait_ms=round(wait, 3),
+                     grad_sync_bytes=2_694_440, dropped=0, worker=worker,
+                     compute_ms=round(compute, 3))
+        if i % 4 == 3:
+            for worker, cpu in ((0, 62.0), (1, 97.0)):
+                rec.emit("sample", host={"cpu_pct": cpu, "per_cpu_pct": [cpu, cpu],
+                                         "mem_used_bytes": 5_400_000_000,
+                                         "mem_total_bytes": 16_700_000_000, "load_1m": 1.9,
+                                         "run_cpu_pct": cpu, "run_rss_bytes": 1_250_000_000},
+                         gpus=[], nvml=NVML_MISSING, worker=worker)
+    rec.write("cpu_two_workers.jsonl")
+
+
 if __name__ == "__main__":
     cpu_two_attempts()
     cpu_one_attempt()
     gpu_running()
     cpu_crashed()
+    cpu_two_workers()
