@@ -404,16 +404,46 @@ async def test_remote_agent_start_fails_with_the_reason_when_ssh_cannot_connect(
     assert got.exits == [] and not agent.running
 
 
+async def test_remote_agent_does_not_double_a_log_it_shares_with_its_agent(
+    sshd: SshServer, tmp_path: Path  # noqa: F811
+) -> None:
+    # Same path there as here (a shared filesystem; here, the same host): one copy of each line.
+    got = Collected()
+    run_dir = tmp_path / "run"
+    agent = got.remote_agent(run_dir, argv_prefix=sshd.prefix(), remote_env=agent_env("finish"))
+    try:
+        await agent.start(1, remote_config(run_dir), fresh=False)
+        await until(lambda: got.exits, "the remote trainer's exit")
+        text = (run_dir / "workers" / "1" / "trainer.log").read_text()
+        assert text.count("fake trainer: attempt 1, finish") == 1
+    finally:
+        await agent.close()
+
+
+async def test_remote_agent_says_why_the_agent_could_not_start_there(
+    sshd: SshServer, tmp_path: Path  # noqa: F811
+) -> None:
+    got = Collected()
+    agent = got.remote_agent(tmp_path / "run", argv_prefix=sshd.prefix())
+    agent.python = "/nonexistent/bin/python"
+    with pytest.raises(AgentStartError, match=r"lost: ssh exited 127: .*No such file"):
+        await agent.start(1, remote_config(tmp_path / "run"), fresh=False)
+    assert not agent.running and got.exits == []
+
+
 # -- a link that talks garbage ---------------------------------------------------------
 
 
 async def test_garbage_from_an_agent_is_counted_and_reads_as_a_lost_link(
     tmp_path: Path,
 ) -> None:
-    # A stand-in "agent" that answers start, then writes junk instead of frames.
+    # A stand-in "agent" that answers prepare and start, then writes junk instead of frames.
     script = tmp_path / "junk_agent.py"
     script.write_text(
         "import sys\n"
+        "sys.stdin.readline()\n"
+        'sys.stdout.write(\'{"v":1,"type":"ready","host":"h","port":1234,"pid":1}\\n\')\n'
+        "sys.stdout.flush()\n"
         "sys.stdin.readline()\n"
         'sys.stdout.write(\'{"v":1,"type":"started","attempt":1,"pid":4242}\\n\')\n'
         'sys.stdout.write(\'{"v":1,"type":"event","frame":{"type":"run","v":1}}\\n\')\n'
@@ -434,5 +464,9 @@ async def test_garbage_from_an_agent_is_counted_and_reads_as_a_lost_link(
         ended = got.exits[0][1]
         assert ended.link_lost is not None and "agent link to worker 1 lost" in ended.link_lost
         assert "bad frame from the agent: frame is not JSON" in ended.link_lost
+        # The link's reader ended as it should: no exception escaped it.
+        task = agent._link_task
+        await until(lambda: task is not None and task.done(), "the link's reader to end")
+        assert task is not None and task.exception() is None
     finally:
         await agent.close()

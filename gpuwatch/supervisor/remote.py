@@ -477,7 +477,10 @@ class RemoteAgent:
         self._trainer_pid: int | None = None
         self._exited = asyncio.Event()
         self._sampling = False
-        self._shared_dir = False  # the agent's directory is this one (a shared filesystem)
+        # The agent's directory is this one (the same host, or a shared filesystem): its
+        # trainer.log is already here, so log frames are not appended (they would double).
+        self._shared_dir = False
+        self._prepared = False  # this link has answered prepare
         self.tf_host: str | None = None
         self.tf_port: int | None = None
 
@@ -529,6 +532,7 @@ class RemoteAgent:
         except OSError:
             self._shared_dir = False
         self.tf_host, self.tf_port = host, port
+        self._prepared = True
         return host, port
 
     async def start(
@@ -544,7 +548,8 @@ class RemoteAgent:
             config_text = config_path.read_text()  # noqa: ASYNC240 - one small file
         except OSError as exc:
             raise AgentStartError(f"could not read {config_path}: {exc}") from None
-        await self._open_link()
+        if not self._prepared:  # the marker says whether to copy its log here
+            await self.prepare()
         launch_fields = None if launch is None else {
             "index": launch.index, "workers": launch.workers, "env": dict(launch.env)
         }
@@ -623,6 +628,7 @@ class RemoteAgent:
         self.process = proc
         self._stderr_tail.clear()
         self._link_error = None
+        self._prepared = False
         self._stderr_task = asyncio.create_task(self._read_stderr(proc))
         self._link_task = asyncio.create_task(self._read_link(proc))
 
