@@ -18,7 +18,14 @@ import pytest
 from gpuwatch.supervisor.agent import AgentStartError
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from gpuwatch.supervisor.launch import WorkerLaunch
-from gpuwatch.supervisor.remote import RemoteAgent, frames_of, srun_prefix, ssh_prefix
+from gpuwatch.supervisor.remote import (
+    LOG_BYTES_PER_S,
+    RemoteAgent,
+    _AgentProcess,
+    frames_of,
+    srun_prefix,
+    ssh_prefix,
+)
 from trainer_runtime.protocol import Event as ProtocolEvent
 from trainer_runtime.protocol import FrameBuffer, ProtocolError, encode
 
@@ -470,3 +477,63 @@ async def test_garbage_from_an_agent_is_counted_and_reads_as_a_lost_link(
         assert task is not None and task.exception() is None
     finally:
         await agent.close()
+
+
+async def test_a_link_that_ends_before_answering_start_fails_the_start_and_is_no_exit(
+    tmp_path: Path,
+) -> None:
+    script = tmp_path / "quitter.py"
+    script.write_text(
+        "import sys\n"
+        "sys.stdin.readline()\n"
+        'sys.stdout.write(\'{"v":1,"type":"ready","host":"h","port":1234,"pid":1}\\n\')\n'
+        "sys.stdout.flush()\n"
+        "sys.stdin.readline()\n"
+        "sys.stderr.write('quitter: out of disk\\n')\n"
+        "sys.exit(3)\n"
+    )
+    got = Collected()
+    agent = got.remote_agent(tmp_path / "run", argv_prefix=[sys.executable, str(script)])
+    with pytest.raises(AgentStartError, match="python exited 3: quitter: out of disk"):
+        await agent.start(1, remote_config(tmp_path / "run"), fresh=False)
+    assert not agent.running and got.exits == []
+    await agent.close()
+
+
+# -- the agent's log relay -------------------------------------------------------------
+
+
+class _Out:
+    """Stands in for the agent's stdout writer: keeps what is written."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.transport = self
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_write_buffer_size(self) -> int:
+        return 0
+
+    def write(self, data: bytes) -> None:
+        self.data += data
+
+
+def test_the_log_relay_is_bounded_per_second_sends_whole_lines_and_says_what_it_skipped(
+    tmp_path: Path,
+) -> None:
+    out = _Out()
+    served = _AgentProcess(tmp_path, 1, FAKE, False, out)  # type: ignore[arg-type]
+    line = "x" * 99
+    (tmp_path / "trainer.log").write_text((line + "\n") * 10_000 + "no newline yet")
+    served.relay_log()
+    frames = FrameBuffer().feed(bytes(out.data))
+    lines = [text for frame in frames for text in frame["lines"]]
+    assert lines[0].startswith("[gpuwatch: ") and lines[0].endswith("bytes of the log not relayed]")
+    assert set(lines[1:]) == {line}  # whole lines only, the newest
+    assert sum(len(text) + 1 for text in lines[1:]) <= LOG_BYTES_PER_S
+    assert all(len(frame["lines"]) <= 200 for frame in frames)
+    out.data.clear()
+    served.relay_log(final=True)  # the trainer exited: its last, unfinished line goes too
+    assert FrameBuffer().feed(bytes(out.data))[-1]["lines"] == ["no newline yet"]

@@ -208,8 +208,9 @@ class _AgentProcess:
                     self._log_offset = 0
                 budget = max(0, int(self._log_budget))
                 start = self._log_offset
-                if size - start > budget and not final:
-                    # Over this second's budget: skip to the newest part.
+                skipping = size - start > budget and not final
+                if skipping:
+                    # Over this second's budget: skip to the newest part, from a line start.
                     self._log_skipped += size - start - budget
                     start = size - budget
                     self._log_partial = b""
@@ -218,6 +219,12 @@ class _AgentProcess:
         except OSError:
             return
         self._log_offset = start + len(data)
+        if skipping:
+            cut = data.find(b"\n") + 1 if budget else len(data)
+            if cut == 0:
+                cut = len(data)
+            self._log_skipped += cut
+            data = data[cut:]
         self._log_budget -= len(data)
         data = self._log_partial + data
         lines = data.split(b"\n")
@@ -561,8 +568,10 @@ class RemoteAgent:
                 launch=launch_fields,
             ))
         except BaseException:
-            if self._link_up:  # the agent refused: no trainer runs
-                self._attempt = None
+            # No trainer runs, and no exit will be handed up for this attempt: the agent
+            # refused, or the link ended (or went silent and was ended) before it answered.
+            self._attempt = None
+            self._exited.set()
             raise
         pid = reply.get("pid")
         self._trainer_pid = pid if type(pid) is int else None
@@ -648,9 +657,14 @@ class RemoteAgent:
         except RuntimeError:
             raise AgentStartError(self._lost_message()) from None
         except TimeoutError:
+            # An agent that does not answer is of no use, and may yet start something: end it.
+            self._kill_link()
             raise AgentStartError(
                 f"agent on {self.host} did not answer within {REPLY_TIMEOUT_S:.0f} s"
             ) from None
+        except asyncio.CancelledError:
+            self._kill_link()
+            raise
         finally:
             self._replies.pop(reply_type, None)
 
@@ -708,10 +722,13 @@ class RemoteAgent:
 
     def _link_ended(self, proc: asyncio.subprocess.Process) -> None:
         message = self._lost_message(proc.returncode)
-        for future in self._replies.values():
+        starting = False
+        for reply_type, future in self._replies.items():
             if not future.done():
                 future.set_exception(AgentStartError(message))
-        if self._attempt is not None and not self._exited.is_set():
+                starting = starting or reply_type == "started"
+        # A start still waiting for its answer raises this; it is not also an exit.
+        if self._attempt is not None and not self._exited.is_set() and not starting:
             log.warning("%s", message)
             self._hand_up(TrainerExit(returncode=1, link_lost=message))
 
