@@ -163,6 +163,7 @@ class _AgentProcess:
         self._log_budget = float(LOG_BYTES_PER_S)
         self._log_skipped = 0
         self._pending: set[asyncio.Task[None]] = set()
+        self.handling: asyncio.Task[None] | None = None  # the link frame being handled
 
     # -- frames out ---------------------------------------------------------------
 
@@ -298,6 +299,9 @@ class _AgentProcess:
 
     async def shut_down(self) -> None:
         """The link ended: stop the trainer (SIGTERM, grace, SIGKILL) and the sampler."""
+        if self.handling is not None:  # a start under way finishes first, so it is stopped
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.handling, REPLY_TIMEOUT_S)
         await self.agent.stop(LINK_LOST_GRACE_S)
         for task in list(self._pending):
             with contextlib.suppress(Exception):
@@ -383,7 +387,10 @@ async def agent_main(run_dir: Path, index: int, trainer_module: str, sample: boo
                 return
             try:
                 for frame in frames_of(frames, chunk):
-                    await served.handle(frame)
+                    # Shielded: a signal that ends the link must not cut a start in half
+                    # (a trainer spawned but not yet tracked); shut_down waits for it.
+                    served.handling = asyncio.create_task(served.handle(frame))
+                    await asyncio.shield(served.handling)
             except ProtocolError as exc:
                 # Our own supervisor never sends this: the link is not what we think.
                 served.send("error", message=f"bad frame from the supervisor: {exc}")
@@ -479,6 +486,7 @@ class RemoteAgent:
         self._stderr_task: asyncio.Task[None] | None = None
         self._stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
         self._link_error: str | None = None  # why we ended the link, if we did
+        self._lost: str | None = None  # why the last link ended
         self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._attempt: int | None = None  # the attempt whose trainer runs, till its exit
         self._trainer_pid: int | None = None
@@ -652,10 +660,14 @@ class RemoteAgent:
         future: asyncio.Future[dict[str, Any]] = loop.create_future()
         self._replies[reply_type] = future
         try:
-            self._write(data)
+            try:
+                self._write(data)
+            except (RuntimeError, OSError):
+                # The link is ending: its end answers the future, with ssh's own words.
+                task = self._link_task
+                if task is None or task.done():
+                    raise AgentStartError(self._lost or self._lost_message()) from None
             return await asyncio.wait_for(future, REPLY_TIMEOUT_S)
-        except RuntimeError:
-            raise AgentStartError(self._lost_message()) from None
         except TimeoutError:
             # An agent that does not answer is of no use, and may yet start something: end it.
             self._kill_link()
@@ -721,7 +733,7 @@ class RemoteAgent:
             self._link_ended(proc)
 
     def _link_ended(self, proc: asyncio.subprocess.Process) -> None:
-        message = self._lost_message(proc.returncode)
+        message = self._lost = self._lost_message(proc.returncode)
         starting = False
         for reply_type, future in self._replies.items():
             if not future.done():
