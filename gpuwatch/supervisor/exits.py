@@ -47,6 +47,7 @@ class TrainerExit:
     error: str | None = None
     log_lines: tuple[str, ...] = ()
     oom_killed: bool = False
+    link_lost: str | None = None
 
 
 def exit_status(
@@ -76,6 +77,14 @@ def exit_status(
             "message": f"trainer exited ({ended.done_reason or 'no reason given'})",
         }
     lines = list(ended.log_lines)
+    if ended.link_lost:
+        # Not the trainer's own end (its host may still run it): the link's words, bounded.
+        return "crashed", {
+            "exit_code": None,
+            "signal": None,
+            "message": ended.link_lost[:MAX_CAUSE_CHARS],
+            "log_tail": [line[:MAX_LINE_CHARS] for line in lines[-LOG_TAIL_LINES:]],
+        }
     return "crashed", {
         "exit_code": exit_code,
         "signal": sig,

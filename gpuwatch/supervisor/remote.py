@@ -1,0 +1,855 @@
+"""Agents on other hosts: a LocalAgent run there over the user's own ssh (or srun), linked by stdio.
+
+Two halves of one link:
+
+* The agent process, run on the worker host as
+  ``PYTHON -m gpuwatch.supervisor.remote --run-dir DIR --index I``. It runs a
+  LocalAgent (trainer + that host's sampler) and speaks newline-delimited JSON
+  frames (trainer_runtime.protocol's encoding, limits and FrameBuffer) on its
+  stdin/stdout. stdout carries only frames; everything else goes to stderr.
+  When stdin reaches EOF (the ssh link dropped, the supervisor went away) it
+  stops its trainer (SIGTERM, grace, SIGKILL) and exits: nothing stays behind.
+* RemoteAgent, on the supervisor's side: LocalAgent's interface, backed by that
+  process. The agent is as untrusted as a trainer: every relayed event is
+  re-checked with parse_event (trainer events only; attempt and worker are
+  re-stamped here), bad frames are counted, and a link that ends while a
+  trainer runs becomes a TrainerExit that says the link was lost.
+
+No port of ours listens anywhere and nothing is authenticated here: the link is
+whatever ``ssh``/``srun`` gives (their keys, config, ProxyJump).
+
+Link frames (each with "v" and "type"):
+  supervisor -> agent
+    prepare   reply ready
+    start     attempt (int), config_text (str: attempt-N.yaml's text), fresh (bool),
+              launch ({index, workers, env} or null); reply started or error
+    stop      grace_s (float)
+  agent -> supervisor
+    ready     host (str), port (int: free when found), pid (int: the agent's),
+              marker (str: a token written to DIR/.gpuwatch-agent)
+    started   attempt (int), pid (int: the trainer's)
+    event     frame (a trainer event frame as event_frame writes it)
+    sample    fields (host, gpus, nvml: a device sample of the agent's host)
+    log       lines (list[str]: new lines of the trainer's log; bounded)
+    exit      returncode, done_reason, error, log_lines, oom_killed (a TrainerExit)
+    error     message (str: one line; e.g. the trainer could not start)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import secrets
+import shlex
+import signal
+import socket
+import sys
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from gpuwatch.supervisor.agent import (
+    AgentStartError,
+    LocalAgent,
+    OnExit,
+    OnFrame,
+    OnSample,
+    signal_group,
+)
+from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
+from gpuwatch.supervisor.launch import WorkerLaunch
+from trainer_runtime.protocol import (
+    MAX_FRAME_BYTES,
+    TRAINER_EVENTS,
+    FrameBuffer,
+    Hello,
+    ProtocolError,
+    encode,
+    event_frame,
+    parse_event,
+)
+
+log = logging.getLogger("gpuwatch.supervisor.remote")
+
+# The agent's log relay: lines per frame, bytes per second (the rest is skipped, and
+# the skip is said in the log), how often trainer.log is read.
+LOG_LINES_PER_FRAME = 200
+LOG_BYTES_PER_S = 64 * 1024
+LOG_POLL_S = 0.25
+# An exit frame carries at most this many of the attempt's last log lines.
+EXIT_LOG_LINES = 200
+# Written to the agent's stdout but not yet sent: past this, samples and log lines are
+# dropped (events and exits never are) until the link drains.
+MAX_UNSENT_BYTES = 32 * 1024 * 1024
+# How long the agent waits for its trainer to stop when its link ends.
+LINK_LOST_GRACE_S = 10.0
+# How long a reply to prepare/start may take (ssh connecting, python starting).
+REPLY_TIMEOUT_S = 60.0
+# The last lines of the launcher's stderr kept for the lost-link message.
+STDERR_LINES = 20
+MARKER_NAME = ".gpuwatch-agent"
+
+
+# -- launchers -----------------------------------------------------------------------
+
+
+def ssh_prefix(host: str, options: Sequence[str] = ()) -> list[str]:
+    """argv that runs a command on `host` over the user's own ssh, stdio as the link.
+
+    -T: no terminal (a pty would mangle frames and merge stderr into stdout);
+    BatchMode: never ask for a password on a terminal nobody watches. `options`
+    ("-o", "ProxyJump=...", "-F", "cfg", ...) go before the destination, as ssh
+    requires; the remote command (one shlex-quoted string, since ssh hands it to
+    the remote shell) follows the destination.
+    """
+    if not host or host.startswith("-"):
+        raise ValueError(f"not an ssh destination: {host!r}")
+    return ["ssh", "-T", "-o", "BatchMode=yes", *options, host]
+
+
+def srun_prefix(index: int) -> list[str]:
+    """argv that runs a command on node `index` of the current Slurm allocation.
+
+    --relative: the node by its place in the allocation; --overlap (Slurm 20.11+):
+    the step may share the node with other steps (the batch script's, the other
+    agents'); --kill-on-bad-exit: the step ends with its task; --unbuffered: frames
+    are passed on as written. srun execs the command itself (no shell): no quoting.
+    """
+    return [
+        "srun", "--nodes=1", "--ntasks=1", f"--relative={index}", "--overlap",
+        "--kill-on-bad-exit=1", "--unbuffered", "--quiet",
+    ]
+
+
+def _through_a_shell(argv_prefix: Sequence[str]) -> bool:
+    """ssh joins its arguments into one line for the remote shell: quote ours for it."""
+    return bool(argv_prefix) and os.path.basename(argv_prefix[0]) == "ssh"
+
+
+# -- the agent process (on the worker host) ------------------------------------------
+
+
+class _AgentProcess:
+    """The worker-host side of a link: a LocalAgent whose callbacks become frames on stdout."""
+
+    def __init__(
+        self,
+        run_dir: Path,
+        index: int,
+        trainer_module: str,
+        sample: bool,
+        out: asyncio.StreamWriter,
+    ) -> None:
+        self.run_dir = run_dir
+        self.index = index
+        self.out = out
+        self.agent = LocalAgent(
+            index,
+            run_dir,
+            on_frame=self._on_frame,
+            on_exit=self._on_exit,
+            on_sample=self._on_sample,
+            trainer_module=trainer_module,
+            sample=sample,
+        )
+        self.dropped = 0
+        self._log_offset = _file_size(self.agent.log_path)
+        self._log_partial = b""
+        self._log_budget = float(LOG_BYTES_PER_S)
+        self._log_skipped = 0
+        self._pending: set[asyncio.Task[None]] = set()
+        self.handling: asyncio.Task[None] | None = None  # the link frame being handled
+
+    # -- frames out ---------------------------------------------------------------
+
+    def send(self, frame_type: str, droppable: bool = False, **fields: Any) -> None:
+        try:
+            data = encode(frame_type, **fields)
+        except ProtocolError as exc:
+            data = encode("error", message=f"could not send a {frame_type} frame: {exc}")
+        transport = self.out.transport
+        if transport.is_closing():
+            return
+        if droppable and transport.get_write_buffer_size() > MAX_UNSENT_BYTES:
+            self.dropped += 1
+            return
+        self.out.write(data)
+
+    def _on_frame(self, index: int, event: Any, t: float | None) -> None:
+        self.send("event", frame=event_frame(event, t=t))
+
+    def _on_sample(self, index: int, fields: dict[str, Any]) -> None:
+        self.send("sample", droppable=True, fields=fields)
+
+    def _on_exit(self, index: int, ended: TrainerExit) -> None:
+        # The log's last lines go before the exit, so the supervisor's copy is whole.
+        self.relay_log(final=True)
+        self.send(
+            "exit",
+            returncode=ended.returncode,
+            done_reason=ended.done_reason,
+            error=ended.error,
+            log_lines=[line[:MAX_LINE_CHARS] for line in ended.log_lines[-EXIT_LOG_LINES:]],
+            oom_killed=ended.oom_killed,
+        )
+
+    # -- the trainer's log ----------------------------------------------------------
+
+    def relay_log(self, final: bool = False) -> None:
+        """Send the complete lines trainer.log has gained (bounded per frame and per second)."""
+        try:
+            with open(self.agent.log_path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                if size < self._log_offset:  # truncated or replaced: start over
+                    self._log_offset = 0
+                budget = max(0, int(self._log_budget))
+                start = self._log_offset
+                skipping = size - start > budget and not final
+                if skipping:
+                    # Over this second's budget: skip to the newest part, from a line start.
+                    self._log_skipped += size - start - budget
+                    start = size - budget
+                    self._log_partial = b""
+                fh.seek(start)
+                data = fh.read(size - start)
+        except OSError:
+            return
+        self._log_offset = start + len(data)
+        if skipping:
+            cut = data.find(b"\n") + 1 if budget else len(data)
+            if cut == 0:
+                cut = len(data)
+            self._log_skipped += cut
+            data = data[cut:]
+        self._log_budget -= len(data)
+        data = self._log_partial + data
+        lines = data.split(b"\n")
+        self._log_partial = lines.pop()
+        if final and self._log_partial:
+            lines.append(self._log_partial)
+            self._log_partial = b""
+        text = [line.decode("utf-8", "replace")[:MAX_LINE_CHARS] for line in lines]
+        if self._log_skipped:
+            text.insert(0, f"[gpuwatch: {self._log_skipped} bytes of the log not relayed]")
+            self._log_skipped = 0
+        for first in range(0, len(text), LOG_LINES_PER_FRAME):
+            self.send("log", droppable=True, lines=text[first : first + LOG_LINES_PER_FRAME])
+
+    async def relay_log_forever(self) -> None:
+        while True:
+            await asyncio.sleep(LOG_POLL_S)
+            self._log_budget = min(
+                float(LOG_BYTES_PER_S), self._log_budget + LOG_BYTES_PER_S * LOG_POLL_S
+            )
+            self.relay_log()
+
+    # -- frames in ------------------------------------------------------------------
+
+    async def handle(self, frame: dict[str, Any]) -> None:
+        kind = frame["type"]
+        if kind == "prepare":
+            marker = secrets.token_hex(8)
+            with contextlib.suppress(OSError):
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                (self.run_dir / MARKER_NAME).write_text(marker)
+            self.send(
+                "ready", host=socket.gethostname(), port=free_port(), pid=os.getpid(),
+                marker=marker,
+            )
+        elif kind == "start":
+            await self._start(frame)
+        elif kind == "stop":
+            grace_s: Any = frame.get("grace_s")
+            if type(grace_s) not in (int, float) or not 0 <= grace_s <= 86400:
+                self.send("error", message=f"stop: grace_s must be 0 to 86400 s ({grace_s!r:.50})")
+                return
+            task = asyncio.create_task(self.agent.stop(float(grace_s)))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+        else:
+            self.send("error", message=f"unknown link frame {kind!r}")
+
+    async def _start(self, frame: dict[str, Any]) -> None:
+        attempt, text, fresh = frame.get("attempt"), frame.get("config_text"), frame.get("fresh")
+        launch_fields = frame.get("launch")
+        try:
+            if type(attempt) is not int or attempt < 1:
+                raise AgentStartError(f"start: attempt must be an integer >= 1 ({attempt!r})")
+            if not isinstance(text, str) or not isinstance(fresh, bool):
+                raise AgentStartError("start: config_text must be a string, fresh true or false")
+            launch = _launch(launch_fields)
+            if self.agent.running:
+                raise AgentStartError("start: a trainer is already running")
+            config_path = self.run_dir / f"attempt-{attempt}.yaml"
+            try:
+                self.run_dir.mkdir(parents=True, exist_ok=True)
+                config_path.write_text(text)
+            except OSError as exc:
+                raise AgentStartError(f"could not write {config_path}: {exc}") from None
+            await self.agent.start(attempt, config_path, fresh=fresh, launch=launch)
+        except AgentStartError as exc:
+            self.send("error", message=str(exc))
+            return
+        self.send("started", attempt=attempt, pid=self.agent.pid)
+
+    async def shut_down(self) -> None:
+        """The link ended: stop the trainer (SIGTERM, grace, SIGKILL) and the sampler."""
+        if self.handling is not None:  # a start under way finishes first, so it is stopped
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.handling, REPLY_TIMEOUT_S)
+        await self.agent.stop(LINK_LOST_GRACE_S)
+        for task in list(self._pending):
+            with contextlib.suppress(Exception):
+                await task
+        self.agent.stop_sampling()
+        self.agent.join_sampling()
+
+
+def frames_of(frames: FrameBuffer, chunk: bytes) -> Iterator[dict[str, Any]]:
+    """The frames a chunk completes, one line at a time: the frames before a bad line
+    are all yielded before its ProtocolError is raised (FrameBuffer.feed of the whole
+    chunk would raise before returning any of them)."""
+    start = 0
+    while True:
+        newline = chunk.find(b"\n", start)
+        if newline < 0:
+            yield from frames.feed(chunk[start:])
+            return
+        yield from frames.feed(chunk[start : newline + 1])
+        start = newline + 1
+
+
+def _launch(fields: Any) -> WorkerLaunch | None:
+    if fields is None:
+        return None
+    if not isinstance(fields, Mapping):
+        raise AgentStartError("start: launch must be an object or null")
+    index, workers, env = fields.get("index"), fields.get("workers"), fields.get("env", {})
+    if type(index) is not int or type(workers) is not int or not 0 <= index < workers:
+        raise AgentStartError("start: launch needs integers 0 <= index < workers")
+    if not isinstance(env, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+    ):
+        raise AgentStartError("start: launch.env must map strings to strings")
+    return WorkerLaunch(index, workers, dict(env))
+
+
+def _file_size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def free_port() -> int:
+    """A TCP port that was free a moment ago (TensorFlow binds it soon after)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return int(sock.getsockname()[1])
+
+
+async def agent_main(run_dir: Path, index: int, trainer_module: str, sample: bool) -> int:
+    """Serve one link on stdin/stdout until stdin ends; 0, or 2 if the link sent garbage."""
+    loop = asyncio.get_running_loop()
+    # stdout is the link's alone: keep a private copy of it and point fd 1 at stderr,
+    # so a stray print (ours, a library's) can never corrupt a frame.
+    link_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    transport, protocol = await loop.connect_write_pipe(
+        asyncio.streams.FlowControlMixin, link_out
+    )
+    out = asyncio.StreamWriter(transport, protocol, None, loop)
+    reader = asyncio.StreamReader(limit=MAX_FRAME_BYTES)
+    await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(os.dup(0), "rb", buffering=0)
+    )
+    link_ended = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+        loop.add_signal_handler(sig, link_ended.set)
+
+    served = _AgentProcess(run_dir, index, trainer_module, sample, out)
+    served.agent.start_sampling(loop)
+    relay = asyncio.create_task(served.relay_log_forever())
+    status = 0
+
+    async def read_link() -> None:
+        nonlocal status
+        frames = FrameBuffer()
+        while True:
+            chunk = await reader.read(1 << 16)
+            if not chunk:
+                return
+            try:
+                for frame in frames_of(frames, chunk):
+                    # Shielded: a signal that ends the link must not cut a start in half
+                    # (a trainer spawned but not yet tracked); shut_down waits for it.
+                    served.handling = asyncio.create_task(served.handle(frame))
+                    await asyncio.shield(served.handling)
+            except ProtocolError as exc:
+                # Our own supervisor never sends this: the link is not what we think.
+                served.send("error", message=f"bad frame from the supervisor: {exc}")
+                log.error("bad frame from the supervisor: %s; ending the link", exc)
+                status = 2
+                return
+
+    reading = asyncio.create_task(read_link())
+    waiting = asyncio.create_task(link_ended.wait())
+    await asyncio.wait({reading, waiting}, return_when=asyncio.FIRST_COMPLETED)
+    reading.cancel()
+    waiting.cancel()
+    log.info("agent %d: link ended; stopping the trainer", index)
+    await served.shut_down()
+    relay.cancel()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(out.drain(), 2.0)
+    with contextlib.suppress(Exception):
+        out.close()
+    return status
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpuwatch.supervisor.remote",
+        description="A gpuwatch agent on a worker host: frames on stdin/stdout (run over ssh).",
+    )
+    parser.add_argument("--run-dir", required=True, type=Path)
+    parser.add_argument("--index", required=True, type=int)
+    parser.add_argument("--trainer-module", default="trainer_runtime")
+    parser.add_argument("--no-sample", action="store_true", help="do not sample this host")
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        stream=sys.stderr,
+        level=logging.INFO,
+        format=f"%(asctime)s agent {args.index} %(levelname)s %(message)s",
+    )
+    try:
+        return asyncio.run(
+            agent_main(args.run_dir, args.index, args.trainer_module, not args.no_sample)
+        )
+    except KeyboardInterrupt:
+        return 130
+
+
+# -- the supervisor's side -------------------------------------------------------------
+
+
+class RemoteAgent:
+    """A trainer on another host, through an agent process reached by ssh or srun.
+
+    argv_prefix: what runs a command there (ssh_prefix, srun_prefix, or any
+    launcher); python: the interpreter there; remote_dir: the worker's directory
+    there (default: the same path as here); remote_env: variables set for the agent
+    there (``env K=V`` before python: ssh does not pass ours on).
+    """
+
+    def __init__(
+        self,
+        index: int,
+        run_dir: Path,
+        *,
+        argv_prefix: Sequence[str],
+        python: str,
+        on_frame: OnFrame,
+        on_exit: OnExit,
+        on_sample: OnSample,
+        sample: bool = True,
+        trainer_module: str = "trainer_runtime",
+        remote_dir: str | None = None,
+        remote_env: Mapping[str, str] | None = None,
+        host: str | None = None,
+    ) -> None:
+        self.index = index
+        self.run_dir = run_dir
+        self.worker_dir = run_dir if index == 0 else run_dir / "workers" / str(index)
+        self.log_path = self.worker_dir / "trainer.log"
+        self.argv_prefix = list(argv_prefix)
+        self.python = python
+        self.trainer_module = trainer_module
+        self.remote_dir = remote_dir or str(self.worker_dir)
+        self.remote_env = dict(remote_env or {})
+        self.sample = sample
+        self.host = host or (self.argv_prefix[-1] if _through_a_shell(argv_prefix) else
+                             f"worker {index}")
+        self._on_frame = on_frame
+        self._on_exit = on_exit
+        self._on_sample = on_sample
+        self.replicas: int | None = None
+        self.bad_frames = 0
+        self.process: asyncio.subprocess.Process | None = None
+        self._link_task: asyncio.Task[None] | None = None
+        self._stderr_task: asyncio.Task[None] | None = None
+        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
+        self._link_error: str | None = None  # why we ended the link, if we did
+        self._lost: str | None = None  # why the last link ended
+        self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._attempt: int | None = None  # the attempt whose trainer runs, till its exit
+        self._trainer_pid: int | None = None
+        self._exited = asyncio.Event()
+        self._sampling = False
+        # The agent's directory is this one (the same host, or a shared filesystem): its
+        # trainer.log is already here, so log frames are not appended (they would double).
+        self._shared_dir = False
+        self._prepared = False  # this link has answered prepare
+        self.tf_host: str | None = None
+        self.tf_port: int | None = None
+
+    # -- LocalAgent's interface ----------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        """A trainer was started and its exit has not been handed up yet."""
+        return self._attempt is not None
+
+    @property
+    def stoppable(self) -> bool:
+        return self.running and self._link_up and not self._exited.is_set()
+
+    @property
+    def pid(self) -> int | None:
+        """The remote trainer's pid (on its host), while it runs."""
+        return self._trainer_pid if self.running else None
+
+    @property
+    def _link_up(self) -> bool:
+        return self._link_task is not None and not self._link_task.done()
+
+    def command(self) -> list[str]:
+        """The full argv that starts the agent there."""
+        remote = [self.python, "-m", "gpuwatch.supervisor.remote", "--run-dir", self.remote_dir,
+                  "--index", str(self.index), "--trainer-module", self.trainer_module]
+        if not self.sample:
+            remote.append("--no-sample")
+        if self.remote_env:
+            remote = ["env", *(f"{k}={v}" for k, v in self.remote_env.items()), *remote]
+        if _through_a_shell(self.argv_prefix):
+            return [*self.argv_prefix, shlex.join(remote)]
+        return [*self.argv_prefix, *remote]
+
+    async def prepare(self) -> tuple[str, int]:
+        """Open the link (if it is not open) and ask the agent for a host and a free port."""
+        await self._open_link()
+        reply = await self._request("ready", encode("prepare"))
+        host, port = reply.get("host"), reply.get("port")
+        if not isinstance(host, str) or not host or type(port) is not int or not 0 < port < 65536:
+            self.bad_frames += 1
+            raise AgentStartError(f"agent on {self.host} answered prepare with {reply!r:.200}")
+        marker = reply.get("marker")
+        try:
+            self._shared_dir = isinstance(marker, str) and bool(marker) and (
+                (self.worker_dir / MARKER_NAME).read_text() == marker
+            )
+        except OSError:
+            self._shared_dir = False
+        self.tf_host, self.tf_port = host, port
+        self._prepared = True
+        return host, port
+
+    async def start(
+        self,
+        attempt: int,
+        config_path: Path,
+        *,
+        fresh: bool,
+        launch: WorkerLaunch | None = None,
+    ) -> None:
+        """Start this attempt's trainer there; AgentStartError if it cannot start."""
+        try:
+            config_text = config_path.read_text()  # noqa: ASYNC240 - one small file
+        except OSError as exc:
+            raise AgentStartError(f"could not read {config_path}: {exc}") from None
+        if not self._prepared:  # the marker says whether to copy its log here
+            await self.prepare()
+        launch_fields = None if launch is None else {
+            "index": launch.index, "workers": launch.workers, "env": dict(launch.env)
+        }
+        self._exited.clear()
+        self._attempt = attempt
+        try:
+            reply = await self._request("started", encode(
+                "start", attempt=attempt, config_text=config_text, fresh=fresh,
+                launch=launch_fields,
+            ))
+        except BaseException:
+            # No trainer runs, and no exit will be handed up for this attempt: the agent
+            # refused, or the link ended (or went silent and was ended) before it answered.
+            self._attempt = None
+            self._exited.set()
+            raise
+        pid = reply.get("pid")
+        self._trainer_pid = pid if type(pid) is int else None
+        log.info("attempt %d: worker %d's trainer on %s, pid %s", attempt, self.index,
+                 self.host, self._trainer_pid)
+
+    async def stop(self, grace_s: float) -> None:
+        """Ask the agent to stop its trainer; kill the link if it does not answer in grace+5 s."""
+        if not self.running:
+            return
+        if self.stoppable:
+            with contextlib.suppress(OSError, RuntimeError):
+                self._write(encode("stop", grace_s=grace_s))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exited.wait(), grace_s + 5.0)
+        if not self._exited.is_set():
+            log.warning("agent on %s did not answer stop; ending its link", self.host)
+            self._kill_link()
+            await self._exited.wait()
+
+    async def close(self, grace_s: float = 10.0) -> None:
+        """End the link: the agent sees EOF, stops anything it runs, and exits."""
+        proc = self.process
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            with contextlib.suppress(Exception):
+                proc.stdin.close()
+        try:
+            await asyncio.wait_for(proc.wait(), grace_s + 5.0)
+        except TimeoutError:
+            self._kill_link()
+        if self._link_task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.shield(self._link_task), 5.0)
+
+    def start_sampling(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._sampling = self.sample  # the agent samples its host; we pass its samples on
+
+    def stop_sampling(self) -> None:
+        self._sampling = False
+
+    def join_sampling(self, timeout_s: float = 3.0) -> None:
+        pass
+
+    # -- the link ------------------------------------------------------------------
+
+    async def _open_link(self) -> None:
+        if self._link_up:
+            return
+        cmd = self.command()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                start_new_session=True,  # its own group: killing the link kills all of it
+                limit=MAX_FRAME_BYTES,
+            )
+        except OSError as exc:
+            raise AgentStartError(f"could not start {cmd[0]} for {self.host}: {exc}") from None
+        self.process = proc
+        self._stderr_tail.clear()
+        self._link_error = None
+        self._prepared = False
+        self._stderr_task = asyncio.create_task(self._read_stderr(proc))
+        self._link_task = asyncio.create_task(self._read_link(proc))
+
+    def _write(self, data: bytes) -> None:
+        proc = self.process
+        if proc is None or proc.stdin is None or proc.stdin.is_closing():
+            raise RuntimeError("the link is not open")
+        proc.stdin.write(data)
+
+    async def _request(self, reply_type: str, data: bytes) -> dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[dict[str, Any]] = loop.create_future()
+        self._replies[reply_type] = future
+        try:
+            try:
+                self._write(data)
+            except (RuntimeError, OSError):
+                # The link is ending: its end answers the future, with ssh's own words.
+                task = self._link_task
+                if task is None or task.done():
+                    raise AgentStartError(self._lost or self._lost_message()) from None
+            return await asyncio.wait_for(future, REPLY_TIMEOUT_S)
+        except TimeoutError:
+            # An agent that does not answer is of no use, and may yet start something: end it.
+            self._kill_link()
+            raise AgentStartError(
+                f"agent on {self.host} did not answer within {REPLY_TIMEOUT_S:.0f} s"
+            ) from None
+        except asyncio.CancelledError:
+            self._kill_link()
+            raise
+        finally:
+            self._replies.pop(reply_type, None)
+
+    def _kill_link(self) -> None:
+        proc = self.process
+        if proc is not None and proc.returncode is None:
+            signal_group(proc.pid, signal.SIGKILL)
+
+    async def _read_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stderr is not None
+        while True:
+            try:
+                line = await proc.stderr.readline()
+            except (ValueError, asyncio.LimitOverrunError):  # a line over the limit
+                continue
+            if not line:
+                return
+            text = line.decode("utf-8", "replace").rstrip()[:MAX_LINE_CHARS]
+            if text:
+                self._stderr_tail.append(text)
+                log.debug("agent %d: %s", self.index, text)
+
+    async def _read_link(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        frames = FrameBuffer()
+        try:
+            while True:
+                chunk = await proc.stdout.read(1 << 16)
+                if not chunk:
+                    break
+                try:
+                    for frame in frames_of(frames, chunk):
+                        try:
+                            self._take(frame)
+                        except (ProtocolError, ValueError, TypeError, KeyError) as exc:
+                            self.bad_frames += 1
+                            log.warning("agent on %s: dropped a frame: %s", self.host, exc)
+                except ProtocolError as exc:
+                    # The stream is not frames any more: nothing after this can be trusted.
+                    self.bad_frames += 1
+                    self._link_error = f"bad frame from the agent: {exc}"
+                    log.warning("agent on %s: bad frame: %s; ending the link", self.host, exc)
+                    self._kill_link()
+                    break
+        finally:
+            try:
+                await asyncio.wait_for(proc.wait(), 5.0)
+            except TimeoutError:
+                self._kill_link()
+                await proc.wait()
+            if self._stderr_task is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._stderr_task, 2.0)
+            self._link_ended(proc)
+
+    def _link_ended(self, proc: asyncio.subprocess.Process) -> None:
+        message = self._lost = self._lost_message(proc.returncode)
+        starting = False
+        for reply_type, future in self._replies.items():
+            if not future.done():
+                future.set_exception(AgentStartError(message))
+                starting = starting or reply_type == "started"
+        # A start still waiting for its answer raises this; it is not also an exit.
+        if self._attempt is not None and not self._exited.is_set() and not starting:
+            log.warning("%s", message)
+            self._hand_up(TrainerExit(returncode=1, link_lost=message))
+
+    def _lost_message(self, returncode: int | None = None) -> str:
+        launcher = os.path.basename(self.argv_prefix[0]) if self.argv_prefix else "agent"
+        if returncode is None:
+            how = f"{launcher} is gone"
+        elif returncode < 0:
+            how = f"{launcher} killed by signal {-returncode}"
+        else:
+            how = f"{launcher} exited {returncode}"
+        last = self._link_error or (self._stderr_tail[-1] if self._stderr_tail else "")
+        return f"agent link to {self.host} lost: {how}" + (f": {last}" if last else "")
+
+    def _hand_up(self, ended: TrainerExit) -> None:
+        self._attempt = None
+        self._trainer_pid = None
+        self._exited.set()
+        self._on_exit(self.index, ended)
+
+    # -- what the agent says -------------------------------------------------------
+
+    def _take(self, frame: dict[str, Any]) -> None:
+        kind = frame["type"]
+        future = self._replies.get(kind)
+        if kind in ("ready", "started"):
+            if future is None or future.done():
+                raise ProtocolError(f"unasked-for {kind!r} frame")
+            future.set_result(frame)
+        elif kind == "event":
+            self._take_event(frame.get("frame"))
+        elif kind == "sample":
+            self._take_sample(frame.get("fields"))
+        elif kind == "log":
+            self._take_log(frame.get("lines"))
+        elif kind == "exit":
+            self._take_exit(frame)
+        elif kind == "error":
+            message = str(frame.get("message"))[:MAX_LINE_CHARS]
+            log.warning("agent on %s: %s", self.host, message)
+            pending = self._replies.get("started") or self._replies.get("ready")
+            if pending is not None and not pending.done():
+                pending.set_exception(AgentStartError(f"{self.host}: {message}"))
+        else:
+            raise ProtocolError(f"unknown link frame {kind!r}")
+
+    def _take_event(self, frame: Any) -> None:
+        if not isinstance(frame, dict):
+            raise ProtocolError("event: frame must be an object")
+        attempt = self._attempt
+        if attempt is None:
+            raise ProtocolError("event while no trainer runs")
+        envelope, event = parse_event(frame)
+        if event.TYPE not in TRAINER_EVENTS:
+            raise ProtocolError(f"a trainer may not send {event.TYPE!r} frames")
+        event = replace(event, attempt=attempt, worker=self.index)  # type: ignore[call-arg]
+        if isinstance(event, Hello):
+            self.replicas = event.replicas
+            self._trainer_pid = event.pid
+        self._on_frame(self.index, event, envelope.t)
+
+    def _take_sample(self, fields: Any) -> None:
+        if not isinstance(fields, dict):
+            raise ProtocolError("sample: fields must be an object")
+        fields = {k: v for k, v in fields.items() if k != "worker"}
+        parse_event({"v": 1, "type": "sample", **fields})  # checked as the recorder will
+        if self._sampling:
+            self._on_sample(self.index, fields)
+
+    def _take_log(self, lines: Any) -> None:
+        if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
+            raise ProtocolError("log: lines must be a list of strings")
+        if self._shared_dir or not lines:  # the agent's own file is this one
+            return
+        text = "".join(line[:MAX_LINE_CHARS] + "\n" for line in lines)
+        try:
+            self.worker_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path, "a", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            log.warning("could not append to %s: %s", self.log_path, exc)
+
+    def _take_exit(self, frame: dict[str, Any]) -> None:
+        if self._attempt is None:
+            raise ProtocolError("exit while no trainer runs")
+        returncode, done_reason = frame.get("returncode"), frame.get("done_reason")
+        error, lines, oom = frame.get("error"), frame.get("log_lines"), frame.get("oom_killed")
+        if (
+            type(returncode) is not int
+            or not (done_reason is None or isinstance(done_reason, str))
+            or not (error is None or isinstance(error, str))
+            or not isinstance(lines, list)
+            or not all(isinstance(line, str) for line in lines)
+            or type(oom) is not bool
+        ):
+            # The trainer has ended, however it ended; what the agent says of it is unreadable.
+            self.bad_frames += 1
+            self._hand_up(TrainerExit(
+                returncode=1, link_lost=f"agent on {self.host} sent an unreadable exit frame"
+            ))
+            return
+        self._hand_up(TrainerExit(
+            returncode=returncode,
+            done_reason=done_reason,
+            error=error,
+            log_lines=tuple(line[:MAX_LINE_CHARS] for line in lines[-EXIT_LOG_LINES:]),
+            oom_killed=oom,
+        ))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
