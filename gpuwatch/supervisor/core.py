@@ -336,8 +336,9 @@ class Supervisor:
                 *(agent.prepare() for agent in self.agents), return_exceptions=True
             )
             prepared: list[tuple[str, int]] = []
-            for index, result in enumerate(results):
+            for i, result in enumerate(results):
                 if isinstance(result, BaseException):
+                    index = i  # the worker the failure names
                     raise result
                 prepared.append(result)
             for plan, (host, _) in zip(self.plans, prepared, strict=True):
