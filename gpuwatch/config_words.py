@@ -60,7 +60,8 @@ def problems(exc: ValidationError) -> list[Problem]:
     found = []
     for field_loc, errors in groups.items():
         cause = (errors[0].get("ctx") or {}).get("error")
-        if errors[0]["type"] == "value_error" and (field_loc == () or isinstance(cause, LimitError)):
+        across = field_loc == () or isinstance(cause, LimitError)
+        if errors[0]["type"] == "value_error" and across:
             # A limit across settings (trainer_runtime.schema.LimitError) names its keys.
             keys = (
                 tuple(_loc_from_text(k) for k in cause.keys)

@@ -32,7 +32,7 @@ from gpuwatch.supervisor.cluster import (
     tf_addresses,
     worker_launches,
 )
-from tests.conftest import ROOT, TINY
+from tests.conftest import ROOT, TINY, gpuwatch
 from tests.test_supervisor_parts import until
 from trainer_runtime.schema import RunConfig
 
@@ -373,3 +373,78 @@ async def test_a_relaunch_cannot_change_the_cluster(
         assert sup.attempt == 1
         await client.command("stop")
     assert await asyncio.wait_for(running, 20) == 0
+
+
+# -- ls, logs, headless, replicas --------------------------------------------------------
+
+
+def write_cluster_run(home: Path, run_id: str, workers: int) -> Path:
+    """A finished cluster run's directory as the supervisor leaves it."""
+    run_dir = home / "runs" / run_id
+    settings = cluster_config({"workers": workers}).model_dump(mode="json")
+    events = [
+        {"type": "run", "t": 1.0, "run_id": run_id, "name": "mw", "config_path": "c",
+         "supervisor_pid": 1, "host": "h", "settings": settings},
+        {"type": "attempt", "t": 2.0, "attempt": 1, "settings": settings, "fresh": True,
+         "reason": "start", "config_path": "c"},
+        {"type": "step", "t": 3.0, "attempt": 1, "worker": 1, "step": 7, "micro_step": 7,
+         "epoch": 0, "loss": 0.5, "lr": 0.1, "examples": 64, "position": 1, "step_time_ms": 1.0,
+         "input_wait_ms": 0.0, "grad_sync_bytes": 0},
+        {"type": "status", "t": 4.0, "attempt": 1, "status": "finished", "exit_code": 0},
+    ]
+    for index in range(workers):
+        directory = run_dir / "workers" / str(index) if index else run_dir
+        directory.mkdir(parents=True)
+        (directory / "trainer.log").write_text(f"log of worker {index}\n")
+    with open(run_dir / "events.jsonl", "w") as fh:
+        for seq, event in enumerate(events):
+            fh.write(json.dumps({"v": 1, "seq": seq, **event}) + "\n")
+    return run_dir
+
+
+def test_ls_shows_a_cluster_runs_workers(home: Path) -> None:
+    write_cluster_run(home, "1121-mwms", 2)
+    listed = gpuwatch("ls", check=True).stdout
+    (row,) = [line for line in listed.splitlines() if line.startswith("1121-mwms")]
+    assert row.split()[2] == "finished" and row.endswith("workers=2")
+    (line,) = gpuwatch("ls", "--json", check=True).stdout.splitlines()
+    info = json.loads(line)
+    assert info["workers"] == 2
+    assert info["step"] == 0, "the run's step is the chief's: worker 1's step is not it"
+
+
+def test_logs_prints_one_workers_log_and_refuses_a_worker_that_does_not_exist(
+    home: Path,
+) -> None:
+    write_cluster_run(home, "1121-mwms", 2)
+    assert gpuwatch("logs", "1121-mwms", check=True).stdout == "log of worker 0\n"
+    assert gpuwatch("logs", "1121-mwms", "--worker", "1", check=True).stdout == (
+        "log of worker 1\n"
+    )
+    missing = gpuwatch("logs", "1121-mwms", "--worker", "2")
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == (
+        "gpuwatch: run 1121-mwms has no worker 2: it has workers 0 to 1"
+    )
+
+
+def test_headless_summary_says_how_many_workers() -> None:
+    from gpuwatch.headless import summary_line, workers_of
+    from gpuwatch.runstate import RunState
+
+    settings = cluster_config({"workers": 3}).model_dump(mode="json")
+    assert workers_of([{"type": "attempt", "settings": settings}]) == 3
+    assert workers_of([{"type": "step"}], 3) == 3
+    assert workers_of([{"type": "run", "settings": RunConfig().model_dump(mode="json")}], 3) == 1
+    assert summary_line(RunState(), 3).endswith(" attempt=0 workers=3")
+    assert summary_line(RunState()).endswith(" workers=1")
+
+
+def test_a_cpu_cluster_runs_one_replica_per_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from gpuwatch.config import expected_replicas
+
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML: no GPU
+    assert expected_replicas(cluster_config({"workers": 3})) == 3
+    assert expected_replicas(RunConfig()) == 2

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Literal
 
 from gpuwatch.config import ConfigError
+from gpuwatch.runs import worker_dir
 from gpuwatch.supervisor.launch import WorkerLaunch, tf_config
 from trainer_runtime.schema import LOCAL_HOSTS, RunConfig
 
@@ -57,11 +58,6 @@ class WorkerPlan:
     @property
     def is_chief(self) -> bool:
         return self.index == 0
-
-
-def worker_dir(run_dir: Path, index: int) -> Path:
-    """The chief's files are the run's; worker i's are under workers/<i>/."""
-    return run_dir if index == 0 else run_dir / "workers" / str(index)
 
 
 def ssh_prefix(host: str, ssh_options: Sequence[str] = ()) -> tuple[str, ...]:
