@@ -133,8 +133,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             _err(f"--max-steps must be at least 1 (got {args.max_steps})")
             return EXIT_USAGE
         overrides.append(f"train.max_steps={args.max_steps}")
+    from gpuwatch.supervisor.cluster import plan_workers
+
     try:
         loaded = load_config(args.config, overrides)
+        # A cluster that cannot launch from here (slurm outside an allocation) says so now.
+        plan_workers(loaded.config, Path("."), env=os.environ)
         check_replicas(
             loaded.config,
             expected_replicas(loaded.config),

@@ -368,9 +368,13 @@ async def test_a_relaunch_cannot_change_the_cluster(
     running = asyncio.create_task(sup.run())
     await until(lambda: sup.status == "running", "every worker to say hello")
     async with RunClient(sup.socket_path) as client:
-        with pytest.raises(CommandError, match="cluster settings cannot change"):
+        with pytest.raises(CommandError, match=r"cluster workers, hosts.*cannot change"):
             await client.command("relaunch", overrides={"cluster.workers": 3})
         assert sup.attempt == 1
+        # The collective's timeout reaches the trainers through the attempt's config.
+        reply = await client.command("relaunch", overrides={"cluster.timeout_s": 5})
+        assert reply["attempt"] == 2
+        await until(lambda: sup.status == "running", "attempt 2 to run")
         await client.command("stop")
     assert await asyncio.wait_for(running, 20) == 0
 
@@ -448,3 +452,16 @@ def test_a_cpu_cluster_runs_one_replica_per_worker(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(sys.modules, "pynvml", None)  # no NVML: no GPU
     assert expected_replicas(cluster_config({"workers": 3})) == 3
     assert expected_replicas(RunConfig()) == 2
+
+
+def test_train_with_slurm_outside_an_allocation_says_so_and_starts_nothing(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("SLURM_JOB_ID", "SLURM_JOB_NODELIST", "SLURM_JOB_NUM_NODES"):
+        monkeypatch.delenv(name, raising=False)
+    config = tmp_path / "slurm.yaml"
+    config.write_text(TINY.read_text() + "cluster:\n  launcher: slurm\n  workers: 2\n")
+    proc = gpuwatch("train", str(config), "--detach")
+    assert proc.returncode == 2
+    assert "not inside a Slurm allocation" in proc.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())

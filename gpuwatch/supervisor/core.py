@@ -373,10 +373,11 @@ class Supervisor:
 
     async def relaunch(self, config: RunConfig, *, fresh: bool) -> int:
         """Stop the trainers (not a terminal status), then start the next attempt."""
-        if config.cluster != self.config.cluster:
+        if topology(config) != topology(self.config):
             raise ValueError(
-                "cluster settings cannot change on a relaunch (its workers are this run's); "
-                "start a new run with gpuwatch train"
+                "cluster workers, hosts, launcher, ports, python and ssh_options cannot "
+                "change on a relaunch (the agents are this run's); start a new run with "
+                "gpuwatch train"
             )
         self._relaunching = True
         try:
@@ -478,6 +479,17 @@ class Supervisor:
 
     async def _read_trainer(self, sock: socket.socket, attempt: int) -> None:
         await self.agents[0].read_frames(sock, attempt)
+
+
+def topology(config: RunConfig) -> tuple[Any, ...] | None:
+    """What a run's agents are made from: fixed for the run (a worker's data, the collective
+    and its timeout reach the trainers through each attempt's config, so they may change)."""
+    cluster = config.cluster
+    if cluster is None:
+        return None
+    hosts = tuple(worker.host for worker in cluster.workers)
+    ports = tuple(cluster.ports) if cluster.ports is not None else None
+    return (cluster.launcher, hosts, ports, cluster.python, tuple(cluster.ssh_options))
 
 
 def main(argv: list[str] | None = None) -> int:
