@@ -68,6 +68,13 @@ def build_parser() -> argparse.ArgumentParser:
     logs = sub.add_parser("logs", help="print a run's trainer log")
     logs.add_argument("run", help="run id or a unique prefix of it")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing as it grows")
+    logs.add_argument(
+        "--worker",
+        type=int,
+        default=0,
+        metavar="I",
+        help="a cluster run's worker I (0, the chief, by default)",
+    )
 
     sub.add_parser("doctor", help="check Python, TensorFlow, NVML and the GPUs")
     return parser
@@ -126,8 +133,12 @@ def cmd_train(args: argparse.Namespace) -> int:
             _err(f"--max-steps must be at least 1 (got {args.max_steps})")
             return EXIT_USAGE
         overrides.append(f"train.max_steps={args.max_steps}")
+    from gpuwatch.supervisor.cluster import plan_workers
+
     try:
         loaded = load_config(args.config, overrides)
+        # A cluster that cannot launch from here (slurm outside an allocation) says so now.
+        plan_workers(loaded.config, Path("."), env=os.environ)
         check_replicas(
             loaded.config,
             expected_replicas(loaded.config),
@@ -320,9 +331,10 @@ def cmd_ls(args: argparse.Namespace) -> int:
     print(header)
     for info in infos:
         rate = f"{info.examples_per_s:,.0f}" if info.examples_per_s else "-"
+        workers = f"  workers={info.workers}" if info.workers > 1 else ""
         print(
             f"{info.run_id:<10} {info.name[:12]:<12} {info.status:<9} {info.attempt:>7} "
-            f"{info.step:>8} {rate:>9}  {_format_age(info.started)}"
+            f"{info.step:>8} {rate:>9}  {_format_age(info.started)}{workers}"
         )
         if info.status in FAILED_STATUSES and info.message:
             print(f"{'':<10} {info.message}")
@@ -394,10 +406,14 @@ def _release(info: RunInfo) -> int:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from gpuwatch.runs import read_run_info, resolve_run
+    from gpuwatch.runs import read_run_info, resolve_run, worker_dir
 
     info = resolve_run(args.run)  # RunError: main() prints it, exit 2
-    path = info.run_dir / "trainer.log"
+    if not 0 <= args.worker < info.workers:
+        workers = "one worker (0)" if info.workers == 1 else f"workers 0 to {info.workers - 1}"
+        _err(f"run {info.run_id} has no worker {args.worker}: it has {workers}")
+        return EXIT_USAGE
+    path = worker_dir(info.run_dir, args.worker) / "trainer.log"
     if not path.exists():
         _err(f"run {info.run_id} has no trainer log yet ({path})")
         return EXIT_FAILED

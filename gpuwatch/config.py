@@ -250,10 +250,14 @@ def expected_replicas(config: RunConfig) -> int:
 
     The GPUs are counted by gpuwatch.sampling (the one part of gpuwatch that talks to
     NVML): NVML's devices narrowed by CUDA_VISIBLE_DEVICES; any NVML failure counts as none.
+    A cluster (MultiWorkerMirroredStrategy) runs one CPU replica per worker, or each
+    worker's GPUs, counted as this host's (every host is taken to have as many).
     """
     from gpuwatch.sampling import visible_gpu_count  # lazily: psutil and NVML only when asked
 
     gpus = visible_gpu_count()
+    if config.cluster is not None:
+        return config.cluster.count * max(gpus, 1)
     return gpus if gpus > 0 else config.strategy.cpu_replicas
 
 

@@ -3,8 +3,9 @@
 `gpuwatch train CONFIG --headless [--max-steps N]` runs the same supervisor and
 trainer as the dashboard; this client prints a line every few seconds and,
 when the run ends, `summary: steps=N examples_per_s=X input_wait_pct=Y
-replicas=R attempt=A`. Exit 0 when the run finished (or was stopped), 1 when
-the trainer crashed or the supervisor was lost (with the tail of the error).
+replicas=R attempt=A workers=W` (W: a cluster's workers, 1 on one host). Exit 0
+when the run finished (or was stopped), 1 when the trainer crashed or the
+supervisor was lost (with the tail of the error).
 Ctrl-C stops the run (the trainer checkpoints first).
 """
 
@@ -15,11 +16,11 @@ import contextlib
 import signal
 import sys
 import time
-from typing import TextIO
+from typing import Any, TextIO
 
 from gpuwatch.advisor import VERDICTS, input_bound_level
 from gpuwatch.client import ClientError, ConnectionLost, RunClient
-from gpuwatch.runs import RunInfo
+from gpuwatch.runs import RunInfo, workers_in
 from gpuwatch.runstate import RunState
 
 PROGRESS_EVERY_S = 3.0
@@ -44,20 +45,31 @@ def progress_line(state: RunState) -> str:
     )
 
 
-def summary_line(state: RunState) -> str:
+def summary_line(state: RunState, workers: int = 1) -> str:
     current = state.current
     rate = current.median_examples_per_s if current else None
     wait = current.input_wait_pct if current else None
     steps = state.last_step.step if state.last_step else 0
     return (
         f"summary: steps={steps} examples_per_s={_fmt(rate, '.1f')} "
-        f"input_wait_pct={_fmt(wait, '.1f')} replicas={state.replicas} attempt={state.attempt}"
+        f"input_wait_pct={_fmt(wait, '.1f')} replicas={state.replicas} attempt={state.attempt} "
+        f"workers={workers}"
     )
+
+
+def workers_of(events: list[dict[str, Any]], workers: int = 1) -> int:
+    """The workers the latest run or attempt event in `events` asks for (else `workers`)."""
+    for event in events:
+        if event.get("type") in ("run", "attempt"):
+            settings = event.get("settings")
+            workers = workers_in(settings if isinstance(settings, dict) else None)
+    return workers
 
 
 async def follow(info: RunInfo, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
     assert info.socket_path is not None
     state = RunState()
+    workers = 1  # from the recorded settings: RunState does not count workers
     client = RunClient(info.socket_path)
     stopping = False
     loop = asyncio.get_running_loop()
@@ -87,6 +99,7 @@ async def follow(info: RunInfo, out: TextIO = sys.stdout, err: TextIO = sys.stde
             except TimeoutError:
                 batch = []
             state.apply_many(batch)
+            workers = workers_of(batch, workers)
             if state.terminal and state.attempt > 0:
                 break
             if time.monotonic() - last_print >= PROGRESS_EVERY_S:
@@ -95,14 +108,14 @@ async def follow(info: RunInfo, out: TextIO = sys.stdout, err: TextIO = sys.stde
     except ConnectionLost as exc:
         print(progress_line(state), file=out, flush=True)
         print(f"gpuwatch: lost the run's supervisor: {exc}", file=err)
-        print(summary_line(state), file=out, flush=True)
+        print(summary_line(state, workers), file=out, flush=True)
         return 1
     finally:
         loop.remove_signal_handler(signal.SIGINT)
         loop.remove_signal_handler(signal.SIGTERM)
         await client.close()
     print(progress_line(state), file=out, flush=True)
-    print(summary_line(state), file=out, flush=True)
+    print(summary_line(state, workers), file=out, flush=True)
     error = state.error
     if (
         state.status == "crashed"

@@ -10,6 +10,7 @@ Layout under ``$GPUWATCH_HOME`` (default ``$XDG_STATE_HOME/gpuwatch``, i.e.
     runs/<run-id>/supervisor.log     the supervisor's own log
     runs/<run-id>/supervisor.json    pid and socket path of the live supervisor
     runs/<run-id>/checkpoints/       tf.train.CheckpointManager's directory
+    runs/<run-id>/workers/<i>/       a cluster's worker i > 0: its trainer.log, scratch
     sock/<run-id>.sock               the supervisor's socket (dir 0700, socket 0600)
 
 The socket directory is not under /run/user (logind deletes it at logout). When
@@ -84,6 +85,11 @@ def create_run_dir(home: Path | None = None) -> tuple[str, Path]:
     raise RunError(f"could not make a new run directory under {root}")
 
 
+def worker_dir(run_dir: Path, index: int) -> Path:
+    """A worker's own directory: the chief's (worker 0) is the run's, worker i's workers/<i>/."""
+    return run_dir if index == 0 else run_dir / "workers" / str(index)
+
+
 def ensure_private_dir(path: Path) -> Path:
     """Create a 0700 directory we own; refuse one that someone else owns or others can enter."""
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -154,6 +160,7 @@ class RunInfo:
     socket_path: Path | None
     exit_code: int | None = None
     message: str | None = None
+    workers: int = 1  # a cluster run's workers (MultiWorkerMirroredStrategy); 1: one host
 
     @property
     def live(self) -> bool:
@@ -172,6 +179,7 @@ class RunInfo:
             "supervisor_pid": self.supervisor_pid,
             "exit_code": self.exit_code,
             "message": self.message,
+            "workers": self.workers,
         }
 
 
@@ -209,11 +217,13 @@ def read_run_info(run_dir: Path) -> RunInfo:
     exit_code: int | None = None
     message: str | None = None
     rates: list[float] = []
+    workers = 1
     head = _head_event(run_dir / "events.jsonl")
     if head is not None:
         envelope, run = head
         name = run.name or name
         started = envelope.t
+        workers = workers_in(run.settings)
     for raw in _tail_lines(run_dir / "events.jsonl"):
         try:
             _, event = parse_event(decode(raw))
@@ -224,7 +234,8 @@ def read_run_info(run_dir: Path) -> RunInfo:
             exit_code, message = event.exit_code, event.message
         elif isinstance(event, Attempt):
             attempt = event.attempt
-        elif isinstance(event, Step):
+            workers = workers_in(event.settings)
+        elif isinstance(event, Step) and event.worker == 0:  # the run's figures: the chief's
             step = event.step
             if event.examples_per_s is not None:
                 rates.append(event.examples_per_s)
@@ -261,7 +272,15 @@ def read_run_info(run_dir: Path) -> RunInfo:
         socket_path=Path(sock) if sock else None,
         exit_code=exit_code,
         message=message,
+        workers=workers,
     )
+
+
+def workers_in(settings: dict[str, Any] | None) -> int:
+    """How many workers a run's recorded settings ask for (1 without a cluster section)."""
+    cluster = (settings or {}).get("cluster")
+    workers = cluster.get("workers") if isinstance(cluster, dict) else None
+    return len(workers) if isinstance(workers, list) and workers else 1
 
 
 def _as_int(value: Any, default: Any) -> Any:

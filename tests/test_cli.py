@@ -12,7 +12,7 @@ from tests.conftest import TINY, gpuwatch
 
 SUMMARY = re.compile(
     r"^summary: steps=(\d+) examples_per_s=([\d.]+) input_wait_pct=([\d.]+) "
-    r"replicas=(\d+) attempt=(\d+)$",
+    r"replicas=(\d+) attempt=(\d+) workers=(\d+)$",
     re.M,
 )
 
@@ -23,8 +23,8 @@ def test_demo_runs_headless_for_30_steps_on_two_replicas(home: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     match = SUMMARY.search(proc.stdout)
     assert match, proc.stdout
-    steps, rate, wait, replicas, attempt = match.groups()
-    assert int(steps) == 30 and int(replicas) == 2 and int(attempt) == 1
+    steps, rate, wait, replicas, attempt, workers = match.groups()
+    assert int(steps) == 30 and int(replicas) == 2 and int(attempt) == 1 and int(workers) == 1
     assert float(rate) > 0 and 0.0 <= float(wait) <= 100.0
     # The summary's figures are the trainer's own measurements, not made up: recompute
     # input wait from events.jsonl (steps after the 5 warm-up steps).

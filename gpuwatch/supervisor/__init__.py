@@ -13,6 +13,8 @@ group, talking over a socketpair.
 The parts, each usable alone:
   eventlog.py   events.jsonl (seq = line number), replay in chunks, state.json
   agent.py      one trainer process and its host's device sampler
+  cluster.py    pure: a cluster run's workers, their launchers and TF_CONFIG / Slurm env
+  launch.py     pure: what one worker's trainer needs to join its cluster
   exits.py      pure: how a trainer's exit becomes the run's status
   hub.py        the socket: connections, peer uid, subscribe, fan-out, back-pressure
   commands.py   typed commands (parse_command) carried out and answered

@@ -19,7 +19,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -70,6 +70,7 @@ class LocalAgent:
         trainer_module: str = "trainer_runtime",
         worker_dir: Path | None = None,
         sample: bool = True,
+        trainer_args: Sequence[str] = (),
     ) -> None:
         self.index = index
         self.trainer_module = trainer_module  # run as `python -m`; tests give a stand-in
@@ -79,6 +80,12 @@ class LocalAgent:
         self.worker_dir = worker_dir or run_dir
         self.log_path = self.worker_dir / "trainer.log"
         self.sample = sample  # workers on one host: only one of them samples it
+        # More arguments for every attempt's trainer (a local worker's --chief-dir).
+        self.trainer_args = tuple(trainer_args)
+        self.host = "localhost"
+        self._reserved_port: socket.socket | None = None
+        # Other local workers on this host: the sampler counts their processes as the run's.
+        self.host_peers: list[LocalAgent] = []
         self._on_frame = on_frame
         self._on_exit = on_exit
         self.process: asyncio.subprocess.Process | None = None
@@ -109,6 +116,23 @@ class LocalAgent:
 
     # -- the trainer process -------------------------------------------------------
 
+    async def prepare(self) -> tuple[str, int]:
+        """The host other workers dial this one's trainer on, and a free port there.
+
+        The port stays bound (not listening) until start(), so the local workers of
+        one attempt never get the same one; the trainer binds it once it is free.
+        """
+        self._release_port()
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        self._reserved_port = sock
+        return self.host, sock.getsockname()[1]
+
+    def _release_port(self) -> None:
+        if self._reserved_port is not None:
+            self._reserved_port.close()
+            self._reserved_port = None
+
     async def start(
         self,
         attempt: int,
@@ -121,6 +145,7 @@ class LocalAgent:
 
         launch: this worker's place in a cluster (None: a single-host run).
         """
+        self._release_port()
         try:
             self.worker_dir.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "ab") as log_file:  # noqa: ASYNC230 - one short line
@@ -135,6 +160,7 @@ class LocalAgent:
         cmd += ["--config", str(config_path), "--attempt", str(attempt)]
         if launch is not None:
             cmd += ["--worker", str(launch.index)]
+        cmd += self.trainer_args
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         cmd += ["--telemetry-fd", str(child_sock.fileno())]
         if fresh:
@@ -279,7 +305,14 @@ class LocalAgent:
         self._sampler.join(timeout_s)
 
     def _run_pids(self) -> set[int]:
-        """The trainer and everything it forked: whose GPU memory counts as the run's."""
+        """The run's processes on this host: whose GPU memory counts as the run's."""
+        pids = self._own_pids()
+        for peer in self.host_peers:
+            pids |= peer._own_pids()
+        return pids
+
+    def _own_pids(self) -> set[int]:
+        """The trainer and everything it forked."""
         proc = self.process
         if proc is None:
             return set()

@@ -24,6 +24,7 @@ from typing import Any
 from gpuwatch import runs
 from gpuwatch.config import ConfigError, dump_config, expected_replicas, load_config
 from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
+from gpuwatch.supervisor.cluster import ClusterError, WorkerPlan, plan_workers, worker_launches
 from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
@@ -47,12 +48,22 @@ log = logging.getLogger("gpuwatch.supervisor")
 STOP_GRACE_S = float(os.environ.get("GPUWATCH_STOP_GRACE_S", "30"))
 # After the run ends, stay up this long with no dashboard attached (relaunch stays possible).
 LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "600"))
+# A cluster's attempt that failed: how long the other workers get between SIGTERM and
+# SIGKILL (a trainer blocked in a collective never reaches its SIGTERM check).
+WORKER_KILL_GRACE_S = float(os.environ.get("GPUWATCH_WORKER_KILL_GRACE_S", "5"))
 
 
 class Supervisor:
     """One run: its record, its dashboards, and its agents (one per trainer host)."""
 
-    def __init__(self, run_dir: Path, socket_path: Path, *, fresh: bool = False) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        socket_path: Path,
+        *,
+        fresh: bool = False,
+        trainer_module: str = "trainer_runtime",
+    ) -> None:
         self.run_dir = run_dir
         self.run_id = run_dir.name
         self.socket_path = socket_path
@@ -62,24 +73,71 @@ class Supervisor:
         self.events = EventLog(run_dir)
         self.commands = Commands(self)
         self.hub = ClientHub(socket_path, self.events, self.commands.answer)
-        # A single-host run has one agent; agent 0 is the chief.
-        self.agents = [
-            LocalAgent(
-                0,
-                run_dir,
-                on_frame=self._on_trainer_frame,
-                on_exit=self._on_trainer_exit,
-                on_sample=self._on_sample,
-            )
-        ]
+        # A single-host run has one agent; a cluster one per worker. Agent 0 is the chief.
+        # ClusterError (a ConfigError) when the cluster cannot be launched from here.
+        self.plans = plan_workers(self.config, run_dir, env=os.environ)
+        self.agents: list[Any] = [self._make_agent(plan, trainer_module) for plan in self.plans]
+        for agent in self.agents:  # one sampler per host counts all the run's processes there
+            if isinstance(agent, LocalAgent) and agent.sample:
+                agent.host_peers = [
+                    a for a in self.agents if isinstance(a, LocalAgent) and a is not agent
+                ]
+        self._hosts = [plan.host for plan in self.plans]  # a worker's host, for messages
         self.status = "starting"
         self.attempt = 0
         self.last_step = 0
         self.stop_requested = False
         self._relaunching = False
+        # This attempt, in a cluster: who said hello, who exited how, the worker that failed.
+        self._hellos: set[int] = set()
+        self._exits: dict[int, TrainerExit] = {}
+        self._failed_worker: int | None = None
+        self._straggler_timer: asyncio.TimerHandle | None = None
+        self._last_step_before = 0  # the chief's step when the attempt started
         self._finished = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks = TaskSet()
+
+    @property
+    def clustered(self) -> bool:
+        return self.config.cluster is not None
+
+    def _make_agent(self, plan: WorkerPlan, trainer_module: str) -> Any:
+        """A LocalAgent for a worker on this host, a RemoteAgent (ssh, srun) for the others."""
+        if plan.kind == "local":
+            clustered = self.config.cluster is not None
+            return LocalAgent(
+                plan.index,
+                self.run_dir,
+                on_frame=self._on_trainer_frame,
+                on_exit=self._on_trainer_exit,
+                on_sample=self._on_sample,
+                trainer_module=trainer_module,
+                worker_dir=plan.worker_dir,
+                sample=plan.sample,
+                # A local worker finds the chief's checkpoints in the run directory.
+                trainer_args=("--chief-dir", str(self.run_dir)) if clustered else (),
+            )
+        try:  # the remote agent is only needed for a cluster over ssh or srun
+            from gpuwatch.supervisor.remote import RemoteAgent  # type: ignore[import-not-found,unused-ignore]
+        except ImportError as exc:
+            raise ClusterError(
+                f"cluster.workers[{plan.index}] runs on {plan.host}, but this gpuwatch cannot "
+                f"start remote workers ({exc})"
+            ) from None
+        cluster = self.config.cluster
+        assert cluster is not None
+        return RemoteAgent(
+            plan.index,
+            plan.worker_dir,
+            argv_prefix=list(plan.argv_prefix),
+            python=cluster.python or sys.executable,
+            on_frame=self._on_trainer_frame,
+            on_exit=self._on_trainer_exit,
+            on_sample=self._on_sample,
+            sample=plan.sample,
+            trainer_module=trainer_module,
+        )
 
     # -- the record ---------------------------------------------------------------
 
@@ -98,6 +156,13 @@ class Supervisor:
         t = self.record(event)
         self.events.write_state(event, t, self.last_step)
 
+    def _set_exit_status(self, status: str, fields: dict[str, Any]) -> None:
+        try:
+            self.set_status(status, **fields)
+        except ProtocolError:  # it cannot be too big (exits.py bounds it); never lose a status
+            short = {"message": str(fields.get("message"))[:500], "worker": fields.get("worker")}
+            self.set_status(status, **short)
+
     def status_fields(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
@@ -105,6 +170,8 @@ class Supervisor:
             "attempt": self.attempt,
             "step": self.last_step,
             "trainer_pid": self.agents[0].pid,
+            "workers": len(self.agents),
+            "worker_pids": [agent.pid for agent in self.agents],
             "supervisor_pid": os.getpid(),
             "bad_frames": self.bad_frames,
             "dropped_clients": self.hub.dropped_clients,
@@ -120,28 +187,96 @@ class Supervisor:
     def _on_trainer_frame(self, index: int, event: Event, t: float | None) -> None:
         if isinstance(event, Hello):
             self.record(event, t)
-            self.set_status("running")
+            self._hellos.add(index)
+            # Running once every worker is up (a cluster's first steps wait for all).
+            if len(self._hellos) == len(self.agents) and self.status == "starting":
+                self.set_status("running")
             return
         if isinstance(event, Step):
-            self.last_step = event.step
+            if index == 0:  # the run's step is the chief's
+                self.last_step = event.step
         elif isinstance(event, Resume):
-            event = replace(event, lost_steps=max(0, self.last_step - event.from_step))
+            # Every worker resumes from the chief's checkpoint: lost against the chief's step.
+            lost = max(0, self._last_step_before - event.from_step)
+            event = replace(event, lost_steps=lost)
         self.record(event, t)
 
     def _on_trainer_exit(self, index: int, ended: TrainerExit) -> None:
         status, fields = exit_status(
             ended, relaunching=self._relaunching, stop_requested=self.stop_requested
         )
-        try:
-            self.set_status(status, **fields)
-        except ProtocolError:  # it cannot be too big (exits.py bounds it); never lose a status
-            self.set_status(status, message=str(fields.get("message"))[:500])
+        if not self.clustered:
+            self._set_exit_status(status, fields)
+            return
+        self._exits[index] = ended
+        if self._failed_worker is not None:
+            return  # the attempt has its status: the worker that failed first
+        asked = self._relaunching or self.stop_requested
+        if status == "crashed" and not asked:
+            self._fail(index, fields)
+            return
+        others = [agent.index for agent in self.agents if agent.running and agent.index != index]
+        if others:
+            if not asked and self._straggler_timer is None and self.loop is not None:
+                # A finished or stopped worker: the others should end at the same step. Those
+                # still up after the collective timeout are stuck without it.
+                cluster = self.config.cluster
+                assert cluster is not None
+                self._straggler_timer = self.loop.call_later(
+                    cluster.timeout_s, self._stragglers, index, ended
+                )
+            return
+        # The last worker out: the run's status is the chief's ending (one status).
+        self._cancel_straggler_timer()
+        chief = self._exits.get(0, ended)
+        status, fields = exit_status(
+            chief, relaunching=self._relaunching, stop_requested=self.stop_requested
+        )
+        if status == "crashed":
+            fields = {**fields, "worker": 0, "message": f"{self._who(0)}: {fields['message']}"}
+        self._set_exit_status(status, fields)
+
+    def _who(self, index: int) -> str:
+        return f"worker {index} ({self._hosts[index]})"
+
+    def _fail(self, index: int, fields: dict[str, Any]) -> None:
+        """One worker failed: the attempt is over (crashed, naming it) and the others stop."""
+        self._failed_worker = index
+        self._cancel_straggler_timer()
+        message = f"{self._who(index)}: {fields.get('message') or 'failed'}"
+        self._set_exit_status("crashed", {**fields, "message": message, "worker": index})
+        self._tasks.spawn(self._stop_workers(WORKER_KILL_GRACE_S))
+
+    def _stragglers(self, index: int, ended: TrainerExit) -> None:
+        self._straggler_timer = None
+        others = [agent.index for agent in self.agents if agent.running]
+        asked = self._relaunching or self.stop_requested
+        if not others or asked or self._failed_worker is not None:
+            return
+        how = ended.done_reason or f"code {ended.returncode}"
+        names = ", ".join(self._who(i) for i in others)
+        self._fail(
+            index,
+            {
+                "exit_code": ended.returncode if ended.returncode >= 0 else None,
+                "message": f"exited ({how}) while {names} still ran; stopped them",
+            },
+        )
+
+    def _cancel_straggler_timer(self) -> None:
+        if self._straggler_timer is not None:
+            self._straggler_timer.cancel()
+            self._straggler_timer = None
+
+    async def _stop_workers(self, grace_s: float) -> None:
+        """Stop every worker still up: SIGTERM, then SIGKILL after grace_s."""
+        await asyncio.gather(*(agent.stop(grace_s) for agent in self.agents))
 
     def _on_sample(self, index: int, fields: dict[str, Any]) -> None:
         # A finished run lingering for a relaunch records no more samples: the record
         # stays about training, and does not grow while nothing runs.
         if self.trainer_running or self.status not in TERMINAL_STATUSES:
-            self.record(Sample(**fields))
+            self.record(Sample(**{**fields, "worker": index}))
 
     # -- attempts -----------------------------------------------------------------
 
@@ -151,12 +286,9 @@ class Supervisor:
 
     def replicas_for(self, config: RunConfig) -> int:
         """Replicas the trainers reported, or what the config asks for before they have."""
-        total = 0
-        for agent in self.agents:
-            if not agent.replicas:
-                return expected_replicas(config)
-            total += agent.replicas
-        return total
+        # The chief's hello says the run's replicas (in a cluster: all workers' together).
+        replicas: int | None = self.agents[0].replicas
+        return replicas or expected_replicas(config)
 
     async def start_attempt(self, config: RunConfig, *, fresh: bool, reason: str) -> int:
         self.attempt += 1
@@ -178,12 +310,55 @@ class Supervisor:
             )
         )
         self.set_status("starting")
-        try:
-            for agent in self.agents:
-                await agent.start(attempt, attempt_path, fresh=fresh)
-        except AgentStartError as exc:
-            self.set_status("crashed", message=str(exc))
+        self._hellos = set()
+        self._exits = {}
+        self._failed_worker = None
+        self._cancel_straggler_timer()
+        self._last_step_before = self.last_step
+        if not self.clustered:
+            try:
+                await self.agents[0].start(attempt, attempt_path, fresh=fresh)
+            except AgentStartError as exc:
+                self.set_status("crashed", message=str(exc))
+            return attempt
+        await self._start_workers(attempt, attempt_path, fresh=fresh)
         return attempt
+
+    async def _start_workers(self, attempt: int, attempt_path: Path, *, fresh: bool) -> None:
+        """Prepare every agent (fresh ports), then start each worker with its launch, chief first.
+
+        A worker that cannot be prepared or started fails the attempt: the ones already
+        started are stopped.
+        """
+        index = 0
+        try:
+            results = await asyncio.gather(
+                *(agent.prepare() for agent in self.agents), return_exceptions=True
+            )
+            prepared: list[tuple[str, int]] = []
+            for i, result in enumerate(results):
+                if isinstance(result, BaseException):
+                    index = i  # the worker the failure names
+                    raise result
+                prepared.append(result)
+            for plan, (host, _) in zip(self.plans, prepared, strict=True):
+                if plan.kind == "remote":
+                    self._hosts[plan.index] = host  # e.g. the slurm node's own name
+            launches = worker_launches(
+                self.config, self.plans, prepared, env=os.environ, this_host=socket.getfqdn()
+            )
+            for index, agent in enumerate(self.agents):
+                if self._failed_worker is not None:
+                    break  # one already started has failed: start no more
+                await agent.start(attempt, attempt_path, fresh=fresh, launch=launches[index])
+        except (AgentStartError, OSError) as exc:
+            if self._failed_worker is None:
+                self._failed_worker = index
+                self._set_exit_status(
+                    "crashed", {"message": f"{self._who(index)}: {exc}", "worker": index}
+                )
+        if self._failed_worker is not None:
+            await self._stop_workers(WORKER_KILL_GRACE_S)
 
     async def stop_trainers(self, grace_s: float = STOP_GRACE_S) -> None:
         """Stop every agent's trainer (SIGTERM, then SIGKILL after grace_s); return when gone."""
@@ -198,6 +373,12 @@ class Supervisor:
 
     async def relaunch(self, config: RunConfig, *, fresh: bool) -> int:
         """Stop the trainers (not a terminal status), then start the next attempt."""
+        if topology(config) != topology(self.config):
+            raise ValueError(
+                "cluster workers, hosts, launcher, ports, python and ssh_options cannot "
+                "change on a relaunch (the agents are this run's); start a new run with "
+                "gpuwatch train"
+            )
         self._relaunching = True
         try:
             await self.stop_trainers()
@@ -298,6 +479,17 @@ class Supervisor:
 
     async def _read_trainer(self, sock: socket.socket, attempt: int) -> None:
         await self.agents[0].read_frames(sock, attempt)
+
+
+def topology(config: RunConfig) -> tuple[Any, ...] | None:
+    """What a run's agents are made from: fixed for the run (a worker's data, the collective
+    and its timeout reach the trainers through each attempt's config, so they may change)."""
+    cluster = config.cluster
+    if cluster is None:
+        return None
+    hosts = tuple(worker.host for worker in cluster.workers)
+    ports = tuple(cluster.ports) if cluster.ports is not None else None
+    return (cluster.launcher, hosts, ports, cluster.python, tuple(cluster.ssh_options))
 
 
 def main(argv: list[str] | None = None) -> int:

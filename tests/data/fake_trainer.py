@@ -7,11 +7,16 @@ What it does is the word in $GPUWATCH_FAKE_TRAINER (the --config file is not rea
   killed    hello, a step, "Fatal Python error: Aborted" on stderr, then SIGKILL itself
   hang      hello, then wait for SIGTERM; then done (signal), exit 0
   stubborn  hello, then ignore SIGTERM and wait to be killed
+
+A cluster's workers may do different things: "hang,1=killed" is hang for every worker
+but worker 1, which is killed. Each run writes its arguments and TF_CONFIG to
+launch-<attempt>.json in its --run-dir, for the tests to read.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import signal
 import socket
@@ -27,6 +32,16 @@ def step(attempt: int, number: int) -> Step:
                 grad_sync_bytes=0)
 
 
+def worker_mode(spec: str, worker: int) -> str:
+    """"hang,1=killed": worker 1 is killed, the others hang."""
+    default, *special = spec.split(",")
+    for item in special:
+        index, _, mode = item.partition("=")
+        if int(index) == worker:
+            return mode
+    return default
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--run-dir", required=True)
@@ -35,8 +50,12 @@ def main() -> int:
     parser.add_argument("--telemetry-fd", type=int, required=True)
     parser.add_argument("--fresh", action="store_true")
     parser.add_argument("--worker", type=int, default=0)
+    parser.add_argument("--chief-dir", default=None)
     args = parser.parse_args()
-    mode = os.environ["GPUWATCH_FAKE_TRAINER"]
+    mode = worker_mode(os.environ["GPUWATCH_FAKE_TRAINER"], args.worker)
+    with open(os.path.join(args.run_dir, f"launch-{args.attempt}.json"), "w") as fh:
+        json.dump({"argv": sys.argv[1:], "tf_config": os.environ.get("TF_CONFIG"),
+                   "pid": os.getpid()}, fh)
     sock = socket.socket(fileno=args.telemetry_fd)
     stop = threading.Event()
     if mode == "hang":
@@ -48,8 +67,8 @@ def main() -> int:
     sock.sendall(encode_event(Hello(
         attempt=attempt, pid=os.getpid(), tf_version="fake", replicas=2, device_kind="cpu",
         devices=["CPU:0", "CPU:1"], param_count=1, param_bytes=4, global_batch_size=64,
-        accumulation_steps=1, per_replica_batch=32, start_step=0, start_micro_step=0)))
-    sock.sendall(encode_event(step(attempt, 1)))
+        accumulation_steps=1, per_replica_batch=32, start_step=0, start_micro_step=0,
+        worker=args.worker)) + encode_event(step(attempt, 1)))  # one write: read together
     if mode == "finish":
         sock.sendall(encode_event(Done(attempt=attempt, reason="max_steps", step=1)))
         return 0

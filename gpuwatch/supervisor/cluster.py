@@ -1,0 +1,203 @@
+"""A run's workers, planned from its config: pure functions, no process, no socket.
+
+No ``cluster:`` section is one local worker in the run directory, as always. A
+cluster is one worker per entry of ``cluster.workers`` (worker 0 is the chief,
+in the run directory; worker i > 0 in ``workers/<i>/``). Each worker is run by
+an agent: a local one for a worker on this host, a remote one (over the user's
+own ``ssh``, or ``srun`` inside a Slurm allocation) for the others. One agent
+per host samples its devices.
+
+Per attempt, each worker gets a WorkerLaunch: TF_CONFIG with every worker's
+address (chief first) under the local and ssh launchers, Slurm's step
+variables under slurm (TensorFlow's SlurmClusterResolver reads them).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from gpuwatch.config import ConfigError
+from gpuwatch.runs import worker_dir
+from gpuwatch.supervisor.launch import WorkerLaunch, tf_config
+from trainer_runtime.schema import LOCAL_HOSTS, RunConfig
+
+AgentKind = Literal["local", "remote"]
+
+
+class ClusterError(ConfigError):
+    """A cluster that cannot be launched from here (e.g. slurm outside an allocation)."""
+
+
+@dataclass(frozen=True)
+class WorkerPlan:
+    """One worker: where it runs, how it is reached, and where its files go.
+
+    host: as the config gives it (user@host for ssh; "localhost" for a local worker;
+    "slurm node i" until the agent on that node says its name).
+    argv_prefix: the command that reaches the host (empty for a local worker); the
+    trainer's own command follows it (``remote_argv``).
+    sample: this worker's agent samples its host's devices (the first worker on each).
+    """
+
+    index: int
+    host: str
+    worker_dir: Path
+    kind: AgentKind
+    argv_prefix: tuple[str, ...] = ()
+    sample: bool = True
+
+    @property
+    def hostname(self) -> str:
+        """The host without its user@ part."""
+        return self.host.rpartition("@")[2]
+
+    @property
+    def is_chief(self) -> bool:
+        return self.index == 0
+
+
+def ssh_prefix(host: str, ssh_options: Sequence[str] = ()) -> tuple[str, ...]:
+    """ssh to `host`, the person's options first (ssh keeps an option's first value).
+
+    "--" ends ssh's options before the host, so no host is ever read as one (the
+    schema refuses a leading "-" too); BatchMode because a detached supervisor
+    has no terminal to type a password into.
+    """
+    return ("ssh", *ssh_options, "-o", "BatchMode=yes", "--", host)
+
+
+def srun_prefix(index: int) -> tuple[str, ...]:
+    """srun one task on node `index` of the current allocation, beside other steps."""
+    return ("srun", "--nodes=1", "--ntasks=1", f"--relative={index}", "--overlap", "--")
+
+
+def remote_argv(prefix: Sequence[str], command: Sequence[str]) -> list[str]:
+    """The whole argv for a command on the host `prefix` reaches.
+
+    ssh joins what follows the host into one line for the remote shell, so the
+    command goes as one shell-quoted word there; srun runs its argv as given.
+    """
+    if prefix and prefix[0] == "ssh":
+        return [*prefix, shlex.join(command)]
+    return [*prefix, *command]
+
+
+def plan_workers(
+    config: RunConfig, run_dir: Path, *, env: Mapping[str, str] | None = None
+) -> list[WorkerPlan]:
+    """The run's workers, chief first. env: the supervisor's (Slurm's variables), for slurm.
+
+    ClusterError when the cluster cannot be launched from here.
+    """
+    cluster = config.cluster
+    if cluster is None:
+        return [WorkerPlan(0, "localhost", run_dir, "local")]
+    count = cluster.count
+    if cluster.launcher == "slurm":
+        check_allocation(count, env or {})
+        return [
+            WorkerPlan(i, f"slurm node {i}", worker_dir(run_dir, i), "remote", srun_prefix(i))
+            for i in range(count)
+        ]
+    plans: list[WorkerPlan] = []
+    sampled: set[str] = set()
+    for i, worker in enumerate(cluster.workers):
+        local = cluster.launcher == "local" or worker.is_local
+        host = "localhost" if local else worker.host
+        key = "localhost" if local else worker.hostname
+        prefix = () if local else ssh_prefix(worker.host, cluster.ssh_options)
+        plans.append(
+            WorkerPlan(
+                i,
+                host,
+                worker_dir(run_dir, i),
+                "local" if local else "remote",
+                prefix,
+                sample=key not in sampled,
+            )
+        )
+        sampled.add(key)
+    return plans
+
+
+def check_allocation(workers: int, env: Mapping[str, str]) -> None:
+    """The supervisor is inside a Slurm allocation with a node for every worker."""
+    if not env.get("SLURM_JOB_ID") or not env.get("SLURM_JOB_NODELIST"):
+        raise ClusterError(
+            "cluster.launcher slurm: not inside a Slurm allocation (SLURM_JOB_ID is not "
+            "set); start gpuwatch under salloc or sbatch"
+        )
+    nodes_text = env.get("SLURM_JOB_NUM_NODES", "")
+    if not nodes_text.isdigit():
+        raise ClusterError(
+            f"cluster.launcher slurm: SLURM_JOB_NUM_NODES is {nodes_text!r}, not a number"
+        )
+    nodes = int(nodes_text)
+    if nodes < workers:
+        raise ClusterError(
+            f"cluster.workers: {workers} workers need {workers} nodes, but this allocation "
+            f"(job {env['SLURM_JOB_ID']}) has {nodes}; ask salloc/sbatch for --nodes={workers}"
+        )
+
+
+def slurm_env(index: int, workers: int, env: Mapping[str, str]) -> dict[str, str]:
+    """What TensorFlow's SlurmClusterResolver reads, for worker `index` of one task per node."""
+    return {
+        "SLURM_PROCID": str(index),
+        "SLURM_STEP_NUM_TASKS": str(workers),
+        "SLURM_STEP_NODELIST": env["SLURM_JOB_NODELIST"],
+        "SLURM_STEP_TASKS_PER_NODE": f"1(x{workers})",
+    }
+
+
+def tf_addresses(
+    plans: Sequence[WorkerPlan],
+    prepared: Sequence[tuple[str, int]],
+    *,
+    ports: Sequence[int] | None = None,
+    this_host: str = "localhost",
+) -> list[str]:
+    """Every worker's "host:port", chief first.
+
+    prepared: each agent's (host, free port); ports: the config's, which win.
+    When every worker is on this host, "localhost" will do; when some are
+    elsewhere, they must dial this host by its name (this_host).
+    """
+    all_local = all(plan.kind == "local" for plan in plans)
+    addresses = []
+    for plan, (host, port) in zip(plans, prepared, strict=True):
+        if ports is not None:
+            port = ports[plan.index]
+        if not all_local and host in LOCAL_HOSTS:
+            host = this_host
+        addresses.append(f"{host}:{port}")
+    return addresses
+
+
+def worker_launches(
+    config: RunConfig,
+    plans: Sequence[WorkerPlan],
+    prepared: Sequence[tuple[str, int]],
+    *,
+    env: Mapping[str, str] | None = None,
+    this_host: str = "localhost",
+) -> list[WorkerLaunch | None]:
+    """Each worker's launch for one attempt (None for a single-host run: no cluster env)."""
+    cluster = config.cluster
+    if cluster is None:
+        return [None for _ in plans]
+    count = len(plans)
+    if cluster.launcher == "slurm":
+        return [
+            WorkerLaunch(plan.index, count, slurm_env(plan.index, count, env or {}))
+            for plan in plans
+        ]
+    addresses = tf_addresses(plans, prepared, ports=cluster.ports, this_host=this_host)
+    return [
+        WorkerLaunch(plan.index, count, {"TF_CONFIG": tf_config(addresses, plan.index)})
+        for plan in plans
+    ]
