@@ -167,11 +167,15 @@ def tf_addresses(
     When every worker is on this host, "localhost" will do; when some are
     elsewhere, they must dial this host by its name (this_host).
     """
-    all_local = all(plan.kind == "local" for plan in plans)
+    all_local = all(plan.hostname in LOCAL_HOSTS for plan in plans)
     addresses = []
     for plan, (host, port) in zip(plans, prepared, strict=True):
         if ports is not None:
             port = ports[plan.index]
+        if plan.argv_prefix[:1] == ("ssh",):
+            # The name the config gives: this host reaches it, so the others can too
+            # (the agent's own gethostname() may not resolve anywhere else).
+            host = plan.hostname
         if not all_local and host in LOCAL_HOSTS:
             host = this_host
         addresses.append(f"{host}:{port}")

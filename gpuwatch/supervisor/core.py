@@ -24,7 +24,7 @@ from typing import Any
 from gpuwatch import runs
 from gpuwatch.config import ConfigError, dump_config, expected_replicas, load_config
 from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
-from gpuwatch.supervisor.cluster import ClusterError, WorkerPlan, plan_workers, worker_launches
+from gpuwatch.supervisor.cluster import WorkerPlan, plan_workers, worker_launches
 from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
@@ -118,18 +118,13 @@ class Supervisor:
                 # A local worker finds the chief's checkpoints in the run directory.
                 trainer_args=("--chief-dir", str(self.run_dir)) if clustered else (),
             )
-        try:  # the remote agent is only needed for a cluster over ssh or srun
-            from gpuwatch.supervisor.remote import RemoteAgent  # type: ignore[import-not-found,unused-ignore]
-        except ImportError as exc:
-            raise ClusterError(
-                f"cluster.workers[{plan.index}] runs on {plan.host}, but this gpuwatch cannot "
-                f"start remote workers ({exc})"
-            ) from None
+        from gpuwatch.supervisor.remote import RemoteAgent  # a cluster over ssh or srun
+
         cluster = self.config.cluster
         assert cluster is not None
         return RemoteAgent(
             plan.index,
-            plan.worker_dir,
+            self.run_dir,  # it finds its worker's directory there, as the plan does
             argv_prefix=list(plan.argv_prefix),
             python=cluster.python or sys.executable,
             on_frame=self._on_trainer_frame,
@@ -137,6 +132,7 @@ class Supervisor:
             on_sample=self._on_sample,
             sample=plan.sample,
             trainer_module=trainer_module,
+            host=plan.host,
         )
 
     # -- the record ---------------------------------------------------------------
