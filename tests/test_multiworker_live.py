@@ -1,0 +1,186 @@
+"""MultiWorkerMirroredStrategy runs end to end: real TensorFlow workers on loopback,
+started by a real supervisor through `gpuwatch`, watched as a person would.
+
+- the demo's two workers in tmux at 80x24: both shown, the straggler named, and the
+  screen's straggler is the one the trainers measured slower (events.jsonl);
+- the kill drill: SIGKILL one worker's trainer, the run is `crashed` naming it within
+  cluster.timeout_s + 10 s, no trainer is left, and a relaunch resumes every worker
+  from the chief's checkpoint with the lost steps counted;
+- the ssh launcher against a real sshd on localhost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwatch import runs
+from gpuwatch.client import RunClient
+from gpuwatch.runs import pid_alive
+from tests.conftest import ROOT, gpuwatch, wait_for
+from tests.test_tmux import Tmux, gpuwatch_command, tmux_env  # noqa: F401 - the fixture
+
+from .support.sshd import SshServer, sshd  # noqa: F401 - the fixture
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT_S = 10
+
+# Two workers of a small MLP, input-bound on worker 1, checkpointing often.
+CONFIG = """\
+name: drill
+model: {{name: mlp, hidden_units: [64]}}
+data: {{examples: 4096, input_shape: [32], classes: 4, read_latency_ms: 1, prefetch: false}}
+train: {{global_batch_size: 64, max_steps: {max_steps}}}
+checkpoint: {{every_steps: 20, keep: 3}}
+cluster:
+{cluster}
+"""
+
+
+def events(run_dir: Path) -> list[dict[str, Any]]:
+    text = (run_dir / "events.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def of(run_dir: Path, kind: str, **match: Any) -> list[dict[str, Any]]:
+    return [
+        e for e in events(run_dir)
+        if e["type"] == kind and all(e.get(k) == v for k, v in match.items())
+    ]
+
+
+def last_step(run_dir: Path, worker: int, attempt: int) -> int:
+    steps = of(run_dir, "step", worker=worker, attempt=attempt)
+    return steps[-1]["step"] if steps else 0
+
+
+def the_run(home: Path) -> runs.RunInfo:
+    (info,) = runs.list_runs(home)
+    return info
+
+
+def contiguous(run_dir: Path, worker: int, attempt: int) -> list[int]:
+    return [e["step"] for e in of(run_dir, "step", worker=worker, attempt=attempt)]
+
+
+def test_the_multiworker_demo_shows_both_workers_and_names_the_straggler_at_80x24(
+    home: Path, tmux_env: dict[str, str]  # noqa: F811
+) -> None:
+    term = Tmux("multiworker", gpuwatch_command("train", "demo/multiworker.yaml"), tmux_env)
+    term.wait_screen(r"worker 1 .*straggler", timeout_s=150)
+    screen = term.screen()
+    assert "2 workers x 1 CPU replica" in screen and "MultiWorkerMirroredStrategy" in screen
+    assert "input-bound" in screen
+    lines = screen.splitlines()
+    assert len(lines) <= 24 and all(len(line) <= 80 for line in lines)
+    # Both workers have a row: the host column reads localhost twice.
+    assert sum("localhost" in line for line in lines) >= 2, screen
+
+    info = the_run(home)
+    # Ground truth: the trainers' own input waits say worker 1 is the slower reader.
+    waits = {
+        worker: statistics.median(
+            e["input_wait_ms"] for e in of(info.run_dir, "step", worker=worker)[5:]
+        )
+        for worker in (0, 1)
+    }
+    assert waits[1] > 2 * waits[0], waits
+    for worker in (0, 1):
+        steps = contiguous(info.run_dir, worker, 1)
+        assert steps == list(range(1, len(steps) + 1)), f"worker {worker}: {steps[:20]}"
+    assert gpuwatch("stop", info.run_id).returncode == 0
+    wait_for(lambda: runs.read_run_info(info.run_dir).status == "stopped", 90, "stopped")
+    # Stopped together: both workers' last steps are the same.
+    assert last_step(info.run_dir, 0, 1) == last_step(info.run_dir, 1, 1)
+
+
+def trainer_pids(run_dir: Path, attempt: int) -> dict[int, int]:
+    return {e["worker"]: e["pid"] for e in of(run_dir, "hello", attempt=attempt)}
+
+
+def test_killing_one_worker_crashes_the_run_naming_it_and_a_relaunch_resumes_all(
+    home: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "drill.yaml"
+    config.write_text(CONFIG.format(
+        max_steps=100000,
+        cluster=f"  workers: 2\n  timeout_s: {TIMEOUT_S}\n",
+    ))
+    started = gpuwatch("train", str(config), "--detach")
+    assert started.returncode == 0, started.stderr
+    info = the_run(home)
+    run_dir = info.run_dir
+    wait_for(lambda: min(last_step(run_dir, w, 1) for w in (0, 1)) >= 45, 180,
+             "45 steps on both workers")
+    pids = trainer_pids(run_dir, 1)
+    assert set(pids) == {0, 1}
+    killed_at = time.monotonic()
+    os.kill(pids[1], signal.SIGKILL)
+    wait_for(lambda: runs.read_run_info(run_dir).status == "crashed", TIMEOUT_S + 10,
+             "the run to be crashed")
+    assert time.monotonic() - killed_at <= TIMEOUT_S + 10
+    (crash,) = [e for e in of(run_dir, "status", status="crashed")]
+    assert crash["worker"] == 1 and crash["message"].startswith("worker 1 (localhost)"), crash
+    assert "SIGKILL" in crash["message"]
+    wait_for(lambda: not any(pid_alive(pid) for pid in pids.values()), 15, "no trainer left")
+    lost_at = last_step(run_dir, 0, 1)
+    checkpoints = [e["step"] for e in of(run_dir, "checkpoint", worker=0, attempt=1)]
+    assert checkpoints, "the chief checkpointed before the kill"
+
+    async def relaunch() -> None:
+        async with RunClient(runs.socket_path_for(info.run_id, home)) as client:
+            reply = await client.command("relaunch")
+            assert reply["type"] == "ack", reply
+
+    asyncio.run(relaunch())
+    wait_for(lambda: min(last_step(run_dir, w, 2) for w in (0, 1)) >= checkpoints[-1] + 5, 180,
+             "attempt 2 to train on both workers")
+    resumes = of(run_dir, "resume", attempt=2)
+    assert {e["worker"] for e in resumes} == {0, 1}
+    assert {e["from_step"] for e in resumes} == {checkpoints[-1]}
+    (chief,) = [e for e in resumes if e["worker"] == 0]
+    assert chief["lost_steps"] == lost_at - checkpoints[-1]
+    for worker in (0, 1):
+        steps = contiguous(run_dir, worker, 2)
+        assert steps[0] == checkpoints[-1] + 1
+        assert steps == list(range(steps[0], steps[0] + len(steps)))
+    assert gpuwatch("stop", info.run_id).returncode == 0
+    pids2 = trainer_pids(run_dir, 2)
+    wait_for(lambda: not any(pid_alive(pid) for pid in pids2.values()), 60, "stopped")
+
+
+def test_two_workers_over_ssh_train_and_finish(
+    home: Path, tmp_path: Path, sshd: SshServer  # noqa: F811
+) -> None:
+    config = tmp_path / "ssh.yaml"
+    config.write_text(CONFIG.format(
+        max_steps=30,
+        cluster=(
+            "  launcher: ssh\n  workers: [localhost, localhost]\n"
+            f"  timeout_s: {TIMEOUT_S}\n  python: {sys.executable}\n"
+            f"  ssh_options: ['-F', '{sshd.client_config}']\n"
+        ),
+    ))
+    done = gpuwatch("train", str(config), "--headless", timeout_s=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = re.search(r"^summary: .*$", done.stdout, re.M)
+    assert summary and "replicas=2" in summary.group(0) and "workers=2" in summary.group(0)
+    run_dir = the_run(home).run_dir
+    for worker in (0, 1):
+        assert contiguous(run_dir, worker, 1) == list(range(1, 31))
+    hosts = {e["worker"]: e["host"] for e in of(run_dir, "hello")}
+    assert set(hosts) == {0, 1}
+    # Each worker's log reached this host (the agents relay it, or share the directory).
+    assert (run_dir / "workers" / "1" / "trainer.log").read_text()
+    assert ROOT.exists()
