@@ -248,14 +248,20 @@ def batch_mismatch(spec_text: str, got: int, wanted: int, what: str = "batches")
             "accumulation steps)); batch with the size it is given, drop_remainder=True")
 
 
-def input_options(cfg: DataConfig, device_kind: str) -> tf.distribute.InputOptions:
+def input_options(cfg: DataConfig, device_kind: str,
+                  multi_worker: bool = False) -> tf.distribute.InputOptions:
     """Distributed-iterator options that honour the prefetch knob.
 
     The default (PER_WORKER) distributed iterator is a MultiDeviceIterator with a
     buffer of its own, which overlaps reads with compute even when the dataset
     has no prefetch. PER_REPLICA without fetch-to-device gives each replica its
     own pipeline and no extra buffer: "prefetch off" then means off.
+    MultiWorkerMirroredStrategy refuses PER_REPLICA: a cluster worker has one
+    pipeline (PER_WORKER), fetched to its GPUs only when prefetch is on.
     """
+    if multi_worker:
+        return tf.distribute.InputOptions(
+            experimental_fetch_to_device=cfg.prefetch_enabled and device_kind == "gpu")
     if cfg.prefetch_enabled and device_kind == "gpu":
         return tf.distribute.InputOptions(experimental_fetch_to_device=True)
     return tf.distribute.InputOptions(
