@@ -176,6 +176,9 @@ def main(argv: list[str] | None = None) -> int:
             tf_config = resolve_tf_config(config.cluster, args.worker, os.environ, gpus)
             # Before any other op: the strategy configures TensorFlow's runtime.
             strategy, _note = make_multiworker_strategy(config.cluster, tf_config, gpus)
+            # The coordination service's preemption notifier has just taken SIGTERM
+            # over (its own C handler); take it back, the loop agrees on stopping.
+            flags.install()
             devices = worker_devices(strategy, gpus)
         problem = divisibility_error(config, strategy.num_replicas_in_sync)
         if problem:
