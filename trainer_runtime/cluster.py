@@ -95,7 +95,7 @@ def check_tf_config(text: str | None, cluster: ClusterConfig, worker: int) -> di
     spec = tf_config.get("cluster") if isinstance(tf_config, dict) else None
     task = tf_config.get("task") if isinstance(tf_config, dict) else None
     hosts = spec.get("worker") if isinstance(spec, dict) else None
-    if not isinstance(hosts, list) or not hosts or not all(
+    if not isinstance(spec, dict) or not isinstance(hosts, list) or not hosts or not all(
             isinstance(h, str) and ":" in h for h in hosts):
         raise ClusterError('TF_CONFIG needs "cluster": {"worker": ["host:port", ...]}')
     extra = sorted(set(spec) - {"worker"})
@@ -121,6 +121,7 @@ def check_tf_config(text: str | None, cluster: ClusterConfig, worker: int) -> di
 def resolve_tf_config(cluster: ClusterConfig, worker: int, env: Mapping[str, str],
                       gpus: int) -> dict[str, Any]:
     """Checked TF_CONFIG for this worker (from Slurm's environment under launcher slurm)."""
+    text: str | None
     if cluster.launcher == "slurm" and "TF_CONFIG" not in env:
         port_base = cluster.ports[0] if cluster.ports else SLURM_PORT_BASE
         text = json.dumps(tf_config_from_slurm(env, port_base, gpus))

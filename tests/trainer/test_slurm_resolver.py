@@ -1,4 +1,4 @@
-"""TF_CONFIG from a Slurm step's environment (TensorFlow's real SlurmClusterResolver), and checks."""
+"""TF_CONFIG from a Slurm step's environment (TensorFlow's SlurmClusterResolver), and its checks."""
 
 from __future__ import annotations
 
