@@ -28,6 +28,10 @@ from typing import Any
 from trainer_runtime import protocol
 from trainer_runtime.schema import RunConfig, divisibility_error
 
+# A cluster forms (every worker's TensorFlow server up and registered) within
+# cluster.timeout_s plus this; a slow peer's TensorFlow import fits in it.
+FORMING_GRACE_S = 30.0
+
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m trainer_runtime")
@@ -175,7 +179,18 @@ def main(argv: list[str] | None = None) -> int:
             gpus = setup_worker_devices()
             tf_config = resolve_tf_config(config.cluster, args.worker, os.environ, gpus)
             # Before any other op: the strategy configures TensorFlow's runtime.
-            strategy, _note = make_multiworker_strategy(config.cluster, tf_config, gpus)
+            # Measured here (TF 2.21): a worker whose peer never starts blocks in this
+            # call for good, holding the GIL (no Python thread or signal handler runs),
+            # deaf to SIGTERM. faulthandler's C watchdog still fires: exit 1 with the
+            # stack in trainer.log (no error frame can be sent from there).
+            forming_s = config.cluster.timeout_s + FORMING_GRACE_S
+            log.info("worker %d of %d: waiting up to %.0f s for the cluster to form",
+                     args.worker, workers, forming_s)
+            faulthandler.dump_traceback_later(forming_s, exit=True)
+            try:
+                strategy, _note = make_multiworker_strategy(config.cluster, tf_config, gpus)
+            finally:
+                faulthandler.cancel_dump_traceback_later()
             # The coordination service's preemption notifier has just taken SIGTERM
             # over (its own C handler); take it back, the loop agrees on stopping.
             flags.install()
