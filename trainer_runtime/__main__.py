@@ -1,5 +1,9 @@
 """Trainer CLI: ``python -m trainer_runtime --run-dir DIR --config FILE --attempt N``.
 
+With a ``cluster:`` section the process is worker ``--worker I`` of a
+MultiWorkerMirroredStrategy cluster: TF_CONFIG (or Slurm's environment) says
+where the others are, ``--chief-dir`` where the chief's checkpoints are.
+
 Exit codes (docs/internals.md): 0 done (max_steps/epochs, SIGTERM or a lost
 telemetry socket, each after a checkpoint); 2 bad config or factory (one
 ``error:`` line on stderr and an ``error`` frame); 1 crashed while training
@@ -14,6 +18,7 @@ import json
 import logging
 import os
 import re
+import socket
 import sys
 import time
 import traceback
@@ -22,6 +27,10 @@ from typing import Any
 
 from trainer_runtime import protocol
 from trainer_runtime.schema import RunConfig, divisibility_error
+
+# A cluster forms (every worker's TensorFlow server up and registered) within
+# cluster.timeout_s plus this; a slow peer's TensorFlow import fits in it.
+FORMING_GRACE_S = 30.0
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -32,6 +41,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--telemetry-fd", type=int, default=None)
     p.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
     p.add_argument("--max-steps", type=int, default=None, help="overrides train.max_steps")
+    p.add_argument("--worker", type=int, default=0,
+                   help="this worker's index in cluster.workers (0 = the chief)")
+    p.add_argument("--chief-dir", default=None,
+                   help="the chief's run dir, when this worker can read it (resume)")
     return p.parse_args(argv)
 
 
@@ -102,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def fail(kind: str, message: str, code: int) -> int:
         print(f"error: {message}", file=sys.stderr, flush=True)
-        emitter.emit(protocol.Error(attempt=args.attempt, kind=kind, message=message))
+        emitter.emit(protocol.Error(attempt=args.attempt, kind=kind, message=message,
+                                    worker=args.worker))
         emitter.close()
         return code
 
@@ -111,6 +125,21 @@ def main(argv: list[str] | None = None) -> int:
         if args.max_steps is not None:
             config.train.max_steps = args.max_steps
         buffer_frames = config.telemetry.buffer_frames
+        workers = config.cluster.count if config.cluster else 1
+        if not 0 <= args.worker < workers:
+            raise ValueError(f"--worker {args.worker} is not one of the {workers} workers "
+                             "of cluster.workers" if config.cluster else
+                             f"--worker {args.worker} needs a cluster: section")
+        if config.cluster is None:
+            # One host: a TF_CONFIG left in the environment must not make TensorFlow
+            # look for a cluster.
+            os.environ.pop("TF_CONFIG", None)
+        else:
+            # This worker's own input pipeline (its storage, its CPUs).
+            given = config.cluster.workers[args.worker].data.given()
+            if given:
+                config.data = type(config.data).model_validate(
+                    {**config.data.model_dump(), **given})
     except Exception as exc:
         if args.telemetry_fd is not None:
             emitter = SocketEmitter.from_fd(args.telemetry_fd, buffer_frames)
@@ -126,19 +155,54 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     import tensorflow as tf
 
-    from trainer_runtime.devices import make_strategy, setup_devices
+    from trainer_runtime.cluster import (
+        ClusterError,
+        make_multiworker_strategy,
+        resolve_tf_config,
+    )
+    from trainer_runtime.devices import (
+        make_strategy,
+        setup_devices,
+        setup_worker_devices,
+        worker_devices,
+    )
     from trainer_runtime.factories import FactoryError
-    from trainer_runtime.loop import Trainer, train
+    from trainer_runtime.loop import ResumeError, Trainer, train
     from trainer_runtime.models import ModelConfigError
 
+    strategy: tf.distribute.Strategy
     try:
-        devices = setup_devices(config.strategy.cpu_replicas)
-        strategy, _note = make_strategy(devices, config.strategy.cross_device_ops)
+        if config.cluster is None:
+            devices = setup_devices(config.strategy.cpu_replicas)
+            strategy, _note = make_strategy(devices, config.strategy.cross_device_ops)
+        else:
+            gpus = setup_worker_devices()
+            tf_config = resolve_tf_config(config.cluster, args.worker, os.environ, gpus)
+            # Before any other op: the strategy configures TensorFlow's runtime.
+            # Measured here (TF 2.21): a worker whose peer never starts blocks in this
+            # call for good, holding the GIL (no Python thread or signal handler runs),
+            # deaf to SIGTERM. faulthandler's C watchdog still fires: exit 1 with the
+            # stack in trainer.log (no error frame can be sent from there).
+            forming_s = config.cluster.timeout_s + FORMING_GRACE_S
+            log.info("worker %d of %d: waiting up to %.0f s for the cluster to form",
+                     args.worker, workers, forming_s)
+            faulthandler.dump_traceback_later(forming_s, exit=True)
+            try:
+                strategy, _note = make_multiworker_strategy(config.cluster, tf_config, gpus)
+            finally:
+                faulthandler.cancel_dump_traceback_later()
+            # The coordination service's preemption notifier has just taken SIGTERM
+            # over (its own C handler); take it back, the loop agrees on stopping.
+            flags.install()
+            devices = worker_devices(strategy, gpus)
         problem = divisibility_error(config, strategy.num_replicas_in_sync)
         if problem:
             return fail("config", problem, 2)
         trainer = Trainer(config, strategy, devices, run_dir=args.run_dir,
-                          attempt=args.attempt, emitter=emitter)
+                          attempt=args.attempt, emitter=emitter, worker=args.worker,
+                          workers=workers, chief_dir=args.chief_dir)
+    except ClusterError as exc:
+        return fail("config", str(exc), 2)
     except FactoryError as exc:
         return fail("factory", str(exc), 2)
     except ModelConfigError as exc:
@@ -148,7 +212,12 @@ def main(argv: list[str] | None = None) -> int:
         return fail("runtime", _runtime_message(exc), 1)
     try:
         resume = trainer.restore(args.fresh)
+    except ResumeError as exc:
+        return fail("config", str(exc), 2)
     except Exception as exc:
+        if trainer.multi_worker:  # the agreement's collective failed: a lost worker
+            traceback.print_exc()
+            return fail("runtime", _runtime_message(exc), 1)
         return fail("config", f"checkpoint in {args.run_dir}/checkpoints does not fit this "
                     f"model ({_one_line(exc)[:300]}); relaunch with --fresh", 2)
     log.info("built in %.1fs: %d replicas on %s, %d parameters", time.monotonic() - t0,
@@ -159,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
         param_count=trainer.param_count, param_bytes=trainer.param_bytes,
         global_batch_size=trainer.global_batch, accumulation_steps=trainer.k,
         per_replica_batch=trainer.per_replica_batch, start_step=trainer.step,
-        start_micro_step=trainer.micro_step))
+        start_micro_step=trainer.micro_step, worker=args.worker, workers=workers,
+        host=socket.gethostname()))
     if resume is not None:
         log.info("resumed from step %d (%s), data position %d, data order %s%s",
                  resume.from_step, resume.checkpoint, resume.position, resume.data_order,
@@ -173,11 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         sys.stderr.flush()
         emitter.emit(protocol.Error(attempt=args.attempt, kind="runtime",
-                                    message=_runtime_message(exc)))
+                                    message=_runtime_message(exc), worker=args.worker))
         emitter.close()
         return 1
     log.info("done: %s at step %d", reason, step)
-    emitter.emit(protocol.Done(attempt=args.attempt, reason=reason, step=step))
+    emitter.emit(protocol.Done(attempt=args.attempt, reason=reason, step=step,
+                               worker=args.worker))
     emitter.close()
     return 0
 

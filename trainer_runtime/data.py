@@ -57,8 +57,6 @@ from trainer_runtime.schema import DataConfig
 # The bank is bounded so a large input_shape cannot eat the host's memory; the
 # epoch still has data.examples examples (indices wrap around the bank).
 BANK_BYTES = 64 << 20
-# Batches of the built-in stream: endless in practice (positions stay in int64).
-ENDLESS_BATCHES = 1 << 40
 # Debugging and tests: append "first_position id id ..." per batch read to this file.
 RECORD_IDS_ENV = "GPUWATCH_RECORD_EXAMPLE_IDS"
 
@@ -171,7 +169,11 @@ def synthetic_dataset(cfg: DataConfig, seed: int, input_context: tf.distribute.I
                 x = slow_part(x, ids)
         return tf.reshape(x, [batch, *shape]), y
 
-    ds = tf.data.Dataset.range(ENDLESS_BATCHES)
+    # Batch numbers with an infinite cardinality, which tf.distribute sees: under
+    # MultiWorkerMirroredStrategy a finite dataset makes every next() an all-reduce
+    # across workers ("has every worker a batch?"), and one worker's slow input
+    # would show up as every worker's input wait.
+    ds = tf.data.Dataset.counter(dtype=tf.int64)
     calls = tf.data.AUTOTUNE if cfg.parallel_calls == "autotune" else int(cfg.parallel_calls)
     return (ds.map(read_batch) if calls == 1
             else ds.map(read_batch, num_parallel_calls=calls, deterministic=True))
@@ -248,14 +250,20 @@ def batch_mismatch(spec_text: str, got: int, wanted: int, what: str = "batches")
             "accumulation steps)); batch with the size it is given, drop_remainder=True")
 
 
-def input_options(cfg: DataConfig, device_kind: str) -> tf.distribute.InputOptions:
+def input_options(cfg: DataConfig, device_kind: str,
+                  multi_worker: bool = False) -> tf.distribute.InputOptions:
     """Distributed-iterator options that honour the prefetch knob.
 
     The default (PER_WORKER) distributed iterator is a MultiDeviceIterator with a
     buffer of its own, which overlaps reads with compute even when the dataset
     has no prefetch. PER_REPLICA without fetch-to-device gives each replica its
     own pipeline and no extra buffer: "prefetch off" then means off.
+    MultiWorkerMirroredStrategy refuses PER_REPLICA: a cluster worker has one
+    pipeline (PER_WORKER), fetched to its GPUs only when prefetch is on.
     """
+    if multi_worker:
+        return tf.distribute.InputOptions(
+            experimental_fetch_to_device=cfg.prefetch_enabled and device_kind == "gpu")
     if cfg.prefetch_enabled and device_kind == "gpu":
         return tf.distribute.InputOptions(experimental_fetch_to_device=True)
     return tf.distribute.InputOptions(

@@ -4,6 +4,9 @@ On a box with no GPU the one physical CPU is split into N logical devices so
 MirroredStrategy really runs N replicas (tests, CI and laptops all train this way).
 The split must happen before TensorFlow runs any op, so call ``setup_devices``
 first thing after importing TensorFlow.
+
+A worker of a cluster (MultiWorkerMirroredStrategy) uses every GPU it sees, or
+its one CPU: the strategy ignores logical CPU devices, so on CPU replicas = workers.
 """
 
 from __future__ import annotations
@@ -24,17 +27,21 @@ class Devices:
     names: list[str]
 
 
+def _grow_gpu_memory(gpus: list[Any]) -> None:
+    for gpu in gpus:
+        try:
+            # Without growth TF grabs all memory at start-up, which makes the
+            # dashboard's memory column meaningless.
+            tf.config.experimental.set_memory_growth(gpu, True)
+        except RuntimeError:
+            pass  # already initialised in this process
+
+
 def setup_devices(cpu_replicas: int) -> Devices:
     """Make the replica devices visible; idempotent within one process."""
     gpus = tf.config.list_physical_devices("GPU")
     if gpus:
-        for gpu in gpus:
-            try:
-                # Without growth TF grabs all memory at start-up, which makes the
-                # dashboard's memory column meaningless.
-                tf.config.experimental.set_memory_growth(gpu, True)
-            except RuntimeError:
-                pass  # already initialised in this process
+        _grow_gpu_memory(gpus)
         return Devices("gpu", [d.name for d in tf.config.list_logical_devices("GPU")])
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
@@ -47,6 +54,22 @@ def setup_devices(cpu_replicas: int) -> Devices:
         pass
     names = [d.name for d in tf.config.list_logical_devices("CPU")]
     return Devices("cpu", names[:cpu_replicas] if len(names) >= cpu_replicas else names)
+
+
+def setup_worker_devices() -> int:
+    """A cluster worker's GPUs (memory growth on), counted without starting TensorFlow's runtime.
+
+    The strategy must be created before any op runs, so the worker's device names
+    come from it afterwards (``worker_devices``).
+    """
+    gpus = tf.config.list_physical_devices("GPU")
+    _grow_gpu_memory(gpus)
+    return len(gpus)
+
+
+def worker_devices(strategy: Any, gpus: int) -> Devices:
+    """This worker's replica devices under a MultiWorkerMirroredStrategy."""
+    return Devices("gpu" if gpus else "cpu", list(strategy.extended.worker_devices))
 
 
 class CountingCrossDeviceOps(tf.distribute.CrossDeviceOps):

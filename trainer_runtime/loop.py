@@ -5,6 +5,12 @@ MirroredStrategy; the update itself (k micro-steps, one all-reduce, in-graph
 timings) is traced by ``update_graph.UpdateGraph``, which the Trainer holds.
 train.steps_per_execution updates run inside one tf.function call, and every
 update's timings still come out as its own step.
+
+Under MultiWorkerMirroredStrategy (a ``cluster:`` section) each worker runs this
+same loop: it reports its own loss and timings, but examples and the data
+position are the whole update's (every worker's), so they agree everywhere. The
+workers agree on stopping at each execution boundary and on the step they resume
+from (``cluster.Agreement``), so all run the same updates and save together.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from trainer_runtime.cluster import Agreement
 from trainer_runtime.data import batch_mismatch, input_options, make_dataset_fn
 from trainer_runtime.devices import Devices
 from trainer_runtime.factories import FactoryError
@@ -33,6 +40,10 @@ from trainer_runtime.telemetry import NullEmitter, SocketEmitter
 from trainer_runtime.update_graph import UpdateGraph
 
 log = logging.getLogger("trainer_runtime")
+
+
+class ResumeError(Exception):
+    """A cluster worker cannot restore the step the workers agreed on (exit 2, config)."""
 
 
 @dataclass
@@ -159,16 +170,28 @@ class PipelineCheckpoint:
 
 
 class Trainer:
-    """Builds data, model and optimizer under a MirroredStrategy and runs updates."""
+    """Builds data, model and optimizer under a (MultiWorker)MirroredStrategy and runs updates.
 
-    def __init__(self, cfg: RunConfig, strategy: tf.distribute.MirroredStrategy,
+    `worker` of `workers`: this process's place in a cluster (0 of 1 on one host).
+    `chief_dir`: the chief's run dir, where this worker can read it (resume).
+    """
+
+    def __init__(self, cfg: RunConfig, strategy: tf.distribute.Strategy,
                  devices: Devices, run_dir: str | None = None, attempt: int = 1,
-                 emitter: SocketEmitter | NullEmitter | None = None) -> None:
+                 emitter: SocketEmitter | NullEmitter | None = None,
+                 worker: int = 0, workers: int = 1, chief_dir: str | None = None) -> None:
         self.cfg = cfg
         self.strategy = strategy
         self.devices = devices
         self.run_dir = run_dir
         self.attempt = attempt
+        self.worker = worker
+        self.workers = workers
+        self.chief_dir = chief_dir
+        self.multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        self.agreement = Agreement(strategy) if self.multi_worker else None
+        # The step every worker resumed from (None: started fresh); save decisions use it.
+        self.resumed_step: int | None = None
         self.emitter: SocketEmitter | NullEmitter = emitter or NullEmitter()
         self.step_frames = cfg.telemetry.enabled
         self.replicas = strategy.num_replicas_in_sync
@@ -192,7 +215,7 @@ class Trainer:
         dataset_fn = make_dataset_fn(cfg.data, cfg.train.seed, self.per_replica_batch,
                                      start_position)
         self.dist_dataset = self.strategy.distribute_datasets_from_function(
-            dataset_fn, options=input_options(cfg.data, self.devices.kind))
+            dataset_fn, options=input_options(cfg.data, self.devices.kind, self.multi_worker))
         self._iterator = None
 
     @property
@@ -271,7 +294,10 @@ class Trainer:
         fn = self.graph.function(multi)
         start = time.time()
         out = fn(self.iterator, tf.constant(n, tf.int32)) if multi else fn(self.iterator)
-        ends, waits, losses, lrs, counts = (t.numpy() for t in out)
+        ends, waits, losses, lrs, local_counts, computes = (t.numpy() for t in out)
+        # Every worker reads the same batch per update: the whole update's examples,
+        # the same on every worker, with no collective.
+        counts = local_counts * self.workers
         if self._pipeline_ckpt is not None and not self._batch_checked:
             self._check_factory_batch(int(counts[0]))
         prev = self._last_end if self._last_end is not None else start
@@ -289,6 +315,7 @@ class Trainer:
                 step_time_ms=max(0.0, (end - prev) * 1000.0),
                 input_wait_ms=float(waits[i]) * 1000.0,
                 grad_sync_bytes=self.grad_sync_bytes, dropped=self.emitter.dropped,
+                worker=self.worker, compute_ms=float(computes[i]) * 1000.0,
             )
             prev = end
             steps.append(step)
@@ -320,12 +347,53 @@ class Trainer:
     # ----------------------------------------------------------- checkpoints
     def restore(self, fresh: bool) -> Resume | None:
         """Restore the latest checkpoint (unless fresh); the `resume` event to send, or None."""
-        if self.manager is None or fresh or not self.manager.latest_checkpoint:
+        if self.manager is None or fresh:
+            return None
+        if self.agreement is not None:
+            return self._restore_agreed(self.agreement)
+        if not self.manager.latest_checkpoint:
             return None
         path = self.manager.latest_checkpoint
         # expect_partial: a changed precision policy (LossScaleOptimizer or not)
         # leaves some saved optimizer values unused; that is fine.
         self.ckpt.restore(path).expect_partial()
+        return self._after_restore(path)
+
+    def _restore_agreed(self, agreement: Agreement) -> Resume | None:
+        """Cluster resume: every worker restores the chief's latest step, or all stop.
+
+        The chief's checkpoint is the real one; a worker reads it from the chief's
+        run dir where it can, else its own scratch copy of the same step.
+        """
+        assert self.manager is not None and self.run_dir is not None
+        own = self.manager.latest_checkpoint
+        mine = int(own.rsplit("-", 1)[-1]) if (self.worker == 0 and own) else -1
+        agreed = agreement.chief(mine + 1) - 1  # +1: the chief's "none" is -1, the others add 0
+        if agreed < 0:
+            return None
+        dirs = [os.path.join(d, "checkpoints") for d in (self.chief_dir, self.run_dir) if d]
+        candidates = [os.path.join(d, f"ckpt-{agreed}") for d in dirs]
+        path = next((c for c in candidates if os.path.exists(c + ".index")), None)
+        problem = ""
+        if path is None:
+            where = " or ".join(dirs)
+            problem = (f"worker {self.worker} has no checkpoint of step {agreed} (the chief's "
+                       f"latest) in {where}; relaunch with --fresh")
+        else:
+            try:
+                self.ckpt.restore(path).expect_partial()
+            except Exception as exc:
+                problem = (f"worker {self.worker}: checkpoint {path} does not fit this model "
+                           f"({' '.join(str(exc).split())[:300]}); relaunch with --fresh")
+        # All or none: a worker that trained alone would block the others' collectives.
+        if agreement.any(bool(problem)):
+            raise ResumeError(problem or f"another worker could not restore step {agreed} "
+                              "(its own error names it); relaunch with --fresh")
+        assert path is not None
+        self.resumed_step = agreed
+        return self._after_restore(path)
+
+    def _after_restore(self, path: str) -> Resume:
         self.step = int(self._step_var.numpy())
         self.micro_step = int(self._micro_var.numpy())
         saved_position = int(self._position_var.numpy())
@@ -346,7 +414,7 @@ class Trainer:
         return Resume(attempt=self.attempt, from_step=self.step,
                       from_micro_step=self.micro_step, checkpoint=path,
                       position=self.position, data_order="restarted" if note else "continued",
-                      data_note=note)
+                      data_note=note, worker=self.worker)
 
     def save(self) -> tuple[str, float] | None:
         if self.manager is None:
@@ -361,7 +429,7 @@ class Trainer:
         seconds = time.monotonic() - t0
         self.emitter.emit(Checkpoint(attempt=self.attempt, step=self.step,
                                      micro_step=self.micro_step, path=path,
-                                     seconds=round(seconds, 4)))
+                                     seconds=round(seconds, 4), worker=self.worker))
         return path, seconds
 
 
@@ -382,24 +450,39 @@ def step_limit(cfg: RunConfig, examples_per_epoch: int, step: int = 0,
     return limit, reason
 
 
+def _local_stop(trainer: Trainer, flags: StopFlags) -> str | None:
+    if flags.sigterm.is_set():
+        return "sigterm"
+    if trainer.emitter.lost:
+        return "socket_lost"
+    return None
+
+
 def train(trainer: Trainer, flags: StopFlags) -> tuple[str, int]:
-    """Run until a limit, SIGTERM or a lost socket; checkpoint; return (reason, step)."""
+    """Run until a limit, SIGTERM or a lost socket; checkpoint; return (reason, step).
+
+    In a cluster a stop on one worker stops all after the same step (agreed at the
+    execution boundary); a worker that was not itself stopped says "sigterm".
+    """
     cfg = trainer.cfg
     limit, limit_reason = step_limit(cfg, trainer.examples_per_epoch, trainer.step,
                                      trainer.position)
     spe = cfg.train.steps_per_execution
     every = cfg.checkpoint.every_steps
     last_saved = trainer.step
+    saved = False
     reason = limit_reason
     while True:
         if limit is not None and trainer.step >= limit:
             reason = limit_reason
             break
-        if flags.sigterm.is_set():
-            reason = "sigterm"
-            break
-        if trainer.emitter.lost:
-            reason = "socket_lost"
+        local = _local_stop(trainer, flags)
+        if trainer.agreement is not None:
+            if trainer.agreement.any(local is not None):
+                reason = local or "sigterm"
+                break
+        elif local is not None:
+            reason = local
             break
         n = spe
         if limit is not None:
@@ -410,6 +493,14 @@ def train(trainer: Trainer, flags: StopFlags) -> tuple[str, int]:
         if trainer.step // every > last_saved // every:
             trainer.save()
             last_saved = trainer.step
-    if trainer.step != last_saved or (trainer.manager and not trainer.manager.latest_checkpoint):
+            saved = True
+    if trainer.agreement is not None:
+        # The same decision on every worker (all must save together), then wait for
+        # all: a worker that exits early would fail the others' last collectives.
+        if trainer.step != last_saved or (not saved and trainer.resumed_step is None):
+            trainer.save()
+        trainer.agreement.any(False)
+    elif (trainer.step != last_saved
+          or (trainer.manager and not trainer.manager.latest_checkpoint)):
         trainer.save()
     return reason, trainer.step

@@ -13,7 +13,13 @@ mean over the whole update, the same as one big batch.
 
 Several updates can run inside one tf.function call; every update's timings
 still come out, measured in the graph with ``tf.timestamp()`` around
-``next(iterator)`` and after the update's variable writes.
+``next(iterator)`` and after the update's variable writes. Compute time is
+measured inside each replica, from its batch in hand to its local gradients
+ready (before the all-reduce): under MultiWorkerMirroredStrategy a worker with
+slow devices shows a high compute time, the others wait in the all-reduce.
+
+Everything reported is local to this worker: its replicas' loss and examples,
+no collective added for telemetry.
 """
 
 from __future__ import annotations
@@ -45,6 +51,8 @@ class UpdateGraph:
         self.k = accumulation_steps
         self.global_batch = global_batch
         self.replicas = strategy.num_replicas_in_sync
+        # This worker's replicas (all of them on one host): losses are local means.
+        self.local_replicas = len(strategy.extended.worker_devices)
         # One traced function per kind: a single update, or several in a tf.range loop.
         self._fns: dict[bool, Any] = {}
         # XLA compiles the per-replica forward/backward only: the optimizer's
@@ -101,19 +109,33 @@ class UpdateGraph:
         with tf.control_dependencies([after]):
             return tf.identity(features), tf.identity(labels)
 
+    def _timed_grads(self, features: tf.Tensor, labels: tf.Tensor
+                     ) -> tuple[list[Any], Any, tf.Tensor]:
+        """Gradients, mean loss, and seconds from the batch in hand to the gradients ready."""
+        with tf.control_dependencies([features, labels]):
+            t_in = tf.timestamp()
+        with tf.control_dependencies([t_in]):
+            features, labels = tf.identity(features), tf.identity(labels)
+        grads, mean_loss = self._grads(features, labels)
+        # Depends on the gradients only: it fires before the all-reduce they feed.
+        with tf.control_dependencies([g for g in grads if g is not None] + [mean_loss]):
+            t_ready = tf.timestamp()
+        return grads, mean_loss, t_ready - t_in
+
     def _apply_step(self, features: tf.Tensor, labels: tf.Tensor,
+                    after: tf.Tensor) -> tuple[Any, Any, Any]:
+        features, labels = self._gate(features, labels, after)
+        grads, mean_loss, compute = self._timed_grads(features, labels)
+        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
+        return mean_loss, self._probe(), compute
+
+    def _accumulate(self, features: tf.Tensor, labels: tf.Tensor,
                     after: tf.Tensor) -> tuple[Any, Any]:
         features, labels = self._gate(features, labels, after)
-        grads, mean_loss = self._grads(features, labels)
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
-        return mean_loss, self._probe()
-
-    def _accumulate(self, features: tf.Tensor, labels: tf.Tensor, after: tf.Tensor) -> Any:
-        features, labels = self._gate(features, labels, after)
-        grads, mean_loss = self._grads(features, labels)
+        grads, mean_loss, compute = self._timed_grads(features, labels)
         writes = [acc.assign_add(g) for acc, g in zip(self.accumulators, grads, strict=True)]
         with tf.control_dependencies(writes):
-            return tf.identity(mean_loss)
+            return tf.identity(mean_loss), tf.identity(compute)
 
     def _apply_accumulated(self, after: tf.Tensor) -> Any:
         with tf.control_dependencies([after]):
@@ -130,52 +152,67 @@ class UpdateGraph:
         return tf.add_n([tf.cast(t, tf.float32)
                          for t in self.strategy.experimental_local_results(per_replica)])
 
-    def _one_update(self, iterator: Any, after: tf.Tensor) -> tuple[Any, Any, Any, Any, Any]:
-        """(end timestamp, input wait seconds, mean loss, lr, examples) for one update."""
+    def _local_max(self, per_replica: Any) -> tf.Tensor:
+        parts = self.strategy.experimental_local_results(per_replica)
+        return tf.reduce_max(tf.stack([tf.cast(t, tf.float64) for t in parts]))
+
+    def _one_update(self, iterator: Any, after: tf.Tensor) -> tuple[Any, ...]:
+        """(end timestamp, input wait s, mean loss, lr, examples, compute s) for one update.
+
+        Loss and examples are this worker's (a mean over its local replicas); compute
+        is the slowest local replica's, summed over micro-steps.
+        """
         lr = tf.cast(self.optimizer.learning_rate, tf.float32)
         wait = tf.constant(0.0, tf.float64)
+        compute = tf.constant(0.0, tf.float64)
         loss_sum = tf.constant(0.0, tf.float32)
         examples = tf.constant(0, tf.int64)
         dep = after
         if self.k == 1:
             batch, t0, t1, examples = self._timed_next(iterator, dep)
             with tf.control_dependencies([t1]):
-                loss, probe = self.strategy.run(self._apply_step, args=(*batch, t1))
+                loss, probe, seconds = self.strategy.run(self._apply_step, args=(*batch, t1))
             wait += t1 - t0
+            compute += self._local_max(seconds)
             loss_sum += self._local_sum(loss)
             dep = self._local_sum(probe)
         else:
-            def micro(dep: tf.Tensor) -> tuple[Any, Any, Any, Any]:
+            def micro(dep: tf.Tensor) -> tuple[Any, Any, Any, Any, Any]:
                 batch, t0, t1, count = self._timed_next(iterator, dep)
                 with tf.control_dependencies([t1]):
-                    loss = self.strategy.run(self._accumulate, args=(*batch, t1))
+                    loss, seconds = self.strategy.run(self._accumulate, args=(*batch, t1))
                 local = self._local_sum(loss)
-                return t1 - t0, local, local, count
+                return t1 - t0, local, local, count, self._local_max(seconds)
 
             if self.k <= UNROLL_MICRO_STEPS:
                 for _ in range(self.k):
-                    w, loss_local, dep, count = micro(dep)
+                    w, loss_local, dep, count, c = micro(dep)
                     wait += w
                     loss_sum += loss_local
                     examples += count
+                    compute += c
             else:
-                def body(i: Any, wait: Any, loss_sum: Any, examples: Any, dep: Any) -> Any:
-                    w, loss_local, dep, count = micro(dep)
-                    return i + 1, wait + w, loss_sum + loss_local, examples + count, dep
+                def body(i: Any, wait: Any, loss_sum: Any, examples: Any, compute: Any,
+                         dep: Any) -> Any:
+                    w, loss_local, dep, count, c = micro(dep)
+                    return (i + 1, wait + w, loss_sum + loss_local, examples + count,
+                            compute + c, dep)
 
-                _, wait, loss_sum, examples, dep = tf.while_loop(
+                _, wait, loss_sum, examples, compute, dep = tf.while_loop(
                     lambda i, *_: i < self.k, body,
-                    (tf.constant(0), wait, loss_sum, examples, tf.cast(dep, tf.float32)))
+                    (tf.constant(0), wait, loss_sum, examples, compute,
+                     tf.cast(dep, tf.float32)))
             with tf.control_dependencies([dep]):
                 probe = self.strategy.run(self._apply_accumulated, args=(tf.identity(dep),))
             dep = self._local_sum(probe)
         with tf.control_dependencies([dep]):
             t_end = tf.timestamp()
-        return t_end, wait, loss_sum / float(self.replicas * self.k), lr, examples
+        mean_loss = loss_sum / float(self.local_replicas * self.k)
+        return t_end, wait, mean_loss, lr, examples, compute
 
     def _timed_next(self, iterator: Any, after: tf.Tensor
                     ) -> tuple[Any, tf.Tensor, tf.Tensor, tf.Tensor]:
-        """The next batch, the host time spent waiting for it, and its examples (all replicas)."""
+        """The next batch, the host time spent waiting for it, and its examples (local replicas)."""
         with tf.control_dependencies([after]):
             t0 = tf.timestamp()
         with tf.control_dependencies([t0]):
@@ -196,9 +233,11 @@ class UpdateGraph:
         if not multi:
             @tf.function
             def run_one(iterator: Any) -> Any:
-                t_end, wait, loss, lr, examples = self._one_update(iterator, tf.constant(0.0))
+                t_end, wait, loss, lr, examples, compute = self._one_update(
+                    iterator, tf.constant(0.0))
                 return (tf.reshape(t_end, [1]), tf.reshape(wait, [1]),
-                        tf.reshape(loss, [1]), tf.reshape(lr, [1]), tf.reshape(examples, [1]))
+                        tf.reshape(loss, [1]), tf.reshape(lr, [1]), tf.reshape(examples, [1]),
+                        tf.reshape(compute, [1]))
             return run_one
 
         @tf.function
@@ -208,14 +247,17 @@ class UpdateGraph:
             losses = tf.TensorArray(tf.float32, size=n)
             lrs = tf.TensorArray(tf.float32, size=n)
             counts = tf.TensorArray(tf.int64, size=n)
+            computes = tf.TensorArray(tf.float64, size=n)
             dep = tf.constant(0.0)
             for i in tf.range(n):
-                t_end, wait, loss, lr, examples = self._one_update(iterator, dep)
+                t_end, wait, loss, lr, examples, compute = self._one_update(iterator, dep)
+                computes = computes.write(i, compute)
                 ends = ends.write(i, t_end)
                 waits = waits.write(i, wait)
                 losses = losses.write(i, loss)
                 lrs = lrs.write(i, lr)
                 counts = counts.write(i, examples)
                 dep = tf.cast(t_end, tf.float32)
-            return ends.stack(), waits.stack(), losses.stack(), lrs.stack(), counts.stack()
+            return (ends.stack(), waits.stack(), losses.stack(), lrs.stack(), counts.stack(),
+                    computes.stack())
         return run_many

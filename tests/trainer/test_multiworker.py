@@ -1,0 +1,220 @@
+"""Trainer processes as a MultiWorkerMirroredStrategy cluster on loopback (real TensorFlow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from statistics import mean, median
+from typing import Any
+
+import pytest
+
+from trainer_runtime import protocol
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+DEADLINE_S = 120.0
+TIMEOUT_S = 5  # cluster.timeout_s: how long a collective waits for a lost worker
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        sock = socket.socket()
+        sock.bind(("localhost", 0))
+        socks.append(sock)
+    ports = [s.getsockname()[1] for s in socks]
+    for sock in socks:
+        sock.close()
+    return ports
+
+
+def _config(run_dir: Path, workers: list[dict[str, Any]], name: str = "cfg.json") -> Path:
+    cfg = {
+        "model": {"hidden_units": [32]},
+        "data": {"examples": 4096, "input_shape": [16]},
+        "train": {"global_batch_size": 48, "learning_rate": 0.02},
+        "checkpoint": {"every_steps": 10, "keep": 2},
+        "cluster": {"workers": workers, "collective": "ring", "timeout_s": TIMEOUT_S},
+    }
+    path = run_dir / name
+    path.write_text(json.dumps(cfg))
+    return path
+
+
+class Worker:
+    """One worker's trainer process on a socketpair; typed events collected by a thread."""
+
+    def __init__(self, index: int, run_dir: Path, config: Path, ports: list[int],
+                 *extra: str) -> None:
+        self.index = index
+        self.dir = run_dir if index == 0 else run_dir / "workers" / str(index)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tf_config = {"cluster": {"worker": [f"localhost:{p}" for p in ports]},
+                     "task": {"type": "worker", "index": index}}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CONFIG": json.dumps(tf_config)}
+        self.sock, child = socket.socketpair()
+        self.stderr_path = self.dir / "trainer-test.log"
+        with open(self.stderr_path, "w") as stderr:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "trainer_runtime", "--run-dir", str(self.dir),
+                 "--config", str(config), "--worker", str(index), "--chief-dir", str(run_dir),
+                 "--telemetry-fd", str(child.fileno()), *extra],
+                pass_fds=[child.fileno()], start_new_session=True, env=env,
+                stdout=subprocess.DEVNULL, stderr=stderr)
+        child.close()
+        self.events: list[protocol.Event] = []
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        frames = protocol.FrameBuffer()
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            events = [protocol.parse_event(f)[1] for f in frames.feed(data)]
+            with self.changed:
+                self.events.extend(events)
+                self.changed.notify_all()
+        with self.changed:
+            self.changed.notify_all()
+
+    def wait_for(self, pred: Any, what: str) -> Any:
+        deadline = time.monotonic() + DEADLINE_S
+        with self.changed:
+            while True:
+                for event in self.events:
+                    if pred(event):
+                        return event
+                left = deadline - time.monotonic()
+                if left <= 0 or not self.reader.is_alive():
+                    pytest.fail(f"worker {self.index}: no {what}; log: {self.log()[-2000:]}")
+                self.changed.wait(min(left, 1.0))
+
+    def log(self) -> str:
+        return self.stderr_path.read_text()
+
+    def finish(self, timeout_s: float = DEADLINE_S) -> int:
+        try:
+            code = self.proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+            pytest.fail(f"worker {self.index} did not exit; log: {self.log()[-2000:]}")
+        self.reader.join(10)
+        self.sock.close()
+        return code
+
+    def of(self, cls: type[Any]) -> list[Any]:
+        return [e for e in self.events if isinstance(e, cls)]
+
+
+def _launch(run_dir: Path, config: Path, n: int, *extra: str) -> list[Worker]:
+    ports = _free_ports(n)
+    return [Worker(i, run_dir, config, ports, *extra) for i in range(n)]
+
+
+def _kill_all(workers: list[Worker]) -> None:
+    for w in workers:
+        if w.proc.poll() is None:
+            os.killpg(w.proc.pid, signal.SIGKILL)
+            w.proc.wait()
+
+
+def test_three_workers_train_in_lockstep_with_global_examples(tmp_path: Path) -> None:
+    # Worker 1 reads from slow storage (serial reads): it waits on input, the others
+    # wait for it in the all-reduce.
+    slow = {"data": {"read_latency_ms": 40, "parallel_calls": 1}}
+    config = _config(tmp_path, [{}, slow, {}])
+    workers = _launch(tmp_path, config, 3, "--max-steps", "40")
+    try:
+        codes = [w.finish() for w in workers]
+    finally:
+        _kill_all(workers)
+    assert codes == [0, 0, 0], [w.log()[-1500:] for w in workers]
+    for w in workers:
+        (hello,) = w.of(protocol.Hello)
+        assert (hello.replicas, hello.workers, hello.worker) == (3, 3, w.index)
+        assert hello.device_kind == "cpu" and hello.host == socket.gethostname()
+        assert hello.per_replica_batch * hello.replicas * hello.accumulation_steps == 48
+        steps = w.of(protocol.Step)
+        assert [s.step for s in steps] == list(range(1, 41))
+        assert all(s.examples == 48 and s.worker == w.index for s in steps)
+        assert [s.position for s in steps] == [48 * s.step for s in steps]
+        assert all(s.compute_ms is not None and s.compute_ms > 0 for s in steps)
+        losses = [s.loss for s in steps]
+        assert mean(losses[-5:]) < 0.8 * mean(losses[:5]), losses
+        (done,) = w.of(protocol.Done)
+        assert (done.reason, done.step, done.worker) == ("max_steps", 40, w.index)
+        assert w.of(protocol.Checkpoint)[-1].step == 40
+    waits = [median(s.input_wait_ms for s in w.of(protocol.Step)[5:]) for w in workers]
+    assert waits[1] > waits[0] + 15 and waits[1] > waits[2] + 15, waits
+
+
+def test_sigterm_to_one_worker_stops_all_at_one_step_and_all_resume_from_chief(
+        tmp_path: Path) -> None:
+    config = _config(tmp_path, [{}, {}])
+    first = _launch(tmp_path, config, 2)
+    try:
+        for w in first:
+            hello = w.wait_for(lambda e: isinstance(e, protocol.Hello), "hello")
+            assert (hello.replicas, hello.workers) == (2, 2)
+        first[1].wait_for(lambda e: isinstance(e, protocol.Step) and e.step >= 15, "step 15")
+        os.kill(first[1].proc.pid, signal.SIGTERM)
+        codes = [w.finish() for w in first]
+    finally:
+        _kill_all(first)
+    assert codes == [0, 0], [w.log()[-1500:] for w in first]
+    stopped = {w.of(protocol.Done)[-1].step for w in first}
+    assert len(stopped) == 1, stopped
+    (step,) = stopped
+    for w in first:
+        assert w.of(protocol.Done)[-1].reason == "sigterm"
+        assert w.of(protocol.Step)[-1].step == step
+        assert w.of(protocol.Checkpoint)[-1].step == step
+    assert (tmp_path / "checkpoints" / f"ckpt-{step}.index").exists()
+    assert (tmp_path / "workers" / "1" / "checkpoints" / f"ckpt-{step}.index").exists()
+
+    second = _launch(tmp_path, config, 2, "--max-steps", str(step + 3), "--attempt", "2")
+    try:
+        codes = [w.finish() for w in second]
+    finally:
+        _kill_all(second)
+    assert codes == [0, 0], [w.log()[-1500:] for w in second]
+    for w in second:
+        (resume,) = w.of(protocol.Resume)
+        assert (resume.from_step, resume.position, resume.worker) == (step, step * 48, w.index)
+        assert resume.checkpoint == str(tmp_path / "checkpoints" / f"ckpt-{step}")
+        assert [s.step for s in w.of(protocol.Step)] == [step + 1, step + 2, step + 3]
+
+
+def test_sigkilled_worker_fails_the_others_within_the_collective_timeout(
+        tmp_path: Path) -> None:
+    config = _config(tmp_path, [{}, {}])
+    workers = _launch(tmp_path, config, 2, "--max-steps", "100000")
+    try:
+        workers[0].wait_for(lambda e: isinstance(e, protocol.Step) and e.step >= 5, "step 5")
+        os.killpg(workers[1].proc.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        code = workers[0].finish(TIMEOUT_S + 10)
+        took = time.monotonic() - killed
+    finally:
+        _kill_all(workers)
+    assert code == 1
+    (error,) = workers[0].of(protocol.Error)
+    assert (error.kind, error.worker) == ("runtime", 0)
+    assert took < TIMEOUT_S + 10
+    assert not workers[0].of(protocol.Done)
