@@ -75,15 +75,17 @@ def test_ssh_workers_are_reached_with_the_host_after_end_of_options(tmp_path: Pa
         ("remote", "gpu-a", False),  # gpu-a is sampled by worker 1's agent already
     ]
     assert plans[1].argv_prefix == (
-        "ssh", "-F", "/tmp/ssh_config", "-o", "BatchMode=yes", "--", "alice@gpu-a"
+        "ssh", "-T", "-F", "/tmp/ssh_config", "-o", "BatchMode=yes", "--", "alice@gpu-a"
     )
     assert plans[0].argv_prefix == ()
 
 
 def test_ssh_never_reads_a_host_as_an_option() -> None:
     # The schema refuses such a host; the argv would not read it as one either.
-    prefix = ssh_prefix("-oProxyCommand=evil")
-    assert prefix.index("--") == prefix.index("-oProxyCommand=evil") - 1
+    with pytest.raises(ValueError):
+        ssh_prefix("-oProxyCommand=evil")
+    prefix = ssh_prefix("gpu-a", ["-p", "22"])
+    assert prefix.index("--") == prefix.index("gpu-a") - 1
 
 
 def test_remote_argv_quotes_the_command_for_the_remote_shell_but_not_for_srun() -> None:
@@ -96,7 +98,8 @@ def test_remote_argv_quotes_the_command_for_the_remote_shell_but_not_for_srun() 
 
 def test_srun_runs_one_task_on_each_workers_node() -> None:
     assert srun_prefix(2) == (
-        "srun", "--nodes=1", "--ntasks=1", "--relative=2", "--overlap", "--"
+        "srun", "--nodes=1", "--ntasks=1", "--relative=2", "--overlap",
+        "--kill-on-bad-exit=1", "--unbuffered", "--quiet", "--",
     )
 
 

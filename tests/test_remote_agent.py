@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from gpuwatch.supervisor.agent import AgentStartError
+from gpuwatch.supervisor.cluster import srun_prefix, ssh_prefix
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.remote import (
@@ -23,8 +24,6 @@ from gpuwatch.supervisor.remote import (
     RemoteAgent,
     _AgentProcess,
     frames_of,
-    srun_prefix,
-    ssh_prefix,
 )
 from trainer_runtime.protocol import Event as ProtocolEvent
 from trainer_runtime.protocol import FrameBuffer, ProtocolError, encode
@@ -69,9 +68,9 @@ def agent_env(mode: str) -> dict[str, str]:
 
 
 def test_ssh_prefix_puts_options_before_the_destination() -> None:
-    assert ssh_prefix("node-b", ["-F", "cfg", "-o", "ProxyJump=gw"]) == [
-        "ssh", "-T", "-o", "BatchMode=yes", "-F", "cfg", "-o", "ProxyJump=gw", "node-b"
-    ]
+    assert ssh_prefix("node-b", ["-F", "cfg", "-o", "ProxyJump=gw"]) == (
+        "ssh", "-T", "-F", "cfg", "-o", "ProxyJump=gw", "-o", "BatchMode=yes", "--", "node-b"
+    )
     with pytest.raises(ValueError):
         ssh_prefix("-oProxyCommand=evil")
     with pytest.raises(ValueError):
@@ -94,15 +93,15 @@ def test_the_remote_command_is_one_quoted_string_for_ssh_and_plain_argv_for_srun
             remote_env={"A": "x y"},
         )
 
-    over_ssh = agent(ssh_prefix("node-b")).command()
-    assert over_ssh[:-1] == ssh_prefix("node-b")
+    over_ssh = agent(list(ssh_prefix("node-b"))).command()
+    assert over_ssh[:-1] == list(ssh_prefix("node-b"))
     assert over_ssh[-1] == (
         f"env 'A=x y' '/opt/py env/bin/python' -m gpuwatch.supervisor.remote "
         f"--run-dir '{tmp_path}/my run/workers/2' --index 2 --trainer-module trainer_runtime"
     )
-    over_srun = agent(srun_prefix(2)).command()
+    over_srun = agent(list(srun_prefix(2))).command()
     assert over_srun[len(srun_prefix(2)):][:3] == ["env", "A=x y", "/opt/py env/bin/python"]
-    assert agent(ssh_prefix("node-b")).host == "node-b"
+    assert agent(list(ssh_prefix("node-b"))).host == "node-b"
 
 
 def test_a_lost_link_reads_as_a_crash_with_the_links_words() -> None:

@@ -14,6 +14,7 @@ variables under slurm (TensorFlow's SlurmClusterResolver reads them).
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -63,16 +64,33 @@ class WorkerPlan:
 def ssh_prefix(host: str, ssh_options: Sequence[str] = ()) -> tuple[str, ...]:
     """ssh to `host`, the person's options first (ssh keeps an option's first value).
 
-    "--" ends ssh's options before the host, so no host is ever read as one (the
-    schema refuses a leading "-" too); BatchMode because a detached supervisor
-    has no terminal to type a password into.
+    -T: no terminal (a pty would mangle frames and merge stderr into stdout);
+    BatchMode: a detached supervisor has no terminal to type a password into; "--"
+    ends ssh's options before the host, so no host is ever read as one (the schema
+    refuses a leading "-" too). The remote command follows the host (remote_argv).
     """
-    return ("ssh", *ssh_options, "-o", "BatchMode=yes", "--", host)
+    if not host or host.startswith("-"):
+        raise ValueError(f"not an ssh destination: {host!r}")
+    return ("ssh", "-T", *ssh_options, "-o", "BatchMode=yes", "--", host)
 
 
 def srun_prefix(index: int) -> tuple[str, ...]:
-    """srun one task on node `index` of the current allocation, beside other steps."""
-    return ("srun", "--nodes=1", "--ntasks=1", f"--relative={index}", "--overlap", "--")
+    """srun one task on node `index` of the current allocation, beside other steps.
+
+    --relative: the node by its place in the allocation; --overlap (Slurm 20.11+):
+    the step may share the node with other steps (the batch script's, the other
+    agents'); --kill-on-bad-exit: the step ends with its task; --unbuffered: frames
+    are passed on as written. srun execs the command itself (no shell): no quoting.
+    """
+    return (
+        "srun", "--nodes=1", "--ntasks=1", f"--relative={index}", "--overlap",
+        "--kill-on-bad-exit=1", "--unbuffered", "--quiet", "--",
+    )
+
+
+def through_a_shell(prefix: Sequence[str]) -> bool:
+    """ssh joins what follows the host into one line for the remote shell."""
+    return bool(prefix) and os.path.basename(prefix[0]) == "ssh"
 
 
 def remote_argv(prefix: Sequence[str], command: Sequence[str]) -> list[str]:
@@ -81,7 +99,7 @@ def remote_argv(prefix: Sequence[str], command: Sequence[str]) -> list[str]:
     ssh joins what follows the host into one line for the remote shell, so the
     command goes as one shell-quoted word there; srun runs its argv as given.
     """
-    if prefix and prefix[0] == "ssh":
+    if through_a_shell(prefix):
         return [*prefix, shlex.join(command)]
     return [*prefix, *command]
 

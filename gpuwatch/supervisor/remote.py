@@ -44,7 +44,6 @@ import contextlib
 import logging
 import os
 import secrets
-import shlex
 import signal
 import socket
 import sys
@@ -61,6 +60,7 @@ from gpuwatch.supervisor.agent import (
     OnSample,
     signal_group,
 )
+from gpuwatch.supervisor.cluster import remote_argv, through_a_shell
 from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from trainer_runtime.protocol import (
@@ -96,39 +96,6 @@ MARKER_NAME = ".gpuwatch-agent"
 
 
 # -- launchers -----------------------------------------------------------------------
-
-
-def ssh_prefix(host: str, options: Sequence[str] = ()) -> list[str]:
-    """argv that runs a command on `host` over the user's own ssh, stdio as the link.
-
-    -T: no terminal (a pty would mangle frames and merge stderr into stdout);
-    BatchMode: never ask for a password on a terminal nobody watches. `options`
-    ("-o", "ProxyJump=...", "-F", "cfg", ...) go before the destination, as ssh
-    requires; the remote command (one shlex-quoted string, since ssh hands it to
-    the remote shell) follows the destination.
-    """
-    if not host or host.startswith("-"):
-        raise ValueError(f"not an ssh destination: {host!r}")
-    return ["ssh", "-T", "-o", "BatchMode=yes", *options, host]
-
-
-def srun_prefix(index: int) -> list[str]:
-    """argv that runs a command on node `index` of the current Slurm allocation.
-
-    --relative: the node by its place in the allocation; --overlap (Slurm 20.11+):
-    the step may share the node with other steps (the batch script's, the other
-    agents'); --kill-on-bad-exit: the step ends with its task; --unbuffered: frames
-    are passed on as written. srun execs the command itself (no shell): no quoting.
-    """
-    return [
-        "srun", "--nodes=1", "--ntasks=1", f"--relative={index}", "--overlap",
-        "--kill-on-bad-exit=1", "--unbuffered", "--quiet",
-    ]
-
-
-def _through_a_shell(argv_prefix: Sequence[str]) -> bool:
-    """ssh joins its arguments into one line for the remote shell: quote ours for it."""
-    return bool(argv_prefix) and os.path.basename(argv_prefix[0]) == "ssh"
 
 
 # -- the agent process (on the worker host) ------------------------------------------
@@ -442,7 +409,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 class RemoteAgent:
     """A trainer on another host, through an agent process reached by ssh or srun.
 
-    argv_prefix: what runs a command there (ssh_prefix, srun_prefix, or any
+    argv_prefix: what runs a command there (cluster.ssh_prefix, cluster.srun_prefix, or any
     launcher); python: the interpreter there; remote_dir: the worker's directory
     there (default: the same path as here); remote_env: variables set for the agent
     there (``env K=V`` before python: ssh does not pass ours on).
@@ -474,7 +441,7 @@ class RemoteAgent:
         self.remote_dir = remote_dir or str(self.worker_dir)
         self.remote_env = dict(remote_env or {})
         self.sample = sample
-        self.host = host or (self.argv_prefix[-1] if _through_a_shell(argv_prefix) else
+        self.host = host or (self.argv_prefix[-1] if through_a_shell(argv_prefix) else
                              f"worker {index}")
         self._on_frame = on_frame
         self._on_exit = on_exit
@@ -527,9 +494,7 @@ class RemoteAgent:
             remote.append("--no-sample")
         if self.remote_env:
             remote = ["env", *(f"{k}={v}" for k, v in self.remote_env.items()), *remote]
-        if _through_a_shell(self.argv_prefix):
-            return [*self.argv_prefix, shlex.join(remote)]
-        return [*self.argv_prefix, *remote]
+        return remote_argv(self.argv_prefix, remote)
 
     async def prepare(self) -> tuple[str, int]:
         """Open the link (if it is not open) and ask the agent for a host and a free port."""

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch.supervisor.remote import ssh_prefix
+from gpuwatch.supervisor.cluster import ssh_prefix
 
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
 START_TIMEOUT_S = 15.0
@@ -36,8 +36,8 @@ class SshServer:
     log_path: Path
 
     def prefix(self, host: str = "localhost") -> list[str]:
-        """ssh argv (remote.ssh_prefix) that reaches `host` through this server's config."""
-        return ssh_prefix(host, ["-F", str(self.client_config)])
+        """ssh argv (cluster.ssh_prefix) that reaches `host` through this server's config."""
+        return list(ssh_prefix(host, ["-F", str(self.client_config)]))
 
     def ssh(self, *command: str, host: str = "localhost") -> subprocess.CompletedProcess[str]:
         return subprocess.run(
