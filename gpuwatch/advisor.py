@@ -93,6 +93,13 @@ def advise(
     verdict = VERDICTS[level]
     if pct is not None:
         verdict = f"{verdict}: {pct:.1f}% of step time waiting for input"
+    if straggler is not None and straggler.cause == "input-bound":
+        # The run goes at its pace: the verdict is the straggler's, not the chief's.
+        level = input_bound_level(straggler.value)
+        verdict = (
+            f"{VERDICTS[level]} on worker {straggler.worker}: {straggler.value:.1f}% of its "
+            "step time waiting for input"
+        )
     recs: list[str] = []
     if straggler is not None:
         if straggler.cause == "input-bound":
@@ -158,7 +165,9 @@ def advise(
             )
             break
 
-    return Advice(level, verdict, pct, recs[:MAX_RECOMMENDATIONS])
+    # A cluster's screen also lists its workers and names the straggler: two lines here.
+    most = MAX_RECOMMENDATIONS if straggler is None else min(2, MAX_RECOMMENDATIONS)
+    return Advice(level, verdict, pct, recs[:most])
 
 
 @dataclass(frozen=True)

@@ -125,6 +125,9 @@ def test_advice_puts_the_straggler_first_and_drops_the_input_keeps_up():
     assert plain.level == "none" and "the input keeps up" in plain.recommendations[0]
     found = find_straggler(state.worker_summaries())
     advice = advise(state.recent_steps(), settings, None, 2, found)
-    assert advice.level == "none"  # the chief's own verdict is unchanged
+    # The run goes at the straggler's pace: the verdict is worker 1's, not the chief's.
+    assert advice.level == "high" and advice.verdict.startswith("highly input-bound on worker 1")
+    assert advice.input_wait_pct == plain.input_wait_pct  # the chief's own figure is kept
+    assert len(advice.recommendations) <= 2
     assert advice.recommendations[0].startswith("worker 1 waits on input")
     assert not any("the input keeps up" in r for r in advice.recommendations)
