@@ -99,7 +99,7 @@ def test_remote_argv_quotes_the_command_for_the_remote_shell_but_not_for_srun() 
 def test_srun_runs_one_task_on_each_workers_node() -> None:
     assert srun_prefix(2) == (
         "srun", "--nodes=1", "--ntasks=1", "--relative=2", "--overlap",
-        "--kill-on-bad-exit=1", "--unbuffered", "--quiet", "--",
+        "--kill-on-bad-exit=1", "--quiet", "--",
     )
 
 
@@ -354,10 +354,11 @@ async def test_a_worker_that_finishes_while_another_hangs_past_the_timeout_fails
     await until(lambda: not sup.trainer_running, "worker 1 to be killed", 10)
     await no_trainer_left(sup.run_dir)
     (crashed,) = [s for s in statuses(sup.run_dir) if s["status"] == "crashed"]
-    assert crashed["worker"] == 0
+    # The stuck worker is the one to blame, not the one that ended at the right step.
+    assert crashed["worker"] == 1
     assert crashed["message"] == (
-        "worker 0 (localhost): exited (max_steps) while worker 1 (localhost) still ran; "
-        "stopped them"
+        "worker 1 (localhost): still running 2 s after worker 0 (localhost) ended "
+        "(max_steps): stuck without it; stopped"
     )
     await sup.stop_run()
     assert await asyncio.wait_for(running, 20) == 0
@@ -468,3 +469,54 @@ def test_train_with_slurm_outside_an_allocation_says_so_and_starts_nothing(
     assert proc.returncode == 2
     assert "not inside a Slurm allocation" in proc.stderr
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+# -- commands and signals while the workers are being prepared --------------------------
+
+
+def slow_prepare(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """Every agent's prepare takes `seconds` (an ssh login can take that long)."""
+    from gpuwatch.supervisor.agent import LocalAgent
+
+    real = LocalAgent.prepare
+
+    async def prepare(self: LocalAgent) -> tuple[str, int]:
+        await asyncio.sleep(seconds)
+        return await real(self)
+
+    monkeypatch.setattr(LocalAgent, "prepare", prepare)
+
+
+async def test_a_relaunch_during_the_first_start_waits_and_leaves_one_attempts_trainers(
+    short_dir: Path, fake_env: pytest.MonkeyPatch
+) -> None:
+    fake_env.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    slow_prepare(fake_env, 1.0)
+    sup = make_supervisor(short_dir, 2)
+    running = asyncio.create_task(sup.run())
+    await until(lambda: sup.attempt == 1, "the first attempt to begin")
+    async with RunClient(sup.socket_path) as client:
+        reply = await client.command("relaunch")  # while attempt 1 is still preparing
+        assert reply["attempt"] == 2
+    await until(lambda: sup.status == "running", "attempt 2 to run")
+    alive = trainers_of(sup.run_dir)
+    assert len(alive) == 2, alive  # attempt 1's were stopped, not left beside attempt 2's
+    assert {launch_of(sup, i, 2)["pid"] for i in (0, 1)} == set(alive)
+    await sup.stop_run()
+    assert await asyncio.wait_for(running, 30) == 0
+    await no_trainer_left(sup.run_dir)
+
+
+async def test_a_stop_during_prepare_starts_no_trainer_and_is_one_status(
+    short_dir: Path, fake_env: pytest.MonkeyPatch
+) -> None:
+    fake_env.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    slow_prepare(fake_env, 1.5)
+    sup = make_supervisor(short_dir, 2)
+    running = asyncio.create_task(sup.run())
+    await until(lambda: sup.status == "starting", "the workers to be prepared")
+    await sup.stop_run()  # as SIGTERM does
+    assert await asyncio.wait_for(running, 30) == 0
+    assert not trainers_of(sup.run_dir)
+    assert not any((plan.worker_dir / "launch-1.json").exists() for plan in sup.plans)
+    assert [s["status"] for s in statuses(sup.run_dir)] == ["starting", "stopped"]

@@ -118,6 +118,8 @@ def test_a_workers_own_pipeline_settings_load(tmp_path: Path) -> None:
         ("  launcher: kubernetes\n", "launcher:", "cluster.launcher", "local"),
         ("  hosts: 2\n", "hosts:", "cluster.hosts", ""),
         ("  ssh_options: -p 22\n", "ssh_options:", "cluster.ssh_options", ""),
+        ("  launcher: ssh\n  workers: [a]\n  python: ~/venv/bin/python\n", "python:",
+         "cluster.python", "without ~"),
     ],
 )
 def test_a_bad_cluster_setting_is_one_line_at_its_key(

@@ -185,8 +185,14 @@ async def link(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     yield open_link
     for proc in procs:
         if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
+            # As a lost link does: stdin closes, the agent stops its trainer and exits.
+            if proc.stdin is not None:
+                proc.stdin.close()
+            try:
+                await asyncio.wait_for(proc.wait(), 20)
+            except TimeoutError:
+                proc.kill()
+                await proc.wait()
 
 
 async def test_agent_prepares_starts_and_relays_a_finished_trainer(
@@ -536,3 +542,10 @@ def test_the_log_relay_is_bounded_per_second_sends_whole_lines_and_says_what_it_
     out.data.clear()
     served.relay_log(final=True)  # the trainer exited: its last, unfinished line goes too
     assert FrameBuffer().feed(bytes(out.data))[-1]["lines"] == ["no newline yet"]
+
+
+def test_a_link_lost_while_asked_to_stop_or_relaunch_is_that_ending_not_a_crash() -> None:
+    lost = TrainerExit(1, link_lost="agent link to node-b lost: ssh killed by signal 9")
+    assert exit_status(lost, relaunching=False, stop_requested=True)[0] == "stopped"
+    assert exit_status(lost, relaunching=True, stop_requested=False)[0] == "relaunching"
+    assert exit_status(lost, relaunching=False, stop_requested=False)[0] == "crashed"

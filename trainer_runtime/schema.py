@@ -387,6 +387,16 @@ class ClusterConfig(_Strict):
         Field(max_length=MAX_SSH_OPTIONS),
     ] = Field(default_factory=list)
 
+    @field_validator("python")
+    @classmethod
+    def _python_path(cls, value: str | None) -> str | None:
+        if value is not None and (value.startswith("~") or not value.isprintable()):
+            raise ValueError(
+                f"must be an absolute path or a command name on the workers' PATH, "
+                f"without ~ (got {value!r})"
+            )
+        return value
+
     @model_validator(mode="after")
     def _workers_fit_the_launcher(self) -> ClusterConfig:
         n = len(self.workers)

@@ -145,6 +145,8 @@ class LocalAgent:
 
         launch: this worker's place in a cluster (None: a single-host run).
         """
+        if self.process is not None:
+            raise AgentStartError(f"worker {self.index}'s trainer (pid {self.pid}) still runs")
         self._release_port()
         try:
             self.worker_dir.mkdir(parents=True, exist_ok=True)

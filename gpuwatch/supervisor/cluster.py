@@ -79,12 +79,14 @@ def srun_prefix(index: int) -> tuple[str, ...]:
 
     --relative: the node by its place in the allocation; --overlap (Slurm 20.11+):
     the step may share the node with other steps (the batch script's, the other
-    agents'); --kill-on-bad-exit: the step ends with its task; --unbuffered: frames
-    are passed on as written. srun execs the command itself (no shell): no quoting.
+    agents'); --kill-on-bad-exit: the step ends with its task. Not --unbuffered: srun
+    runs the task under a pseudo-terminal then, which would rewrite the frames'
+    newlines (the agent writes unbuffered anyway). srun execs the command itself (no
+    shell): no quoting.
     """
     return (
         "srun", "--nodes=1", "--ntasks=1", f"--relative={index}", "--overlap",
-        "--kill-on-bad-exit=1", "--unbuffered", "--quiet", "--",
+        "--kill-on-bad-exit=1", "--quiet", "--",
     )
 
 

@@ -52,7 +52,8 @@ class Commands:
 
     def __init__(self, run: Run) -> None:
         self.run = run
-        self._lock = asyncio.Lock()
+        # Attempts start and stop one at a time: the first start takes it too.
+        self.lock = asyncio.Lock()
 
     async def answer(self, frame: dict[str, Any], client: Client) -> bytes:
         """The reply to one decoded frame: ack with the result, or err with one line."""
@@ -78,7 +79,7 @@ class Commands:
             return {"next_seq": next_seq, "run_id": self.run.run_id}
         if isinstance(command, Status):
             return self.run.status_fields()
-        async with self._lock:
+        async with self.lock:
             if isinstance(command, Relaunch):
                 return await self._relaunch(command)
             if isinstance(command, Stop):

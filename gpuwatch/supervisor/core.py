@@ -250,12 +250,14 @@ class Supervisor:
         if not others or asked or self._failed_worker is not None:
             return
         how = ended.done_reason or f"code {ended.returncode}"
-        names = ", ".join(self._who(i) for i in others)
+        cluster = self.config.cluster
+        waited = cluster.timeout_s if cluster is not None else 0.0
+        # The stuck one is to blame: it did not end at the step the others ended at.
         self._fail(
-            index,
+            others[0],
             {
-                "exit_code": ended.returncode if ended.returncode >= 0 else None,
-                "message": f"exited ({how}) while {names} still ran; stopped them",
+                "message": f"still running {waited:.0f} s after {self._who(index)} ended "
+                f"({how}): stuck without it; stopped",
             },
         )
 
@@ -344,8 +346,8 @@ class Supervisor:
                 self.config, self.plans, prepared, env=os.environ, this_host=socket.getfqdn()
             )
             for index, agent in enumerate(self.agents):
-                if self._failed_worker is not None:
-                    break  # one already started has failed: start no more
+                if self._failed_worker is not None or self.stop_requested:
+                    break  # one already started has failed, or a stop came: start no more
                 await agent.start(attempt, attempt_path, fresh=fresh, launch=launches[index])
         except (AgentStartError, OSError) as exc:
             if self._failed_worker is None:
@@ -355,6 +357,8 @@ class Supervisor:
                 )
         if self._failed_worker is not None:
             await self._stop_workers(WORKER_KILL_GRACE_S)
+        elif self.stop_requested and self.trainer_running:
+            await self.stop_trainers()
 
     async def stop_trainers(self, grace_s: float = STOP_GRACE_S) -> None:
         """Stop every agent's trainer (SIGTERM, then SIGKILL after grace_s); return when gone."""
@@ -422,7 +426,9 @@ class Supervisor:
             self._write_info()  # after the socket exists: `gpuwatch train` waits on this file
             for agent in self.agents:
                 agent.start_sampling(self.loop)
-            await self.start_attempt(self.config, fresh=self.fresh, reason="start")
+            async with self.commands.lock:  # a relaunch waits until these trainers started
+                if not self.stop_requested:
+                    await self.start_attempt(self.config, fresh=self.fresh, reason="start")
             while not self._finished.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._finished.wait(), 1.0)
@@ -439,6 +445,9 @@ class Supervisor:
         if self.trainer_running:
             self.stop_requested = True
             await self.stop_trainers()
+        # Remote links end now (their agents stop anything left and exit), not at exit.
+        closing = [close() for agent in self.agents if (close := getattr(agent, "close", None))]
+        await asyncio.gather(*closing, return_exceptions=True)
         await self.hub.flush(2.0)  # a moment for dashboards to receive the final status
         for agent in self.agents:
             agent.stop_sampling()

@@ -57,14 +57,15 @@ def exit_status(
     returncode = ended.returncode
     exit_code = returncode if returncode >= 0 else None
     sig = signal_name(-returncode) if returncode < 0 else None
-    if relaunching and returncode in _ASKED_TO_END:
+    asked_to_end = returncode in _ASKED_TO_END or ended.link_lost is not None
+    if relaunching and asked_to_end:
         # Not a terminal status: a new attempt follows at once.
         return "relaunching", {
             "exit_code": exit_code,
             "signal": sig,
             "message": "stopped for relaunch",
         }
-    if stop_requested and returncode in _ASKED_TO_END:
+    if stop_requested and asked_to_end:
         return "stopped", {"exit_code": exit_code, "signal": sig, "message": "stopped on request"}
     if returncode == 0 and ended.done_reason in ("max_steps", "epochs"):
         return "finished", {
