@@ -218,3 +218,30 @@ def test_sigkilled_worker_fails_the_others_within_the_collective_timeout(
     assert (error.kind, error.worker) == ("runtime", 0)
     assert took < TIMEOUT_S + 10
     assert not workers[0].of(protocol.Done)
+
+
+def test_accumulation_and_several_updates_per_call_keep_the_workers_in_step(
+    tmp_path: Path,
+) -> None:
+    config = _config(tmp_path, [{}, {}])
+    data = json.loads(config.read_text())
+    data["train"].update({"accumulation_steps": 2, "steps_per_execution": 3})
+    config.write_text(json.dumps(data))
+    workers = _launch(tmp_path, config, 2, "--max-steps", "24")
+    try:
+        codes = [w.finish() for w in workers]
+    finally:
+        _kill_all(workers)
+    assert codes == [0, 0], [w.log()[-1500:] for w in workers]
+    for w in workers:
+        (hello,) = w.of(protocol.Hello)
+        # 48 examples per update = 2 replicas (one per worker) x 2 micro-steps x 12.
+        assert (hello.replicas, hello.accumulation_steps, hello.per_replica_batch) == (2, 2, 12)
+        steps = w.of(protocol.Step)
+        assert [s.step for s in steps] == list(range(1, 25))
+        assert [s.micro_step for s in steps] == [2 * s.step for s in steps]
+        assert all(s.examples == 48 for s in steps)
+        losses = [s.loss for s in steps]
+        assert mean(losses[-4:]) < mean(losses[:4]), losses
+    (done0,), (done1,) = (w.of(protocol.Done) for w in workers)
+    assert done0.step == done1.step == 24
