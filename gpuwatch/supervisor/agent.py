@@ -30,6 +30,7 @@ from trainer_runtime.protocol import (
     MAX_FRAME_BYTES,
     TRAINER_EVENTS,
     Done,
+    Envelope,
     Error,
     Event,
     FrameBuffer,
@@ -279,12 +280,7 @@ class LocalAgent:
             writer.close()
 
     def _take_frame(self, frame: dict[str, Any], attempt: int) -> None:
-        envelope, event = parse_event(frame)
-        if event.TYPE not in TRAINER_EVENTS:
-            raise ProtocolError(f"the trainer may not send {event.TYPE!r} frames")
-        # The attempt is the agent's to say: a trainer cannot speak for another one.
-        # So is the worker: every frame says which worker sent it.
-        event = replace(event, attempt=attempt, worker=self.index)  # type: ignore[call-arg]
+        envelope, event = relayed_event(frame, attempt, self.index)
         if isinstance(event, Hello):
             self.replicas = event.replicas
         elif isinstance(event, Done):
@@ -326,6 +322,20 @@ class LocalAgent:
         except Exception:
             pass
         return pids
+
+
+def relayed_event(frame: Any, attempt: int, worker: int) -> tuple[Envelope, Event]:
+    """A trainer's frame (relayed by a remote agent, or read here) as a checked event.
+
+    Trainer events only; the attempt and the worker are the agent's to say, so a
+    trainer cannot speak for another attempt or another worker. ProtocolError if not.
+    """
+    if not isinstance(frame, dict):
+        raise ProtocolError("event: frame must be an object")
+    envelope, event = parse_event(frame)
+    if event.TYPE not in TRAINER_EVENTS:
+        raise ProtocolError(f"a trainer may not send {event.TYPE!r} frames")
+    return envelope, replace(event, attempt=attempt, worker=worker)  # type: ignore[call-arg]
 
 
 class _SamplerThread:

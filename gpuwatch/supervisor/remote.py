@@ -48,7 +48,6 @@ import signal
 import socket
 import sys
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +57,7 @@ from gpuwatch.supervisor.agent import (
     OnExit,
     OnFrame,
     OnSample,
+    relayed_event,
     signal_group,
 )
 from gpuwatch.supervisor.cluster import remote_argv, through_a_shell
@@ -65,7 +65,6 @@ from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from trainer_runtime.protocol import (
     MAX_FRAME_BYTES,
-    TRAINER_EVENTS,
     FrameBuffer,
     Hello,
     ProtocolError,
@@ -753,15 +752,10 @@ class RemoteAgent:
             raise ProtocolError(f"unknown link frame {kind!r}")
 
     def _take_event(self, frame: Any) -> None:
-        if not isinstance(frame, dict):
-            raise ProtocolError("event: frame must be an object")
         attempt = self._attempt
         if attempt is None:
             raise ProtocolError("event while no trainer runs")
-        envelope, event = parse_event(frame)
-        if event.TYPE not in TRAINER_EVENTS:
-            raise ProtocolError(f"a trainer may not send {event.TYPE!r} frames")
-        event = replace(event, attempt=attempt, worker=self.index)  # type: ignore[call-arg]
+        envelope, event = relayed_event(frame, attempt, self.index)
         if isinstance(event, Hello):
             self.replicas = event.replicas
             self._trainer_pid = event.pid
