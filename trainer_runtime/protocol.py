@@ -64,6 +64,16 @@ trainer -> supervisor (the trainer's telemetry socket):
               lost_steps (int | None): added by the supervisor: steps since the
                 checkpoint
               worker (int): the worker that sent it (0 = chief)
+  reconfigured The trainer's answer to a reconfigure frame: applied in this process,
+              or refused.
+              attempt (int): the attempt it belongs to (1, 2, ...)
+              id (int): the reconfigure frame's id
+              ok (bool): whether the new settings now run
+              step (int): the last optimizer step under the old settings
+              changed (list[str]): the dotted keys changed
+              seconds (float): time the change took
+              message (str): why it was refused, one line
+              worker (int): the worker that sent it (0 = chief)
   done        The trainer is ending after a checkpoint.
               attempt (int): the attempt it belongs to (1, 2, ...)
               reason (str): "max_steps", "epochs", "sigterm" or "socket_lost"
@@ -87,7 +97,7 @@ supervisor -> dashboard, besides every trainer event relayed:
               attempt (int): the attempt it belongs to (1, 2, ...)
               settings (dict[str, Any]): the full validated config
               fresh (bool): whether it ignores checkpoints
-              reason (str): "start" or "relaunch"
+              reason (str): "start", "relaunch" or "live"
               config_path (str): attempt-N.yaml in the run directory
   status      The run's status changed (see STATUSES).
               attempt (int): the attempt it belongs to (1, 2, ...)
@@ -123,6 +133,7 @@ kind (1 is not true, true is not 1), is answered err and changes nothing.
                 JSON values; default {}; validated as the config is
               fresh: true or false; default false; only a literal true starts from
                 step 0, discarding progress
+              live: true or false; default true; false: always a full relaunch (key R)
   stop        Stop the trainer (it checkpoints first) and the run.
   status      The reply carries the current status, attempt, step, pids and counters.
 """
@@ -473,6 +484,9 @@ class Relaunch(Command):
         default=False,
         metadata=_wire(BOOL, "only a literal true starts from step 0, discarding progress"),
     )
+    live: bool = field(
+        default=True, metadata=_wire(BOOL, "false: always a full relaunch (key R)")
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -576,6 +590,17 @@ def command_frame(command: Command) -> dict[str, Any]:
 def encode_command(command: Command) -> bytes:
     """One command frame as bytes, newline included."""
     return encode_frame(command_frame(command))
+
+
+def reconfigure_frame(request_id: int, settings: Mapping[str, Any], at_step: int) -> bytes:
+    """A reconfigure frame sent down a trainer's telemetry socket, newline included.
+
+    The trainer applies ``settings`` (the full validated config) at the first update
+    boundary with step >= ``at_step`` and answers with a ``reconfigured`` event.
+    """
+    return encode(
+        "reconfigure", id=request_id, settings=dict(settings), at_step=at_step
+    )
 
 
 def command_reference(width: int = 86) -> str:
@@ -764,6 +789,22 @@ class Resume(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Reconfigured(Event):
+    """The trainer's answer to a reconfigure frame: applied in this process, or refused."""
+
+    TYPE: ClassVar[str] = "reconfigured"
+    FROM: ClassVar[str] = "trainer"
+    attempt: int = _attempt()
+    id: int = field(metadata=_note("the reconfigure frame's id"))
+    ok: bool = field(metadata=_note("whether the new settings now run"))
+    step: int = field(metadata=_note("the last optimizer step under the old settings"))
+    changed: list[str] = field(default_factory=list, metadata=_note("the dotted keys changed"))
+    seconds: float = field(default=0.0, metadata=_note("time the change took"))
+    message: str = field(default="", metadata=_note("why it was refused, one line"))
+    worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Done(Event):
     """The trainer is ending after a checkpoint."""
 
@@ -811,7 +852,7 @@ class Attempt(Event):
     attempt: int = _attempt()
     settings: dict[str, Any] = field(metadata=_note("the full validated config"))
     fresh: bool = field(default=False, metadata=_note("whether it ignores checkpoints"))
-    reason: str = field(default="start", metadata=_note('"start" or "relaunch"'))
+    reason: str = field(default="start", metadata=_note('"start", "relaunch" or "live"'))
     config_path: str = field(default="", metadata=_note("attempt-N.yaml in the run directory"))
 
 
@@ -849,8 +890,8 @@ class Sample(Event):
 EVENTS: Mapping[str, type[Event]] = MappingProxyType(
     {
         cls.TYPE: cls
-        for cls in (Hello, Step, Checkpoint, Resume, Done, Error, Run, Attempt, StatusChange,
-                    Sample)
+        for cls in (Hello, Step, Checkpoint, Resume, Reconfigured, Done, Error, Run, Attempt,
+                    StatusChange, Sample)
     }
 )
 TRAINER_EVENTS = frozenset(name for name, cls in EVENTS.items() if cls.FROM == "trainer")

@@ -522,3 +522,45 @@ def divisibility_error(config: RunConfig, replicas: int) -> str | None:
 def per_replica_batch(config: RunConfig, replicas: int) -> int:
     """Examples each replica sees in one micro-step."""
     return config.train.global_batch_size // (replicas * config.train.accumulation_steps)
+
+
+# The settings a running trainer can change at an update boundary, in the same process
+# (a `reconfigure` frame); any other change is a relaunch.
+LIVE_KEYS = frozenset({
+    "data.prefetch",
+    "data.parallel_calls",
+    "data.read_latency_ms",
+    "data.decode_cost",
+    "data.cache",
+    "train.global_batch_size",
+    "train.accumulation_steps",
+})
+
+
+def _dotted(settings: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(settings, BaseModel):
+        settings = settings.model_dump(mode="json")
+    flat: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and name.count(".") < 1:
+            flat.update(_dotted(value, f"{name}."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def live_changes(old: Any, new: Any) -> tuple[list[str], list[str]]:
+    """The dotted keys that differ between two configs: (live keys, other keys), sorted.
+
+    Either may be a RunConfig or its dict. Only the first two levels are split into
+    dotted keys (``data.prefetch``); deeper values (a factory's kwargs) compare whole.
+    """
+    before, after = _dotted(old), _dotted(new)
+    changed = sorted(
+        key for key in before.keys() | after.keys() if before.get(key) != after.get(key)
+    )
+    return (
+        [key for key in changed if key in LIVE_KEYS],
+        [key for key in changed if key not in LIVE_KEYS],
+    )
