@@ -46,7 +46,7 @@ MAX_OVERRIDES = 64
 MAX_KEY_CHARS = 128
 COMMAND_FIELDS = {
     "subscribe": {"id", "from_seq"},
-    "relaunch": {"id", "overrides", "fresh"},
+    "relaunch": {"id", "overrides", "fresh", "live"},
     "stop": {"id"},
     "status": {"id"},
 }

@@ -21,6 +21,7 @@ import pytest
 from gpuwatch.client import CommandError, ConnectionLost, RunClient
 from gpuwatch.config import load_config
 from gpuwatch.supervisor import Supervisor, eventlog
+from gpuwatch.supervisor import core as core_module
 from gpuwatch.supervisor.agent import LocalAgent
 from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.eventlog import EventLog
@@ -550,6 +551,12 @@ class FakeRun:
     async def stop_run(self) -> None:
         self.asked.append(("stop", None))
 
+    def can_reconfigure(self) -> bool:
+        return False
+
+    async def reconfigure(self, config: RunConfig) -> dict[str, Any]:
+        raise AssertionError("no trainer runs here")
+
 
 async def _answer(run: FakeRun, **frame: Any) -> dict[str, Any]:
     reply = await Commands(run).answer({"v": 1, **frame}, client=None)  # type: ignore[arg-type]
@@ -643,8 +650,8 @@ async def test_the_core_runs_attempts_relaunches_and_stops_with_one_agent(
     running = asyncio.create_task(core.run())
     await until(lambda: core.status == "running", "the first attempt to run")
     async with RunClient(core.socket_path) as client:
-        reply = await client.command("relaunch", overrides={"data.prefetch": 2})
-        assert reply["attempt"] == 2
+        reply = await client.command("relaunch", overrides={"data.prefetch": 2}, live=False)
+        assert reply["attempt"] == 2 and reply["live"] is False
         await until(lambda: core.status == "running", "the second attempt to run")
         assert (await client.command("status"))["trainer_pid"] == core.agents[0].pid
         await client.command("stop")
@@ -694,3 +701,99 @@ async def test_agent_start_says_why_when_the_trainer_log_cannot_be_written(
     with pytest.raises(AgentStartError, match=r"could not write .*trainer\.log"):
         await harness.start(1, "finish")
     assert harness.agent.pid is None and not harness.frames
+
+
+# -- live changes: the next attempt in the same trainer process ----------------------------
+
+
+async def _running_core(core: Supervisor) -> asyncio.Task[int]:
+    running = asyncio.create_task(core.run())
+    await until(lambda: core.status == "running", "the first attempt to run")
+    return running
+
+
+async def test_a_live_relaunch_is_a_new_attempt_in_the_same_trainer_process(
+    core: Supervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    running = await _running_core(core)
+    pid = core.agents[0].pid
+    async with RunClient(core.socket_path) as client:
+        reply = await client.command("relaunch", overrides={"data.prefetch": 2})
+        assert reply["attempt"] == 2 and reply["live"] is True and reply["seconds"] >= 0
+        await until(lambda: core.last_step == 2, "the step after the change")
+        status = await client.command("status")
+        assert status["trainer_pid"] == pid and status["attempt"] == 2
+        await client.command("stop")
+    assert await asyncio.wait_for(running, 20) == 0
+    assert core.config.data.prefetch == 2
+    assert _recorded(core.run_dir) == [
+        ("run", None),
+        ("attempt", 1), ("status", "starting"), ("hello", 1), ("status", "running"),
+        ("step", 1), ("reconfigured", 1), ("attempt", 2), ("step", 2),
+        ("status", "stopping"), ("done", 2), ("status", "stopped"),
+    ]
+    events = _lines(core.run_dir / "events.jsonl")
+    live = [e for e in events if e["type"] == "attempt"][1]
+    assert live["reason"] == "live" and live["settings"]["data"]["prefetch"] == 2
+    assert live["config_path"].endswith("attempt-2.yaml")
+    assert (core.run_dir / "attempt-2.yaml").exists()
+    (answer,) = [e for e in events if e["type"] == "reconfigured"]
+    assert answer["ok"] is True and answer["changed"] == ["data.prefetch"]
+
+
+async def test_a_refused_live_change_is_an_err_and_the_old_settings_go_on(
+    core: Supervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    monkeypatch.setenv("GPUWATCH_FAKE_RECONFIGURE", "refuse")
+    running = await _running_core(core)
+    pid, prefetch = core.agents[0].pid, core.config.data.prefetch
+    async with RunClient(core.socket_path) as client:
+        with pytest.raises(CommandError, match="fake: cannot apply this change"):
+            await client.command("relaunch", overrides={"data.prefetch": 2})
+        status = await client.command("status")
+        assert status["trainer_pid"] == pid and status["attempt"] == 1
+        await client.command("stop")
+    assert await asyncio.wait_for(running, 20) == 0
+    assert core.config.data.prefetch == prefetch
+    types = [kind for kind, _ in _recorded(core.run_dir)]
+    assert types.count("attempt") == 1 and "reconfigured" in types
+
+
+async def test_a_live_change_with_no_answer_times_out_and_changes_nothing(
+    core: Supervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    monkeypatch.setenv("GPUWATCH_FAKE_RECONFIGURE", "ignore")
+    monkeypatch.setattr(core_module, "LIVE_TIMEOUT_S", 0.5)
+    running = await _running_core(core)
+    async with RunClient(core.socket_path) as client:
+        with pytest.raises(CommandError, match="did not apply the change within"):
+            await client.command("relaunch", overrides={"data.prefetch": 2})
+        assert (await client.command("status"))["attempt"] == 1
+        await client.command("stop")
+    assert await asyncio.wait_for(running, 20) == 0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "live"),
+    [({"data.prefetch": 2}, False), ({"model.hidden_units": [8]}, True)],
+    ids=["live-false", "non-live-key"],
+)
+async def test_a_relaunch_that_cannot_or_may_not_be_live_starts_a_new_trainer(
+    core: Supervisor, monkeypatch: pytest.MonkeyPatch, overrides: dict[str, Any], live: bool
+) -> None:
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    running = await _running_core(core)
+    pid = core.agents[0].pid
+    async with RunClient(core.socket_path) as client:
+        reply = await client.command("relaunch", overrides=overrides, live=live)
+        assert reply["attempt"] == 2 and reply["live"] is False
+        await until(lambda: core.status == "running", "the second attempt to run")
+        assert (await client.command("status"))["trainer_pid"] not in (None, pid)
+        await client.command("stop")
+    assert await asyncio.wait_for(running, 20) == 0
+    events = _lines(core.run_dir / "events.jsonl")
+    assert [e["reason"] for e in events if e["type"] == "attempt"] == ["start", "relaunch"]
+    assert not [e for e in events if e["type"] == "reconfigured"]

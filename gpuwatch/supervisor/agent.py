@@ -36,7 +36,9 @@ from trainer_runtime.protocol import (
     FrameBuffer,
     Hello,
     ProtocolError,
+    Reconfigured,
     parse_event,
+    reconfigure_frame,
 )
 
 log = logging.getLogger("gpuwatch.supervisor")
@@ -59,6 +61,9 @@ class AgentStartError(Exception):
 
 class LocalAgent:
     """A trainer on this host, started as ``python -m trainer_runtime``, and this host's sampler."""
+
+    # It can send a running trainer a reconfigure frame (a live settings change).
+    live_capable = True
 
     def __init__(
         self,
@@ -99,6 +104,12 @@ class LocalAgent:
         self._cgroup: Path | None = None
         self._oom_kills_at_start: int | None = None
         self._sampler = _SamplerThread(index, self._run_pids, on_sample)
+        # Down the trainer's socket: reconfigure frames (None while no trainer reads it).
+        self._writer: asyncio.StreamWriter | None = None
+        # The attempt stamped on the trainer's frames: a live change moves it on.
+        self._attempt = 0
+        # (request id, the attempt its frames belong to once it says it applied it).
+        self._pending: tuple[int, int] | None = None
 
     @property
     def running(self) -> bool:
@@ -197,6 +208,8 @@ class LocalAgent:
         self._oom_kills_at_start = oom_kills(self._cgroup)
         self._done_reason = None
         self._error = None
+        self._attempt = attempt
+        self._pending = None
         self._watcher = asyncio.create_task(self._watch(proc, parent_sock, attempt))
 
     async def _watch(
@@ -257,6 +270,8 @@ class LocalAgent:
     async def read_frames(self, sock: socket.socket, attempt: int) -> None:
         """Pass every frame up until EOF; a frame that does not decode ends the reading."""
         reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_FRAME_BYTES)
+        self._writer = writer
+        self._attempt = attempt
         frames = FrameBuffer()
         try:
             while True:
@@ -277,11 +292,48 @@ class LocalAgent:
                         self.bad_frames += 1
                         log.warning("attempt %d: dropped a trainer frame: %s", attempt, exc)
         finally:
+            self._writer = None
+            self._pending = None
             writer.close()
 
+    async def send(self, data: bytes) -> None:
+        """Write to the trainer's telemetry socket; AgentStartError if no trainer reads it."""
+        writer = self._writer
+        if writer is None or writer.is_closing() or not self.stoppable:
+            raise AgentStartError(f"worker {self.index}'s trainer is not running")
+        try:
+            writer.write(data)
+            await asyncio.wait_for(writer.drain(), 5.0)
+        except (OSError, TimeoutError) as exc:
+            raise AgentStartError(
+                f"could not write to worker {self.index}'s trainer: {exc or 'timed out'}"
+            ) from None
+
+    async def reconfigure(
+        self, request_id: int, new_attempt: int, settings: dict[str, Any], at_step: int
+    ) -> None:
+        """Ask the trainer to apply settings live; once it has, its frames are new_attempt's."""
+        self._pending = (request_id, new_attempt)
+        try:
+            await self.send(reconfigure_frame(request_id, settings, at_step))
+        except AgentStartError:
+            self._pending = None
+            raise
+
+    def cancel_reconfigure(self, attempt: int) -> None:
+        """The change was abandoned (refused elsewhere, or too late): frames are attempt's again."""
+        self._pending = None
+        self._attempt = attempt
+
     def _take_frame(self, frame: dict[str, Any], attempt: int) -> None:
-        envelope, event = relayed_event(frame, attempt, self.index)
-        if isinstance(event, Hello):
+        envelope, event = relayed_event(frame, self._attempt, self.index)
+        if isinstance(event, Reconfigured):
+            pending = self._pending
+            if pending is not None and event.id == pending[0]:
+                self._pending = None
+                if event.ok:  # this one still carries the old attempt, what follows the new
+                    self._attempt = pending[1]
+        elif isinstance(event, Hello):
             self.replicas = event.replicas
         elif isinstance(event, Done):
             self._done_reason = event.reason

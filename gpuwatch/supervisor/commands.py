@@ -2,7 +2,8 @@
 
 `trainer_runtime.protocol.parse_command` is the only way a frame becomes a
 command. A refused one is answered err and changes nothing; a relaunch whose
-settings do not validate is refused before the trainer is touched. Relaunch
+settings do not validate is refused before the trainer is touched; one that changes
+only live keys (schema.LIVE_KEYS) of a running trainer is applied in that trainer. Relaunch
 and stop take turns (one lock); status and subscribe never wait on them.
 """
 
@@ -24,7 +25,7 @@ from trainer_runtime.protocol import (
     encode,
     parse_command,
 )
-from trainer_runtime.schema import RunConfig
+from trainer_runtime.schema import RunConfig, live_changes
 
 log = logging.getLogger("gpuwatch.supervisor")
 
@@ -43,6 +44,10 @@ class Run(Protocol):
     def subscribe(self, client: Client, from_seq: int) -> int: ...
 
     async def relaunch(self, config: RunConfig, *, fresh: bool) -> int: ...
+
+    def can_reconfigure(self) -> bool: ...
+
+    async def reconfigure(self, config: RunConfig) -> dict[str, Any]: ...
 
     async def stop_run(self) -> None: ...
 
@@ -95,5 +100,10 @@ class Commands:
         overrides = dict(command.overrides)
         config = apply_overrides(self.run.config, overrides, source="relaunch")
         check_replicas(config, self.run.replicas_for(config), source="relaunch")
+        live_keys, other_keys = live_changes(self.run.config, config)
+        if (command.live and not command.fresh and live_keys and not other_keys
+                and self.run.can_reconfigure()):
+            # Only settings a running trainer can change: the next attempt, same process.
+            return {**await self.run.reconfigure(config), "overrides": overrides}
         attempt = await self.run.relaunch(config, fresh=command.fresh)
-        return {"attempt": attempt, "overrides": overrides}
+        return {"attempt": attempt, "live": False, "overrides": overrides}

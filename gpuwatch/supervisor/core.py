@@ -35,6 +35,7 @@ from trainer_runtime.protocol import (
     Event,
     Hello,
     ProtocolError,
+    Reconfigured,
     Resume,
     Run,
     Sample,
@@ -51,6 +52,27 @@ LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "600"))
 # A cluster's attempt that failed: how long the other workers get between SIGTERM and
 # SIGKILL (a trainer blocked in a collective never reaches its SIGTERM check).
 WORKER_KILL_GRACE_S = float(os.environ.get("GPUWATCH_WORKER_KILL_GRACE_S", "5"))
+# How long every worker has to answer a live change before it is abandoned.
+LIVE_TIMEOUT_S = float(os.environ.get("GPUWATCH_LIVE_TIMEOUT_S", "10"))
+# A cluster's live change applies this many updates past the furthest worker's last step.
+LIVE_STEP_MARGIN = 3
+
+
+class _LiveChange:
+    """A live settings change sent to every worker, waiting for their `reconfigured`."""
+
+    def __init__(self, attempt: int, config: RunConfig, path: Path, workers: int) -> None:
+        self.attempt = attempt  # the attempt it becomes (also the request's id)
+        self.config = config
+        self.path = path
+        self.waiting = set(range(workers))
+        self.started = time.monotonic()
+        # None: applied on every worker; else the one-line reason it was not.
+        self.outcome: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
+
+    def settle(self, outcome: str | None) -> None:
+        if not self.outcome.done():
+            self.outcome.set_result(outcome)
 
 
 class Supervisor:
@@ -94,6 +116,8 @@ class Supervisor:
         self._failed_worker: int | None = None
         self._straggler_timer: asyncio.TimerHandle | None = None
         self._last_step_before = 0  # the chief's step when the attempt started
+        self._worker_steps: dict[int, int] = {}  # each worker's last step (live changes)
+        self._live: _LiveChange | None = None
         self._finished = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks = TaskSet()
@@ -188,7 +212,12 @@ class Supervisor:
             if len(self._hellos) == len(self.agents) and self.status == "starting":
                 self.set_status("running")
             return
+        if isinstance(event, Reconfigured):
+            self.record(event, t)
+            self._live_answer(index, event)
+            return
         if isinstance(event, Step):
+            self._worker_steps[index] = event.step
             if index == 0:  # the run's step is the chief's
                 self.last_step = event.step
         elif isinstance(event, Resume):
@@ -198,6 +227,8 @@ class Supervisor:
         self.record(event, t)
 
     def _on_trainer_exit(self, index: int, ended: TrainerExit) -> None:
+        if self._live is not None:
+            self._live.settle(f"{self._who(index)}'s trainer exited before applying the change")
         status, fields = exit_status(
             ended, relaunching=self._relaunching, stop_requested=self.stop_requested
         )
@@ -389,6 +420,80 @@ class Supervisor:
                 self.set_status("stopped", message="stopped on request")
             raise ValueError("the run was stopped while relaunching; nothing was started")
         return await self.start_attempt(config, fresh=fresh, reason="relaunch")
+
+    def can_reconfigure(self) -> bool:
+        """A change may be applied live: every worker runs and its agent can send frames down."""
+        return (
+            self.status == "running"
+            and self._live is None
+            and not self.stop_requested
+            and all(getattr(agent, "live_capable", False) and agent.stoppable
+                    for agent in self.agents)
+        )
+
+    async def reconfigure(self, config: RunConfig) -> dict[str, Any]:
+        """Apply config in the running trainers (live keys only): the next attempt, same processes.
+
+        Nothing is recorded unless every worker applied it; ValueError (training goes on with
+        the old settings) if one refuses, is not reached, or does not answer in time.
+        """
+        attempt = self.attempt + 1
+        attempt_path = self.run_dir / f"attempt-{attempt}.yaml"
+        try:
+            attempt_path.write_text(dump_config(config))
+        except OSError as exc:
+            raise ValueError(f"could not write {attempt_path}: {exc}") from None
+        # One worker: its next update boundary. Several: an update every worker has yet to
+        # reach, so all switch after the same one.
+        at_step = 0
+        if self.clustered:
+            at_step = max(self._worker_steps.values(), default=0) + LIVE_STEP_MARGIN
+        live = self._live = _LiveChange(attempt, config, attempt_path, len(self.agents))
+        settings = config.model_dump(mode="json")
+        try:
+            for agent in self.agents:
+                await agent.reconfigure(attempt, attempt, settings, at_step)
+            outcome = await asyncio.wait_for(asyncio.shield(live.outcome), LIVE_TIMEOUT_S)
+        except AgentStartError as exc:
+            outcome = str(exc)
+        except TimeoutError:
+            outcome = (
+                f"the trainer did not apply the change within {LIVE_TIMEOUT_S:.0f} s"
+            )
+        finally:
+            self._live = None
+        if outcome is not None:
+            for agent in self.agents:
+                agent.cancel_reconfigure(self.attempt)
+            raise ValueError(f"not applied live: {outcome}; training goes on with the old settings")
+        return {"attempt": attempt, "live": True, "seconds": time.monotonic() - live.started}
+
+    def _live_answer(self, index: int, event: Reconfigured) -> None:
+        live = self._live
+        if live is None or event.id != live.attempt or live.outcome.done():
+            return
+        if not event.ok:
+            message = event.message or "refused"
+            if self.clustered:
+                message = f"{self._who(index)}: {message}"
+            live.settle(message)
+            return
+        live.waiting.discard(index)
+        if live.waiting:
+            return
+        # Every worker runs the new settings: the new attempt begins now, before its steps.
+        self.attempt = live.attempt
+        self.config = live.config
+        self._last_step_before = self.last_step
+        self.record(
+            Attempt(
+                attempt=live.attempt,
+                settings=live.config.model_dump(mode="json"),
+                reason="live",
+                config_path=str(live.path),
+            )
+        )
+        live.settle(None)
 
     async def stop_run(self) -> None:
         self.stop_requested = True

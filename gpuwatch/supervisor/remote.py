@@ -414,6 +414,9 @@ class RemoteAgent:
     there (``env K=V`` before python: ssh does not pass ours on).
     """
 
+    # Its link carries no reconfigure message yet: a run with a remote worker relaunches.
+    live_capable = False
+
     def __init__(
         self,
         index: int,

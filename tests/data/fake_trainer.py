@@ -8,6 +8,10 @@ What it does is the word in $GPUWATCH_FAKE_TRAINER (the --config file is not rea
   hang      hello, then wait for SIGTERM; then done (signal), exit 0
   stubborn  hello, then ignore SIGTERM and wait to be killed
 
+While it hangs it reads its socket: a reconfigure frame is answered `reconfigured` (ok, then
+one more step) unless $GPUWATCH_FAKE_RECONFIGURE says "refuse" (ok false, a message) or
+"ignore" (no answer). Its pid never changes: a live change is the same process.
+
 A cluster's workers may do different things: "hang,1=killed" is hang for every worker
 but worker 1, which is killed. Each run writes its arguments and TF_CONFIG to
 launch-<attempt>.json in its --run-dir, for the tests to read.
@@ -23,7 +27,16 @@ import socket
 import sys
 import threading
 
-from trainer_runtime.protocol import Done, Error, Hello, Step, encode_event
+from trainer_runtime.protocol import (
+    Done,
+    Error,
+    FrameBuffer,
+    Hello,
+    Reconfigured,
+    Step,
+    encode_event,
+)
+from trainer_runtime.schema import live_changes
 
 
 def step(attempt: int, number: int) -> Step:
@@ -40,6 +53,41 @@ def worker_mode(spec: str, worker: int) -> str:
         if int(index) == worker:
             return mode
     return default
+
+
+def answer_reconfigures(
+    sock: socket.socket, attempt: int, send: threading.Lock, config_path: str
+) -> None:
+    """Read frames down the socket; answer each reconfigure as $GPUWATCH_FAKE_RECONFIGURE says."""
+    from gpuwatch.config import load_config
+
+    how = os.environ.get("GPUWATCH_FAKE_RECONFIGURE", "ok")
+    frames = FrameBuffer()
+    last_step = 1
+    settings = load_config(config_path).config.model_dump(mode="json")
+    while True:
+        try:
+            chunk = sock.recv(1 << 16)
+        except OSError:
+            return
+        if not chunk:
+            return
+        for frame in frames.feed(chunk):
+            if frame.get("type") != "reconfigure" or how == "ignore":
+                continue
+            changed = live_changes(settings, frame["settings"])[0]
+            if how == "refuse":
+                answer = Reconfigured(attempt=attempt, id=frame["id"], ok=False, step=last_step,
+                                      message="fake: cannot apply this change")
+                with send:
+                    sock.sendall(encode_event(answer))
+                continue
+            settings = frame["settings"]
+            answer = Reconfigured(attempt=attempt, id=frame["id"], ok=True, step=last_step,
+                                  changed=changed, seconds=0.01)
+            last_step += 1
+            with send:
+                sock.sendall(encode_event(answer) + encode_event(step(attempt, last_step)))
 
 
 def main() -> int:
@@ -81,8 +129,12 @@ def main() -> int:
         print("Fatal Python error: Aborted", file=sys.stderr, flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "hang":
+        send = threading.Lock()
+        threading.Thread(target=answer_reconfigures, args=(sock, attempt, send, args.config),
+                         daemon=True).start()
         stop.wait()
-        sock.sendall(encode_event(Done(attempt=attempt, reason="sigterm", step=1)))
+        with send:
+            sock.sendall(encode_event(Done(attempt=attempt, reason="sigterm", step=1)))
         return 0
     while True:  # stubborn
         stop.wait(60)
