@@ -39,6 +39,7 @@ from trainer_runtime.protocol import (
     Event,
     Hello,
     ProtocolError,
+    Reconfigured,
     Resume,
     Run,
     Sample,
@@ -47,7 +48,7 @@ from trainer_runtime.protocol import (
     input_wait_pct,
     parse_event,
 )
-from trainer_runtime.schema import MAX_WORKERS, prefetch_enabled, prefetch_word
+from trainer_runtime.schema import MAX_WORKERS, live_changes, prefetch_enabled, prefetch_word
 
 # The first steps of every attempt include tf.function tracing: never measure them.
 WARMUP_STEPS = 5
@@ -338,6 +339,13 @@ class RunState:
         summary.fresh = event.fresh
         summary.reason = event.reason
         summary.started_t = t
+        previous = self.attempts.get(event.attempt - 1)
+        if event.reason == "live" and previous is not None:
+            # The same trainer goes on with new settings: no hello of its own, and the
+            # attempt before it ended by this change (the attempts table says "live").
+            previous.end = previous.end or "live"
+            summary.hello = summary.hello or previous.hello
+            summary.workers = previous.workers
         self.attempt = max(self.attempt, event.attempt)
         self.changed.update(("header", "attempts", "pending", "metrics"))
 
@@ -406,6 +414,11 @@ class RunState:
                 summary.rates.append(rate)
             self.changed.add("attempts")
         self.changed.update(("metrics", "history"))
+
+    def _on_reconfigured(self, event: Reconfigured, t: float | None) -> None:
+        # An applied change is its attempt event; a refused one changes nothing here (the
+        # relaunch command's err says why).
+        pass
 
     def _on_sample(self, event: Sample, t: float | None) -> None:
         # The widgets read the sample as its wire fields (host/gpus are plain objects).
@@ -589,6 +602,7 @@ _HANDLERS: dict[type[Event], Callable[[RunState, Any, float | None], None]] = {
     Error: RunState._on_error,
     Checkpoint: RunState._on_checkpoint,
     Resume: RunState._on_resume,
+    Reconfigured: RunState._on_reconfigured,
 }
 
 
@@ -624,6 +638,25 @@ def format_setting(dotted: str, value: Any) -> str:
     if dotted == PREFETCH_KEY:
         return prefetch_word(value)
     return "?" if value is None else str(value)
+
+
+def pending_applies_live(
+    settings: Mapping[str, Any], pending: Mapping[str, Any], *, running: bool
+) -> bool:
+    """Whether `r` would apply the pending changes in the running trainer (else relaunch)."""
+    overrides = pending_overrides(settings, pending)
+    if not running or not overrides:
+        return False
+    after: dict[str, Any] = {k: dict(v) if isinstance(v, Mapping) else v
+                             for k, v in settings.items()}
+    for dotted, value in overrides.items():
+        section, _, key = dotted.partition(".")
+        node = after.setdefault(section, {})
+        if not isinstance(node, dict) or not key or "." in key:
+            return False
+        node[key] = value
+    live, other = live_changes(settings, after)
+    return bool(live) and not other
 
 
 def describe_pending(settings: Mapping[str, Any], pending: Mapping[str, Any]) -> str:

@@ -56,6 +56,7 @@ from gpuwatch.runstate import (
     RunState,
     SettingRefused,
     describe_pending,
+    pending_applies_live,
     pending_overrides,
     step_accumulation,
     step_batch,
@@ -205,7 +206,12 @@ class GpuwatchApp(App[str]):
                 self._show_pending()
 
     def _show_pending(self) -> None:
-        self.query_one(PendingBar).show_pending(describe_pending(self.state.settings, self.pending))
+        live = pending_applies_live(
+            self.state.settings, self.pending, running=self.state.status == "running"
+        )
+        self.query_one(PendingBar).show_pending(
+            describe_pending(self.state.settings, self.pending), live=live
+        )
         self.refresh_bindings()
 
     def watch_pending(self) -> None:
@@ -245,22 +251,28 @@ class GpuwatchApp(App[str]):
 
     # ---- commands -------------------------------------------------------
 
-    def action_relaunch(self) -> None:
+    def action_relaunch(self, live: bool = True) -> None:
+        """r: live where the trainer can change them (the supervisor decides); R: live=False."""
         overrides = pending_overrides(self.state.settings, self.pending)
         if overrides:
-            self.send_relaunch(overrides)
+            self.send_relaunch(overrides, live=live)
 
     @work(group="command", exit_on_error=False)
-    async def send_relaunch(self, overrides: dict[str, Any]) -> None:
+    async def send_relaunch(self, overrides: dict[str, Any], live: bool = True) -> None:
         description = describe_pending(self.state.settings, overrides)
         try:
-            await self.link.command("relaunch", overrides=overrides, fresh=False)
+            reply = await self.link.command(
+                "relaunch", overrides=overrides, fresh=False, live=live
+            )
         except (ClientError, TimeoutError) as exc:
             self.notify(f"relaunch failed: {exc}", severity="error")
             return
         if pending_overrides(self.state.settings, self.pending) == overrides:
             self.pending = {}
-        self.notify(f"relaunching: {description}", title="relaunch")
+        if reply.get("live"):
+            self.notify(f"applied live: {description}", title="live")
+        else:
+            self.notify(f"relaunching: {description}", title="relaunch")
 
     def action_stop_run(self) -> None:
         def confirmed(answer: bool | None) -> None:

@@ -69,7 +69,10 @@ PENDING_BINDINGS: list[Binding] = [
         "relaunch",
         "relaunch",
         id="relaunch",
-        tooltip="Relaunch with the pending settings (resumes from checkpoint)",
+        tooltip=(
+            "Apply the pending settings: in the running trainer when they can change live,"
+            " else relaunch (resumes from checkpoint)"
+        ),
     ),
     Binding(
         "c",
@@ -84,6 +87,14 @@ PENDING_BINDINGS: list[Binding] = [
 BINDINGS: list[BindingType] = [
     *SETTING_BINDINGS,
     *PENDING_BINDINGS,
+    Binding(
+        "R",
+        "relaunch(False)",
+        "full relaunch",
+        id="relaunch.full",
+        show=False,
+        tooltip="Relaunch with the pending settings in a new trainer, even if they can apply live",
+    ),
     Binding("s", "stop_run", "stop", id="stop", tooltip="Stop training (asks first)"),
     Binding("l", "runs", "runs", id="runs", tooltip="List the live runs and switch to one"),
     Binding(

@@ -107,19 +107,21 @@ async def test_prefetch_key_shows_pending_and_r_relaunches_with_override():
         assert link.commands == []
         await pilot.press("p")
         assert text(app, PendingBar).startswith(
-            "pending: prefetch off→on — press r to relaunch"
+            "pending (live): prefetch off→on — press r to relaunch"
         )
         assert app.check_action("relaunch", ()) is True
         await pilot.press("a")
         assert "prefetch off→on, accumulation 1→2" in text(app, PendingBar)
         await pilot.press("a", "A")
-        assert text(app, PendingBar).startswith("pending: prefetch off→on, accumulation 1→2 ")
+        assert text(app, PendingBar).startswith(
+            "pending (live): prefetch off→on, accumulation 1→2 "
+        )
         await pilot.press("A")  # back to 1: no longer pending
         assert "accumulation" not in text(app, PendingBar)
         await pilot.press("r")
         await wait_commands(app)
         assert link.commands == [
-            ("relaunch", {"overrides": {"data.prefetch": True}, "fresh": False})
+            ("relaunch", {"overrides": {"data.prefetch": True}, "fresh": False, "live": True})
         ]
         assert app.pending == {}
         assert text(app, PendingBar).startswith("no pending changes")
@@ -157,7 +159,8 @@ async def test_batch_key_is_refused_at_the_datas_limit_before_relaunch(notificat
         await pilot.press("r")
         await wait_commands(app)
         assert link.commands == [
-            ("relaunch", {"overrides": {"train.global_batch_size": 16384}, "fresh": False})
+            ("relaunch",
+             {"overrides": {"train.global_batch_size": 16384}, "fresh": False, "live": True})
         ]
 
 
@@ -356,3 +359,57 @@ async def test_run_switcher_lists_live_runs_and_switches(tmp_path, monkeypatch):
         await settle(app, new_link, pilot)
         assert "0613-zzzz" in text(app, HeaderBar)
         assert app.state.status == "crashed"
+
+
+def _live_attempt_events() -> list[dict]:
+    """cpu_one_attempt.jsonl, then prefetch turned on live: attempt 2 in the same trainer."""
+    events = load_events("cpu_one_attempt.jsonl")
+    seq, t = events[-1]["seq"], events[-1]["t"]
+    attempt = next(e for e in events if e["type"] == "attempt")
+    settings = json.loads(json.dumps(attempt["settings"]))
+    settings["data"]["prefetch"] = True
+    more: list[dict] = [
+        {"v": 1, "type": "reconfigured", "attempt": 1, "id": 2, "ok": True, "step": 45,
+         "changed": ["data.prefetch"], "seconds": 0.2, "message": ""},
+        {"v": 1, "type": "attempt", "attempt": 2, "settings": settings, "fresh": False,
+         "reason": "live", "config_path": "/r/attempt-2.yaml"},
+    ]
+    for number in range(46, 56):
+        more.append({"v": 1, "type": "step", "attempt": 2, "step": number,
+                     "micro_step": number, "epoch": 0, "loss": 1.2, "lr": 0.001,
+                     "examples": 256, "step_time_ms": 100.0, "input_wait_ms": 2.0,
+                     "grad_sync_bytes": 2694440, "dropped": 0})
+    for offset, event in enumerate(more, start=1):
+        event["seq"], event["t"] = seq + offset, t + offset * 0.1
+    return events + more
+
+
+async def test_a_live_change_is_a_new_row_and_the_row_before_says_live():
+    events = _live_attempt_events()
+    link = ReplayLink(events, batch_size=50)
+    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        rows = text(app, AttemptsPanel).splitlines()
+        assert rows[1].split()[:2] == ["1", "off"] and rows[1].split()[-1] == "live"
+        assert rows[2].split()[:2] == ["2", "on"] and rows[2].split()[-1] == "running"
+        assert rows[2].split()[-2] == "2.0%", "attempt 2's input wait is its own"
+        assert app.state.attempts[2].hello is app.state.attempts[1].hello
+
+
+async def test_pending_bar_says_relaunch_when_no_trainer_runs_and_R_is_a_full_relaunch():
+    app, link = make_app("cpu_crashed.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("p")
+        assert text(app, PendingBar).startswith("pending (relaunch): prefetch")
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("p")
+        assert text(app, PendingBar).startswith("pending (live): prefetch off→on")
+        await pilot.press("R")
+        await wait_commands(app)
+        assert link.commands == [
+            ("relaunch", {"overrides": {"data.prefetch": True}, "fresh": False, "live": False})
+        ]

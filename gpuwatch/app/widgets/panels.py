@@ -416,9 +416,11 @@ class PendingBar(StatePanel):
         self.idle_hint = idle_hint  # the keys that change a setting
         self.pending_hint = pending_hint  # the keys that relaunch or discard
 
-    def show_pending(self, description: str) -> None:
+    def show_pending(self, description: str, *, live: bool = False) -> None:
+        """live: `r` would apply it in the running trainer, not relaunch (the bar says which)."""
         if description:
-            text = Text("pending: ", style="bold yellow")
+            how = "live" if live else "relaunch"
+            text = Text(f"pending ({how}): ", style="bold yellow")
             text.append(description)
             text.append(f" — {self.pending_hint}", style="bold")
         else:
