@@ -549,3 +549,22 @@ def test_a_link_lost_while_asked_to_stop_or_relaunch_is_that_ending_not_a_crash(
     assert exit_status(lost, relaunching=False, stop_requested=True)[0] == "stopped"
     assert exit_status(lost, relaunching=True, stop_requested=False)[0] == "relaunching"
     assert exit_status(lost, relaunching=False, stop_requested=False)[0] == "crashed"
+
+
+async def test_agent_sends_a_live_change_down_and_relays_the_trainers_answer(
+    link: Callable[..., Any],
+) -> None:
+    agent: Link = await link("hang")
+    agent.send("start", attempt=1, config_text=CONFIG_TEXT, fresh=False, launch=None)
+    pid = (await agent.next("started"))["pid"]
+    assert [(await agent.next("event"))["frame"]["type"] for _ in range(2)] == ["hello", "step"]
+    agent.send("reconfigure", id=2, attempt=2, settings={"data": {"prefetch": True}}, at_step=0)
+    answer = (await agent.next("event"))["frame"]
+    assert (answer["type"], answer["ok"], answer["id"], answer["attempt"]) == (
+        "reconfigured", True, 2, 1
+    )
+    step = (await agent.next("event"))["frame"]
+    assert (step["type"], step["step"], step["attempt"]) == ("step", 2, 2)
+    assert alive(pid), "the same trainer goes on"
+    agent.send("reconfigure", id=3, attempt=3, settings="no", at_step=0)
+    assert "reconfigure:" in (await agent.next("error"))["message"]

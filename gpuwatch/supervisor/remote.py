@@ -68,6 +68,7 @@ from trainer_runtime.protocol import (
     FrameBuffer,
     Hello,
     ProtocolError,
+    Reconfigured,
     encode,
     event_frame,
     parse_event,
@@ -229,6 +230,8 @@ class _AgentProcess:
             )
         elif kind == "start":
             await self._start(frame)
+        elif kind == "reconfigure":
+            await self._reconfigure(frame)
         elif kind == "stop":
             grace_s: Any = frame.get("grace_s")
             if type(grace_s) not in (int, float) or not 0 <= grace_s <= 86400:
@@ -239,6 +242,22 @@ class _AgentProcess:
             task.add_done_callback(self._pending.discard)
         else:
             self.send("error", message=f"unknown link frame {kind!r}")
+
+    async def _reconfigure(self, frame: dict[str, Any]) -> None:
+        """Send a live change down to the trainer; one it cannot reach is refused as its answer."""
+        request_id, attempt = frame.get("id"), frame.get("attempt")
+        settings, at_step = frame.get("settings"), frame.get("at_step")
+        if (type(request_id) is not int or type(attempt) is not int or type(at_step) is not int
+                or not isinstance(settings, dict)):
+            self.send("error", message="reconfigure: id, attempt, at_step integers, settings "
+                      "an object")
+            return
+        try:
+            await self.agent.reconfigure(request_id, attempt, settings, at_step)
+        except AgentStartError as exc:
+            self._on_frame(self.index, Reconfigured(
+                attempt=attempt - 1, id=request_id, ok=False, step=0, message=str(exc)
+            ), None)
 
     async def _start(self, frame: dict[str, Any]) -> None:
         attempt, text, fresh = frame.get("attempt"), frame.get("config_text"), frame.get("fresh")
@@ -414,8 +433,8 @@ class RemoteAgent:
     there (``env K=V`` before python: ssh does not pass ours on).
     """
 
-    # Its link carries no reconfigure message yet: a run with a remote worker relaunches.
-    live_capable = False
+    # Its link carries reconfigure frames to the agent there, which sends them down.
+    live_capable = True
 
     def __init__(
         self,
@@ -458,6 +477,8 @@ class RemoteAgent:
         self._lost: str | None = None  # why the last link ended
         self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._attempt: int | None = None  # the attempt whose trainer runs, till its exit
+        # A live change sent: (request id, the attempt once the trainer says it applied it).
+        self._live_pending: tuple[int, int] | None = None
         self._trainer_pid: int | None = None
         self._exited = asyncio.Event()
         self._sampling = False
@@ -552,6 +573,26 @@ class RemoteAgent:
         self._trainer_pid = pid if type(pid) is int else None
         log.info("attempt %d: worker %d's trainer on %s, pid %s", attempt, self.index,
                  self.host, self._trainer_pid)
+
+    async def reconfigure(
+        self, request_id: int, new_attempt: int, settings: dict[str, Any], at_step: int
+    ) -> None:
+        """Send a live change through the link; its trainer's answer comes back as an event."""
+        if not self.stoppable:
+            raise AgentStartError(f"worker {self.index}'s trainer on {self.host} is not running")
+        self._live_pending = (request_id, new_attempt)
+        try:
+            self._write(encode("reconfigure", id=request_id, attempt=new_attempt,
+                               settings=settings, at_step=at_step))
+        except (RuntimeError, OSError, ProtocolError) as exc:
+            self._live_pending = None
+            raise AgentStartError(f"could not reach the agent on {self.host}: {exc}") from None
+
+    def cancel_reconfigure(self, attempt: int) -> None:
+        """The change was abandoned: this trainer's frames are attempt's again."""
+        self._live_pending = None
+        if self._attempt is not None:
+            self._attempt = attempt
 
     async def stop(self, grace_s: float) -> None:
         """Ask the agent to stop its trainer; kill the link if it does not answer in grace+5 s."""
@@ -762,6 +803,12 @@ class RemoteAgent:
         if isinstance(event, Hello):
             self.replicas = event.replicas
             self._trainer_pid = event.pid
+        elif isinstance(event, Reconfigured):
+            pending = self._live_pending
+            if pending is not None and event.id == pending[0]:
+                self._live_pending = None
+                if event.ok:  # this one still carries the old attempt, what follows the new
+                    self._attempt = pending[1]
         self._on_frame(self.index, event, envelope.t)
 
     def _take_sample(self, fields: Any) -> None:

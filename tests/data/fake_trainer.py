@@ -64,7 +64,10 @@ def answer_reconfigures(
     how = os.environ.get("GPUWATCH_FAKE_RECONFIGURE", "ok")
     frames = FrameBuffer()
     last_step = 1
-    settings = load_config(config_path).config.model_dump(mode="json")
+    try:
+        settings = load_config(config_path).config.model_dump(mode="json")
+    except Exception:  # a remote test's one-line config: every key reads as changed
+        settings = {}
     while True:
         try:
             chunk = sock.recv(1 << 16)
