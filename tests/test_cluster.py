@@ -520,3 +520,28 @@ async def test_a_stop_during_prepare_starts_no_trainer_and_is_one_status(
     assert not trainers_of(sup.run_dir)
     assert not any((plan.worker_dir / "launch-1.json").exists() for plan in sup.plans)
     assert [s["status"] for s in statuses(sup.run_dir)] == ["starting", "stopped"]
+
+
+async def test_two_local_workers_apply_a_live_change_together_in_the_same_processes(
+    short_dir: Path, fake_env: pytest.MonkeyPatch
+) -> None:
+    fake_env.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    sup = make_supervisor(short_dir, 2)
+    running = asyncio.create_task(sup.run())
+    await until(lambda: sup.status == "running", "every worker to say hello")
+    await until(lambda: len(sup._worker_steps) == 2, "a step from each worker")
+    pids = [agent.pid for agent in sup.agents]
+    async with RunClient(sup.socket_path) as client:
+        reply = await client.command("relaunch", overrides={"data.prefetch": 2})
+        assert reply["attempt"] == 2 and reply["live"] is True
+        assert [agent.pid for agent in sup.agents] == pids
+        await client.command("stop")
+    assert await asyncio.wait_for(running, 20) == 0
+    events = recorded(sup.run_dir)
+    answers = [e for e in events if e["type"] == "reconfigured"]
+    assert sorted(e["worker"] for e in answers) == [0, 1] and all(e["ok"] for e in answers)
+    assert [e["reason"] for e in events if e["type"] == "attempt"] == ["start", "live"]
+    # Every worker's next step is the new attempt's, recorded after the attempt event.
+    live_at = next(i for i, e in enumerate(events) if e.get("reason") == "live")
+    later = [e for e in events[live_at:] if e["type"] == "step"]
+    assert sorted(e["worker"] for e in later) == [0, 1] and {e["attempt"] for e in later} == {2}

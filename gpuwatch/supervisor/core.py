@@ -66,6 +66,9 @@ class _LiveChange:
         self.config = config
         self.path = path
         self.waiting = set(range(workers))
+        # Frames of workers that switched while others have not said so yet: recorded
+        # after the new attempt's event (or, if the change is abandoned, as the old one's).
+        self.held: list[tuple[int, Event, float | None]] = []
         self.started = time.monotonic()
         # None: applied on every worker; else the one-line reason it was not.
         self.outcome: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
@@ -205,6 +208,11 @@ class Supervisor:
     # -- what the agents report -----------------------------------------------------
 
     def _on_trainer_frame(self, index: int, event: Event, t: float | None) -> None:
+        live = self._live
+        if (live is not None and not live.outcome.done() and index not in live.waiting
+                and not isinstance(event, Reconfigured)):
+            live.held.append((index, event, t))
+            return
         if isinstance(event, Hello):
             self.record(event, t)
             self._hellos.add(index)
@@ -465,6 +473,8 @@ class Supervisor:
         if outcome is not None:
             for agent in self.agents:
                 agent.cancel_reconfigure(self.attempt)
+            for index, event, t in live.held:  # they stay the old attempt's
+                self._on_trainer_frame(index, replace(event, attempt=self.attempt), t)  # type: ignore[call-arg]
             raise ValueError(f"not applied live: {outcome}; training goes on with the old settings")
         return {"attempt": attempt, "live": True, "seconds": time.monotonic() - live.started}
 
@@ -494,6 +504,9 @@ class Supervisor:
             )
         )
         live.settle(None)
+        held, live.held = live.held, []
+        for index, held_event, held_t in held:
+            self._on_trainer_frame(index, held_event, held_t)
 
     async def stop_run(self) -> None:
         self.stop_requested = True
