@@ -730,7 +730,7 @@ async def test_a_live_relaunch_is_a_new_attempt_in_the_same_trainer_process(
     assert _recorded(core.run_dir) == [
         ("run", None),
         ("attempt", 1), ("status", "starting"), ("hello", 1), ("status", "running"),
-        ("step", 1), ("reconfigured", 1), ("attempt", 2), ("step", 2),
+        ("step", 1), ("reconfigured", 1), ("attempt", 2), ("status", "running"), ("step", 2),
         ("status", "stopping"), ("done", 2), ("status", "stopped"),
     ]
     events = _lines(core.run_dir / "events.jsonl")
@@ -738,6 +738,7 @@ async def test_a_live_relaunch_is_a_new_attempt_in_the_same_trainer_process(
     assert live["reason"] == "live" and live["settings"]["data"]["prefetch"] == 2
     assert live["config_path"].endswith("attempt-2.yaml")
     assert (core.run_dir / "attempt-2.yaml").exists()
+    assert json.loads((core.run_dir / "state.json").read_text())["attempt"] == 2
     (answer,) = [e for e in events if e["type"] == "reconfigured"]
     assert answer["ok"] is True and answer["changed"] == ["data.prefetch"]
 

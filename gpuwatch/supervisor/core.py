@@ -503,6 +503,7 @@ class Supervisor:
                 config_path=str(live.path),
             )
         )
+        self.set_status("running")  # the new attempt's, and state.json's for `gpuwatch ls`
         live.settle(None)
         held, live.held = live.held, []
         for index, held_event, held_t in held:
