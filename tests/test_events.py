@@ -40,6 +40,8 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "checkpoint": dict(attempt=1, step=25, micro_step=25, path="/r/ckpt-25", seconds=0.1),
     "resume": dict(attempt=2, from_step=25, from_micro_step=25, checkpoint="/r/ckpt-25",
                    position=1600, data_order="continued", data_note="", lost_steps=3),
+    "reconfigured": dict(attempt=1, id=7, ok=True, step=40, changed=["data.prefetch"],
+                         seconds=0.3, message=""),
     "done": dict(attempt=1, reason="max_steps", step=100),
     "error": dict(attempt=1, kind="runtime", message="MemoryError: x"),
     "run": dict(run_id="1121-abcd", name="demo", config_path="/r/config.yaml",

@@ -64,6 +64,16 @@ trainer -> supervisor (the trainer's telemetry socket):
               lost_steps (int | None): added by the supervisor: steps since the
                 checkpoint
               worker (int): the worker that sent it (0 = chief)
+  reconfigured The trainer applied (or refused) live settings in the same process.
+              attempt (int): the attempt it belongs to (1, 2, ...)
+              id (int): the reconfigure request's id
+              ok (bool): whether the new settings now apply
+              step (int): the last step under the old settings; the new apply from
+                step + 1
+              changed (list[str]): the dotted keys that changed
+              seconds (float): time the switch took
+              message (str): why not (ok false), or a note, one line
+              worker (int): the worker that sent it (0 = chief)
   done        The trainer is ending after a checkpoint.
               attempt (int): the attempt it belongs to (1, 2, ...)
               reason (str): "max_steps", "epochs", "sigterm" or "socket_lost"
@@ -102,7 +112,6 @@ supervisor -> dashboard, besides every trainer event relayed:
               gpus (list[dict[str, Any]]): one per GPU
               nvml (str | None): null when NVML works, else why it does not
               worker (int): the worker whose host it samples
-
 Every frame carries "v" and "type"; "t" is the sender's clock (a step's: when it
 ended); the supervisor adds "seq", the event's line number in events.jsonl.
 supervisor -> dashboard, replies:
@@ -764,6 +773,24 @@ class Resume(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class Reconfigured(Event):
+    """The trainer applied (or refused) live settings in the same process."""
+
+    TYPE: ClassVar[str] = "reconfigured"
+    FROM: ClassVar[str] = "trainer"
+    attempt: int = _attempt()
+    id: int = field(metadata=_note("the reconfigure request's id"))
+    ok: bool = field(metadata=_note("whether the new settings now apply"))
+    step: int = field(
+        metadata=_note("the last step under the old settings; the new apply from step + 1")
+    )
+    changed: list[str] = field(metadata=_note("the dotted keys that changed"))
+    seconds: float = field(metadata=_note("time the switch took"))
+    message: str = field(default="", metadata=_note("why not (ok false), or a note, one line"))
+    worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Done(Event):
     """The trainer is ending after a checkpoint."""
 
@@ -849,8 +876,8 @@ class Sample(Event):
 EVENTS: Mapping[str, type[Event]] = MappingProxyType(
     {
         cls.TYPE: cls
-        for cls in (Hello, Step, Checkpoint, Resume, Done, Error, Run, Attempt, StatusChange,
-                    Sample)
+        for cls in (Hello, Step, Checkpoint, Resume, Reconfigured, Done, Error, Run, Attempt,
+                    StatusChange, Sample)
     }
 )
 TRAINER_EVENTS = frozenset(name for name, cls in EVENTS.items() if cls.FROM == "trainer")
@@ -1000,3 +1027,49 @@ def event_reference(width: int = 86) -> str:
                 lines.extend(textwrap.wrap(text, width, initial_indent=" " * 14,
                                            subsequent_indent=" " * 16))
     return "\n".join(lines)
+
+
+# -- supervisor -> trainer: live settings ----------------------------------------------
+#
+# The one frame the supervisor sends down a trainer's telemetry socket. The trainer
+# answers with a ``reconfigured`` event.
+
+RECONFIGURE = "reconfigure"
+_RECONFIGURE_FIELDS = ("v", "type", "id", "settings", "at_step")
+
+
+def reconfigure_frame(request_id: int, settings: dict[str, Any], at_step: int) -> bytes:
+    """The supervisor's request to apply `settings` (the full config) from step at_step + 1.
+
+    The trainer applies it at the first execution boundary where its step >= at_step.
+    """
+    return encode_frame({"v": PROTOCOL_VERSION, "type": RECONFIGURE, "id": request_id,
+                         "settings": settings, "at_step": at_step})
+
+
+def parse_reconfigure(frame: Mapping[str, Any]) -> tuple[int, dict[str, Any], int]:
+    """(id, settings, at_step) of a decoded reconfigure frame; ProtocolError for anything else."""
+    if not isinstance(frame, Mapping):
+        raise ProtocolError(f"reconfigure: a frame must be a JSON object (got {_show(frame)})")
+    version = frame.get("v")
+    if type(version) is not int or version != PROTOCOL_VERSION:
+        raise ProtocolError(f"reconfigure: v must be {PROTOCOL_VERSION} (got {_show(version)})")
+    if frame.get("type") != RECONFIGURE:
+        raise ProtocolError(f"reconfigure: type must be \"reconfigure\" "
+                            f"(got {_show(frame.get('type'))})")
+    for key in frame:
+        if key not in _RECONFIGURE_FIELDS:
+            raise ProtocolError(f"reconfigure: unknown field {_show(key)}")
+    values: list[Any] = []
+    for key in ("id", "settings", "at_step"):
+        if key not in frame:
+            raise ProtocolError(f"reconfigure: missing field {key!r}")
+        value = frame[key]
+        if key == "settings":
+            if not isinstance(value, dict):
+                raise ProtocolError(f"reconfigure: settings must be an object (got {_show(value)})")
+        elif type(value) is not int or not 0 <= value <= MAX_WIRE_INT:
+            raise ProtocolError(f"reconfigure: {key} must be an integer from 0 to "
+                                f"{MAX_WIRE_INT} (got {_show(value)})")
+        values.append(value)
+    return values[0], dict(values[1]), values[2]

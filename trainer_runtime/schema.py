@@ -522,3 +522,40 @@ def divisibility_error(config: RunConfig, replicas: int) -> str | None:
 def per_replica_batch(config: RunConfig, replicas: int) -> int:
     """Examples each replica sees in one micro-step."""
     return config.train.global_batch_size // (replicas * config.train.accumulation_steps)
+
+
+# Settings a running trainer applies in place at an update boundary (no new process,
+# no restore): the input pipeline's knobs, and the batch split. Anything else needs a
+# relaunch.
+LIVE_KEYS = (
+    "data.prefetch",
+    "data.parallel_calls",
+    "data.read_latency_ms",
+    "data.decode_cost",
+    "data.cache",
+    "train.global_batch_size",
+    "train.accumulation_steps",
+)
+
+
+def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted leaf keys of a JSON dump (lists and empty objects are leaves)."""
+    if isinstance(value, dict) and value:
+        out: dict[str, Any] = {}
+        for key, item in value.items():
+            out.update(_leaves(item, f"{prefix}{key}."))
+        return out
+    return {prefix.rstrip("."): value}
+
+
+def live_changes(old: RunConfig, new: RunConfig) -> tuple[list[str], list[str]]:
+    """(live keys that differ, every other dotted leaf key that differs: needs a relaunch)."""
+    before = _leaves(old.model_dump(mode="json"))
+    after = _leaves(new.model_dump(mode="json"))
+    differ = sorted(k for k in before.keys() | after.keys()
+                    if before.get(k, _MISSING) != after.get(k, _MISSING))
+    live = [k for k in differ if k in LIVE_KEYS]
+    return live, [k for k in differ if k not in LIVE_KEYS]
+
+
+_MISSING = object()
