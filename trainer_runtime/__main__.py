@@ -210,6 +210,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # MemoryError, a TensorFlow error: the cause, then exit 1
         traceback.print_exc()
         return fail("runtime", _runtime_message(exc), 1)
+    trainer.pinned_max_steps = args.max_steps
     try:
         resume = trainer.restore(args.fresh)
     except ResumeError as exc:

@@ -10,7 +10,8 @@ error, not a traceback or a hang.
 Workers must run the same collectives in the same order, or the others block
 in them until ``cluster.timeout_s``. ``Agreement`` is the one small collective
 the runtime adds outside the update: a SUM over workers, used to agree on
-stopping (at an execution boundary) and on the step to resume from.
+stopping and on applying live settings (at an execution boundary) and on the
+step to resume from.
 """
 
 from __future__ import annotations
@@ -195,6 +196,13 @@ class Agreement:
 
     def any(self, flag: bool) -> bool:
         return self._sum(1 if flag else 0, False) > 0
+
+    def sums(self, values: list[int]) -> list[int]:
+        """Each value summed over the workers, in one collective (a fixed-length vector)."""
+        import tensorflow as tf
+
+        out = self._total(tf.constant(values, tf.int64), False).numpy()
+        return [int(v) for v in out]
 
     def chief(self, value: int) -> int:
         return self._sum(value, True)

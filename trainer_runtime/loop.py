@@ -11,6 +11,15 @@ same loop: it reports its own loss and timings, but examples and the data
 position are the whole update's (every worker's), so they agree everywhere. The
 workers agree on stopping at each execution boundary and on the step they resume
 from (``cluster.Agreement``), so all run the same updates and save together.
+
+Live settings (``LIVE_KEYS``: the input pipeline's knobs, the global batch and
+accumulation) apply in this process at an execution boundary, when the supervisor
+sends a ``reconfigure`` frame: the input pipeline is rebuilt from the current data
+position, and for a new batch split the accumulators and the update graph too; the
+model, the optimizer, the step and the position carry on. Any other change is
+refused (it needs a relaunch), and so is any live change to a data factory's
+pipeline (rebuilt, it would restart the factory's data order). In a cluster every
+worker applies the same request after the same update, or none does.
 """
 
 from __future__ import annotations
@@ -34,9 +43,15 @@ from trainer_runtime.data import batch_mismatch, input_options, make_dataset_fn
 from trainer_runtime.devices import Devices
 from trainer_runtime.factories import FactoryError
 from trainer_runtime.models import build_model
-from trainer_runtime.protocol import Checkpoint, Resume, Step
-from trainer_runtime.schema import RunConfig, per_replica_batch
-from trainer_runtime.telemetry import NullEmitter, SocketEmitter
+from trainer_runtime.protocol import Checkpoint, Reconfigured, Resume, Step
+from trainer_runtime.schema import (
+    LIVE_KEYS,
+    RunConfig,
+    divisibility_error,
+    live_changes,
+    per_replica_batch,
+)
+from trainer_runtime.telemetry import NullEmitter, ReconfigureRequest, SocketEmitter
 from trainer_runtime.update_graph import UpdateGraph
 
 log = logging.getLogger("trainer_runtime")
@@ -206,6 +221,8 @@ class Trainer:
         self._batch_checked = False
         self._iterator: Any = None
         self.dist_dataset: Any = None
+        # train.max_steps given on the command line: kept over live settings.
+        self.pinned_max_steps: int | None = None
         self._build()
 
     # ----------------------------------------------------------------- build
@@ -334,6 +351,68 @@ class Trainer:
             raise FactoryError(batch_mismatch(self.cfg.data.factory, shown,  # type: ignore[arg-type]
                                               self.per_replica_batch))
 
+    # ------------------------------------------------------- live settings
+    def check_settings(self, settings: dict[str, Any]) -> tuple[RunConfig | None, list[str], str]:
+        """(the new config or None if refused, the live keys that change, why refused).
+
+        Pure: no TensorFlow, no collective; every worker of a cluster runs it.
+        """
+        try:
+            new = RunConfig.model_validate(settings)
+            if self.pinned_max_steps is not None:
+                new.train.max_steps = self.pinned_max_steps
+            if new.cluster is not None and self.worker < new.cluster.count:
+                # This worker's own input pipeline, as at start-up.
+                given = new.cluster.workers[self.worker].data.given()
+                if given:
+                    new.data = type(new.data).model_validate({**new.data.model_dump(), **given})
+        except Exception as exc:
+            return None, [], f"settings are not valid: {_one_line(exc)}"
+        live, relaunch = live_changes(self.cfg, new)
+        if relaunch:
+            shown = ", ".join(relaunch[:5]) + (f" and {len(relaunch) - 5} more"
+                                               if len(relaunch) > 5 else "")
+            return None, live, (f"needs a relaunch: {shown} changed (live: "
+                                f"{', '.join(LIVE_KEYS)})")
+        if live and self.cfg.data.factory is not None:
+            return None, live, ("needs a relaunch: a data factory's pipeline cannot be "
+                                "rebuilt in place without restarting its data order")
+        problem = divisibility_error(new, self.replicas)
+        if problem:
+            return None, live, problem
+        return new, live, ""
+
+    def apply_settings(self, new: RunConfig) -> None:
+        """Switch to checked live settings (check_settings) between two updates.
+
+        The model, optimizer, step and data position carry on; the input pipeline
+        restarts at the position; a new batch split gets new accumulators and a
+        new update graph. The old ones are dropped (nothing grows per switch).
+        """
+        old = self.cfg
+        self.cfg = new
+        self._iterator = None
+        self.dist_dataset = None
+        if (new.train.global_batch_size, new.train.accumulation_steps) != (
+                old.train.global_batch_size, old.train.accumulation_steps):
+            self.k = new.train.accumulation_steps
+            self.global_batch = new.train.global_batch_size
+            self.per_replica_batch = per_replica_batch(new, self.replicas)
+            with self.strategy.scope():
+                self.accumulators = [
+                    tf.Variable(tf.zeros(v.shape, dtype=v.dtype), trainable=False,
+                                synchronization=tf.VariableSynchronization.ON_READ,
+                                aggregation=tf.VariableAggregation.SUM,
+                                name=f"grad_accum_{i}")
+                    for i, v in enumerate(self.model.trainable_variables)
+                ] if self.k > 1 else []
+            self.graph = UpdateGraph(self.strategy, self.model, self.optimizer,
+                                     self.accumulators, self.k, self.global_batch,
+                                     new.train.jit_compile)
+        self._make_data(self.position)
+        _ = self.iterator  # made now: the switch's cost is counted in the switch
+        self.reset_timing()
+
     def reset_timing(self) -> None:
         """Forget the last end time (after a pause that is not training time)."""
         self._last_end = None
@@ -450,6 +529,36 @@ def step_limit(cfg: RunConfig, examples_per_epoch: int, step: int = 0,
     return limit, reason
 
 
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def reconfigure(trainer: Trainer, request: ReconfigureRequest) -> Reconfigured:
+    """Check and apply a live-settings request now (every worker at once); emit the event.
+
+    In a cluster the workers agree on the verdict: one that refuses makes all refuse.
+    """
+    t0 = time.monotonic()
+    new, changed, message = trainer.check_settings(request.settings)
+    if trainer.agreement is not None and trainer.agreement.any(new is None) and new is not None:
+        new, message = None, ("another worker refused these settings "
+                              "(its reconfigured event says why)")
+    if new is not None:
+        trainer.apply_settings(new)
+    event = Reconfigured(attempt=trainer.attempt, id=request.id, ok=new is not None,
+                         step=trainer.step, changed=changed,
+                         seconds=round(time.monotonic() - t0, 4), message=message,
+                         worker=trainer.worker)
+    if event.ok:
+        log.info("reconfigured after step %d in %.2fs: %s", event.step, event.seconds,
+                 ", ".join(changed) or "nothing changed")
+    else:
+        log.warning("refused reconfigure %d after step %d: %s", request.id, event.step, message)
+    trainer.emitter.emit(event)
+    return event
+
+
 def _local_stop(trainer: Trainer, flags: StopFlags) -> str | None:
     if flags.sigterm.is_set():
         return "sigterm"
@@ -472,18 +581,34 @@ def train(trainer: Trainer, flags: StopFlags) -> tuple[str, int]:
     last_saved = trainer.step
     saved = False
     reason = limit_reason
+    pending: ReconfigureRequest | None = None
     while True:
         if limit is not None and trainer.step >= limit:
             reason = limit_reason
             break
         local = _local_stop(trainer, flags)
+        if pending is None:
+            pending = trainer.emitter.take_request()
+        ready = pending is not None and trainer.step >= pending.at_step
         if trainer.agreement is not None:
-            if trainer.agreement.any(local is not None):
+            # One collective per boundary: stop anywhere, and whether every worker
+            # holds the same request ready (ids summed: all equal means W x id).
+            ready_id = pending.id if (ready and pending is not None) else 0
+            stops, readies, ids = trainer.agreement.sums(
+                [int(local is not None), int(ready), ready_id])
+            if stops:
                 reason = local or "sigterm"
                 break
+            ready = readies == trainer.workers and ids == trainer.workers * ready_id
         elif local is not None:
             reason = local
             break
+        if ready and pending is not None:
+            reconfigure(trainer, pending)
+            pending = None
+            limit, limit_reason = step_limit(trainer.cfg, trainer.examples_per_epoch,
+                                             trainer.step, trainer.position)
+            continue
         n = spe
         if limit is not None:
             n = min(n, limit - trainer.step)

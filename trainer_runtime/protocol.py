@@ -64,15 +64,15 @@ trainer -> supervisor (the trainer's telemetry socket):
               lost_steps (int | None): added by the supervisor: steps since the
                 checkpoint
               worker (int): the worker that sent it (0 = chief)
-  reconfigured The trainer's answer to a reconfigure frame: applied in this process,
-              or refused.
+  reconfigured The trainer applied (or refused) live settings in the same process.
               attempt (int): the attempt it belongs to (1, 2, ...)
-              id (int): the reconfigure frame's id
-              ok (bool): whether the new settings now run
-              step (int): the last optimizer step under the old settings
-              changed (list[str]): the dotted keys changed
-              seconds (float): time the change took
-              message (str): why it was refused, one line
+              id (int): the reconfigure request's id
+              ok (bool): whether the new settings now apply
+              step (int): the last step under the old settings; the new apply from
+                step + 1
+              changed (list[str]): the dotted keys that changed
+              seconds (float): time the switch took
+              message (str): why not (ok false), or a note, one line
               worker (int): the worker that sent it (0 = chief)
   done        The trainer is ending after a checkpoint.
               attempt (int): the attempt it belongs to (1, 2, ...)
@@ -112,7 +112,6 @@ supervisor -> dashboard, besides every trainer event relayed:
               gpus (list[dict[str, Any]]): one per GPU
               nvml (str | None): null when NVML works, else why it does not
               worker (int): the worker whose host it samples
-
 Every frame carries "v" and "type"; "t" is the sender's clock (a step's: when it
 ended); the supervisor adds "seq", the event's line number in events.jsonl.
 supervisor -> dashboard, replies:
@@ -592,17 +591,6 @@ def encode_command(command: Command) -> bytes:
     return encode_frame(command_frame(command))
 
 
-def reconfigure_frame(request_id: int, settings: Mapping[str, Any], at_step: int) -> bytes:
-    """A reconfigure frame sent down a trainer's telemetry socket, newline included.
-
-    The trainer applies ``settings`` (the full validated config) at the first update
-    boundary with step >= ``at_step`` and answers with a ``reconfigured`` event.
-    """
-    return encode(
-        "reconfigure", id=request_id, settings=dict(settings), at_step=at_step
-    )
-
-
 def command_reference(width: int = 86) -> str:
     """The commands and their fields as text, generated from the declarations.
 
@@ -790,17 +778,19 @@ class Resume(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reconfigured(Event):
-    """The trainer's answer to a reconfigure frame: applied in this process, or refused."""
+    """The trainer applied (or refused) live settings in the same process."""
 
     TYPE: ClassVar[str] = "reconfigured"
     FROM: ClassVar[str] = "trainer"
     attempt: int = _attempt()
-    id: int = field(metadata=_note("the reconfigure frame's id"))
-    ok: bool = field(metadata=_note("whether the new settings now run"))
-    step: int = field(metadata=_note("the last optimizer step under the old settings"))
-    changed: list[str] = field(default_factory=list, metadata=_note("the dotted keys changed"))
-    seconds: float = field(default=0.0, metadata=_note("time the change took"))
-    message: str = field(default="", metadata=_note("why it was refused, one line"))
+    id: int = field(metadata=_note("the reconfigure request's id"))
+    ok: bool = field(metadata=_note("whether the new settings now apply"))
+    step: int = field(
+        metadata=_note("the last step under the old settings; the new apply from step + 1")
+    )
+    changed: list[str] = field(metadata=_note("the dotted keys that changed"))
+    seconds: float = field(metadata=_note("time the switch took"))
+    message: str = field(default="", metadata=_note("why not (ok false), or a note, one line"))
     worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
 
 
@@ -1041,3 +1031,49 @@ def event_reference(width: int = 86) -> str:
                 lines.extend(textwrap.wrap(text, width, initial_indent=" " * 14,
                                            subsequent_indent=" " * 16))
     return "\n".join(lines)
+
+
+# -- supervisor -> trainer: live settings ----------------------------------------------
+#
+# The one frame the supervisor sends down a trainer's telemetry socket. The trainer
+# answers with a ``reconfigured`` event.
+
+RECONFIGURE = "reconfigure"
+_RECONFIGURE_FIELDS = ("v", "type", "id", "settings", "at_step")
+
+
+def reconfigure_frame(request_id: int, settings: dict[str, Any], at_step: int) -> bytes:
+    """The supervisor's request to apply `settings` (the full config) from step at_step + 1.
+
+    The trainer applies it at the first execution boundary where its step >= at_step.
+    """
+    return encode_frame({"v": PROTOCOL_VERSION, "type": RECONFIGURE, "id": request_id,
+                         "settings": settings, "at_step": at_step})
+
+
+def parse_reconfigure(frame: Mapping[str, Any]) -> tuple[int, dict[str, Any], int]:
+    """(id, settings, at_step) of a decoded reconfigure frame; ProtocolError for anything else."""
+    if not isinstance(frame, Mapping):
+        raise ProtocolError(f"reconfigure: a frame must be a JSON object (got {_show(frame)})")
+    version = frame.get("v")
+    if type(version) is not int or version != PROTOCOL_VERSION:
+        raise ProtocolError(f"reconfigure: v must be {PROTOCOL_VERSION} (got {_show(version)})")
+    if frame.get("type") != RECONFIGURE:
+        raise ProtocolError(f"reconfigure: type must be \"reconfigure\" "
+                            f"(got {_show(frame.get('type'))})")
+    for key in frame:
+        if key not in _RECONFIGURE_FIELDS:
+            raise ProtocolError(f"reconfigure: unknown field {_show(key)}")
+    values: list[Any] = []
+    for key in ("id", "settings", "at_step"):
+        if key not in frame:
+            raise ProtocolError(f"reconfigure: missing field {key!r}")
+        value = frame[key]
+        if key == "settings":
+            if not isinstance(value, dict):
+                raise ProtocolError(f"reconfigure: settings must be an object (got {_show(value)})")
+        elif type(value) is not int or not 0 <= value <= MAX_WIRE_INT:
+            raise ProtocolError(f"reconfigure: {key} must be an integer from 0 to "
+                                f"{MAX_WIRE_INT} (got {_show(value)})")
+        values.append(value)
+    return values[0], dict(values[1]), values[2]

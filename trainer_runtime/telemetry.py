@@ -7,16 +7,39 @@ the reader lags and the deque is full, the newest frame is dropped and counted
 closing (``recv`` returns b'') and the sender for EPIPE/ECONNRESET: either sets
 ``lost``, and the training loop then checkpoints and exits 0 (reason
 ``socket_lost``) so no orphan trainer outlives a killed supervisor.
+
+The one frame the supervisor sends down the socket is ``reconfigure``
+(``protocol.reconfigure_frame``): the reader parses it and queues it for the
+training loop (``take_request``), which applies it at an update boundary. Any
+other frame, or garbage, is logged and ignored: it never stops the trainer.
 """
 
 from __future__ import annotations
 
 import collections
+import logging
+import queue
 import socket
 import threading
 import time
+from dataclasses import dataclass
+from typing import Any
 
 from trainer_runtime import protocol
+
+log = logging.getLogger("trainer_runtime")
+
+# Requests waiting for the loop; more than this many unapplied is a confused sender.
+MAX_PENDING_REQUESTS = 64
+
+
+@dataclass(frozen=True)
+class ReconfigureRequest:
+    """Live settings the supervisor asked for: apply at the first boundary with step >= at_step."""
+
+    id: int
+    settings: dict[str, Any]
+    at_step: int
 
 
 class NullEmitter:
@@ -32,6 +55,9 @@ class NullEmitter:
     def emit(self, event: protocol.Event, t: float | None = None) -> None:
         pass
 
+    def take_request(self) -> ReconfigureRequest | None:
+        return None
+
     def close(self, timeout_s: float = 2.0) -> None:
         pass
 
@@ -46,6 +72,7 @@ class SocketEmitter:
         self._lost = threading.Event()
         self.dropped = 0
         self.sent = 0
+        self._requests: queue.Queue[ReconfigureRequest] = queue.Queue(MAX_PENDING_REQUESTS)
         self._sender = threading.Thread(target=self._send_loop, name="telemetry-send", daemon=True)
         self._reader = threading.Thread(target=self._read_loop, name="telemetry-read", daemon=True)
         self._sender.start()
@@ -94,17 +121,52 @@ class SocketEmitter:
                 self._lost.set()
                 return
 
+    def take_request(self) -> ReconfigureRequest | None:
+        """The oldest reconfigure request not yet taken, or None; never blocks."""
+        try:
+            return self._requests.get_nowait()
+        except queue.Empty:
+            return None
+
     def _read_loop(self) -> None:
-        # The supervisor sends nothing we act on; reading only detects its death.
+        # EOF means the supervisor is gone; frames are reconfigure requests.
+        frames = protocol.FrameBuffer()
         while True:
             try:
-                data = self._sock.recv(4096)
+                data = self._sock.recv(65536)
             except OSError:
                 data = b""
             if not data:
                 if not self._closing:
                     self._lost.set()
                 return
+            while True:
+                try:
+                    decoded = frames.feed(data)
+                except protocol.ProtocolError as exc:
+                    # The bad line is consumed; go on with what follows it (an
+                    # over-long line without a newline: drop it and start over).
+                    log.warning("ignored bytes from the supervisor: %s", exc)
+                    if frames.pending_bytes > protocol.MAX_FRAME_BYTES:
+                        frames = protocol.FrameBuffer()
+                        break
+                    data = b""
+                    continue
+                for frame in decoded:
+                    self._accept(frame)
+                break
+
+    def _accept(self, frame: dict[str, Any]) -> None:
+        try:
+            request = ReconfigureRequest(*protocol.parse_reconfigure(frame))
+        except protocol.ProtocolError as exc:
+            log.warning("ignored a frame from the supervisor: %s", exc)
+            return
+        try:
+            self._requests.put_nowait(request)
+        except queue.Full:
+            log.warning("ignored reconfigure request %d: %d requests already wait",
+                        request.id, MAX_PENDING_REQUESTS)
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Flush what is queued (up to a deadline), then close the socket."""

@@ -256,7 +256,8 @@ class _AgentProcess:
             await self.agent.reconfigure(request_id, attempt, settings, at_step)
         except AgentStartError as exc:
             self._on_frame(self.index, Reconfigured(
-                attempt=attempt - 1, id=request_id, ok=False, step=0, message=str(exc)
+                attempt=attempt - 1, id=request_id, ok=False, step=0, changed=[],
+                seconds=0.0, message=str(exc)
             ), None)
 
     async def _start(self, frame: dict[str, Any]) -> None:
