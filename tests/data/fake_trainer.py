@@ -81,6 +81,7 @@ def answer_reconfigures(
             changed = live_changes(settings, frame["settings"])[0]
             if how == "refuse":
                 answer = Reconfigured(attempt=attempt, id=frame["id"], ok=False, step=last_step,
+                                      changed=changed, seconds=0.0,
                                       message="fake: cannot apply this change")
                 with send:
                     sock.sendall(encode_event(answer))
