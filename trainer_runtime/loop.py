@@ -25,6 +25,7 @@ worker applies the same request after the same update, or none does.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import math
 import os
@@ -223,6 +224,9 @@ class Trainer:
         self.dist_dataset: Any = None
         # train.max_steps given on the command line: kept over live settings.
         self.pinned_max_steps: int | None = None
+        # Update graphs of batch splits used before, by (accumulation, global batch):
+        # switching back reuses their traces and accumulators instead of adding more.
+        self._graphs: dict[tuple[int, int], UpdateGraph] = {}
         self._build()
 
     # ----------------------------------------------------------------- build
@@ -398,18 +402,26 @@ class Trainer:
             self.k = new.train.accumulation_steps
             self.global_batch = new.train.global_batch_size
             self.per_replica_batch = per_replica_batch(new, self.replicas)
-            with self.strategy.scope():
-                self.accumulators = [
-                    tf.Variable(tf.zeros(v.shape, dtype=v.dtype), trainable=False,
-                                synchronization=tf.VariableSynchronization.ON_READ,
-                                aggregation=tf.VariableAggregation.SUM,
-                                name=f"grad_accum_{i}")
-                    for i, v in enumerate(self.model.trainable_variables)
-                ] if self.k > 1 else []
-            self.graph = UpdateGraph(self.strategy, self.model, self.optimizer,
-                                     self.accumulators, self.k, self.global_batch,
-                                     new.train.jit_compile)
+            self._graphs[(old.train.accumulation_steps, old.train.global_batch_size)] = (
+                self.graph)
+            key = (self.k, self.global_batch)
+            graph = self._graphs.pop(key, None)
+            if graph is None:
+                # A split not seen before: its accumulators and its own traces.
+                with self.strategy.scope():
+                    accumulators = [
+                        tf.Variable(tf.zeros(v.shape, dtype=v.dtype), trainable=False,
+                                    synchronization=tf.VariableSynchronization.ON_READ,
+                                    aggregation=tf.VariableAggregation.SUM,
+                                    name=f"grad_accum_{i}")
+                        for i, v in enumerate(self.model.trainable_variables)
+                    ] if self.k > 1 else []
+                graph = UpdateGraph(self.strategy, self.model, self.optimizer, accumulators,
+                                    self.k, self.global_batch, new.train.jit_compile)
+            self.graph = graph
+            self.accumulators = graph.accumulators
         self._make_data(self.position)
+        gc.collect()  # the old pipeline's iterator threads and buffers go now, not later
         _ = self.iterator  # made now: the switch's cost is counted in the switch
         self.reset_timing()
 

@@ -1,0 +1,288 @@
+"""Live settings: a reconfigure frame down the telemetry socket, applied in the same process.
+
+Real trainer processes (``python -m trainer_runtime --telemetry-fd``); the test
+plays the supervisor: it sends ``protocol.reconfigure_frame`` and reads events.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from pathlib import Path
+from statistics import median
+from typing import Any
+
+import numpy as np
+import psutil
+import pytest
+
+from tests.trainer.test_multiworker import Worker, _free_ports, _kill_all
+from trainer_runtime import protocol
+from trainer_runtime.protocol import Hello, Reconfigured, Step
+from trainer_runtime.schema import RunConfig
+
+pytestmark = pytest.mark.slow
+
+
+class Trainer(Worker):
+    """A worker that also keeps when each event arrived (this host's clock)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.arrived: list[float] = []
+        super().__init__(*args, **kwargs)
+
+    def _read(self) -> None:
+        frames = protocol.FrameBuffer()
+        while True:
+            try:
+                data = self.sock.recv(65536)
+            except OSError:
+                data = b""
+            if not data:
+                break
+            events = [protocol.parse_event(f)[1] for f in frames.feed(data)]
+            now = time.monotonic()
+            with self.changed:
+                self.events.extend(events)
+                self.arrived.extend([now] * len(events))
+                self.changed.notify_all()
+        with self.changed:
+            self.changed.notify_all()
+
+    def send(self, request_id: int, settings: dict[str, Any], at_step: int = 0) -> float:
+        self.sock.sendall(protocol.reconfigure_frame(request_id, settings, at_step))
+        return time.monotonic()
+
+    def reconfigured(self, request_id: int) -> Reconfigured:
+        event: Reconfigured = self.wait_for(
+            lambda e: isinstance(e, Reconfigured) and e.id == request_id,
+            f"reconfigured {request_id}")
+        return event
+
+    def step(self, n: int) -> Step:
+        event: Step = self.wait_for(lambda e: isinstance(e, Step) and e.step >= n, f"step {n}")
+        return event
+
+    def stop(self) -> int:
+        self.proc.terminate()
+        return self.finish()
+
+
+def _settings(base: dict[str, Any], **sections: dict[str, Any]) -> dict[str, Any]:
+    merged = json.loads(json.dumps(base))
+    for key, value in sections.items():
+        merged.setdefault(key, {}).update(value)
+    return RunConfig.model_validate(merged).model_dump(mode="json")
+
+
+def _start(tmp_path: Path, cfg: dict[str, Any], *extra: str, name: str = "run") -> Trainer:
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    path = run_dir / "cfg.json"
+    path.write_text(json.dumps(cfg))
+    return Trainer(0, run_dir, path, _free_ports(1), *extra)
+
+
+def _step_pcts(steps: list[Step]) -> list[float]:
+    return [100.0 * s.input_wait_ms / s.step_time_ms for s in steps]
+
+
+def _wait_pct(steps: list[Step]) -> float:
+    return 100.0 * sum(s.input_wait_ms for s in steps) / sum(s.step_time_ms for s in steps)
+
+
+INPUT_BOUND = {
+    "model": {"hidden_units": [512, 512]},
+    "data": {"examples": 4096, "input_shape": [128], "read_latency_ms": 8,
+             "prefetch": False, "parallel_calls": 1},
+    "train": {"global_batch_size": 64, "max_steps": 100000},
+    "checkpoint": {"every_steps": 100000, "keep": 1},
+}
+
+
+def test_prefetch_switch_applies_live_without_a_new_process(tmp_path: Path) -> None:
+    trainer = _start(tmp_path, INPUT_BOUND)
+    try:
+        trainer.step(15)
+        sent = trainer.send(1, _settings(INPUT_BOUND, data={"prefetch": 8, "parallel_calls": 8}))
+        event = trainer.reconfigured(1)
+        assert event.ok, event.message
+        assert event.changed == ["data.parallel_calls", "data.prefetch"]
+        assert event.seconds < 2.0
+        first_new = trainer.step(event.step + 1)
+        arrived = trainer.arrived[trainer.events.index(first_new)]
+        assert arrived - sent < 2.0, arrived - sent
+        trainer.step(event.step + 40)
+    finally:
+        assert trainer.stop() == 0
+    steps = trainer.of(Step)
+    assert [s.step for s in steps] == list(range(1, len(steps) + 1))  # contiguous
+    assert len(trainer.of(Hello)) == 1  # the same process throughout
+    before = [s for s in steps if 3 <= s.step <= event.step]
+    after = [s for s in steps if event.step + 10 <= s.step <= event.step + 40]
+    assert _wait_pct(before) > 30.0, _wait_pct(before)
+    # The median step: a noisy 2-core box stalls the odd step whatever the input does.
+    assert median(_step_pcts(after)) < 5.0, _step_pcts(after)
+    assert _wait_pct(after) < _wait_pct(before) / 3
+    # The data position carries on: no example skipped or repeated.
+    assert all(b.position == a.position + b.examples for a, b in itertools.pairwise(steps))
+
+
+def test_refused_change_keeps_training_on_the_old_settings(tmp_path: Path) -> None:
+    cfg = {**INPUT_BOUND, "data": {**INPUT_BOUND["data"], "read_latency_ms": 0}}
+    trainer = _start(tmp_path, cfg)
+    try:
+        trainer.step(3)
+        # 68 examples do not split over 2 replicas x 4 micro-steps.
+        trainer.send(1, _settings(cfg, train={"global_batch_size": 68,
+                                              "accumulation_steps": 4}))
+        odd = trainer.reconfigured(1)
+        trainer.send(2, _settings(cfg, model={"hidden_units": [8]}, data={"prefetch": True}))
+        model = trainer.reconfigured(2)
+        trainer.send(3, {"train": {"global_batch_size": "lots"}})
+        invalid = trainer.reconfigured(3)
+        trainer.sock.sendall(b"not json\n{\"v\":1,\"type\":\"reconfigure\",\"id\":true}\n")
+        trainer.step(model.step + 10)
+    finally:
+        assert trainer.stop() == 0
+    for event in (odd, model, invalid):
+        assert not event.ok
+        assert event.message and "\n" not in event.message
+    assert "not divisible" in odd.message
+    assert "model.hidden_units" in model.message and "relaunch" in model.message
+    assert "global_batch_size" in invalid.message
+    steps = trainer.of(Step)
+    assert {s.examples for s in steps} == {64}
+    assert [s.step for s in steps] == list(range(1, len(steps) + 1))
+
+
+def _weights(prefix: str) -> dict[str, np.ndarray]:
+    """The model's and the optimizer's variables in a checkpoint."""
+    import tensorflow as tf
+
+    reader = tf.train.load_checkpoint(prefix)
+    return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+            if name.startswith(("model", "optimizer"))}
+
+
+def test_live_batch_change_matches_a_restore_with_the_new_settings(tmp_path: Path) -> None:
+    old = {"model": {"hidden_units": [32]},
+           "data": {"examples": 4096, "input_shape": [16]},
+           "train": {"global_batch_size": 48, "learning_rate": 0.02, "optimizer": "adam"},
+           "checkpoint": {"every_steps": 10, "keep": 3}}
+    new = _settings(old, train={"global_batch_size": 96, "accumulation_steps": 3})
+    # Live: one process, switched after step 10 (asked before it gets there).
+    live = _start(tmp_path, old, "--max-steps", "20", name="live")
+    # Reference: train 10 steps on the old settings, then restore with the new.
+    first = _start(tmp_path, old, "--max-steps", "10", name="ref")
+    try:
+        live.wait_for(lambda e: isinstance(e, Hello), "hello")
+        live.send(5, new, at_step=10)
+        event = live.reconfigured(5)
+        assert first.finish() == 0
+        assert live.finish() == 0
+    finally:
+        _kill_all([live, first])
+    assert event.ok and event.step == 10, event
+    assert event.changed == ["train.accumulation_steps", "train.global_batch_size"]
+    new_path = tmp_path / "ref" / "new.json"
+    new_path.write_text(json.dumps({**new, "train": {**new["train"], "max_steps": None}}))
+    second = Trainer(0, tmp_path / "ref", new_path, _free_ports(1), "--max-steps", "20")
+    assert second.finish() == 0
+    assert second.of(protocol.Resume)[0].from_step == 10
+    steps = live.of(Step)
+    assert [s.examples for s in steps] == [48] * 10 + [96] * 10
+    assert [s.micro_step for s in steps][9:11] == [10, 13]
+    got = _weights(str(tmp_path / "live" / "checkpoints" / "ckpt-20"))
+    want = _weights(str(tmp_path / "ref" / "checkpoints" / "ckpt-20"))
+    assert got.keys() == want.keys() and got
+    for name in got:
+        err = np.linalg.norm(got[name] - want[name]) / max(np.linalg.norm(want[name]), 1e-12)
+        assert err < 1e-5, (name, err)
+
+
+def test_many_live_switches_do_not_grow_memory_or_threads(tmp_path: Path) -> None:
+    cfg = {**INPUT_BOUND, "data": {**INPUT_BOUND["data"], "read_latency_ms": 1}}
+    variants = [
+        _settings(cfg, data={"prefetch": "autotune", "parallel_calls": 2}),
+        _settings(cfg, train={"global_batch_size": 128, "accumulation_steps": 2}),
+        _settings(cfg, data={"prefetch": 2}, train={"global_batch_size": 32}),
+        _settings(cfg),
+    ]
+    trainer = _start(tmp_path, cfg)
+    proc = psutil.Process(trainer.proc.pid)
+    levels: list[tuple[int, int]] = []
+    try:
+        trainer.step(3)
+        for i in range(20):
+            trainer.send(i + 1, variants[i % len(variants)])
+            event = trainer.reconfigured(i + 1)
+            assert event.ok, event.message
+            trainer.step(event.step + 3)
+            levels.append((proc.memory_info().rss, proc.num_threads()))
+    finally:
+        assert trainer.stop() == 0
+    # Against the level after the first lap (every variant built once).
+    (rss0, threads0), (rss, threads) = levels[len(variants) - 1], levels[-1]
+    assert rss <= rss0 * 1.10, [r for r, _ in levels]
+    assert threads <= threads0 * 1.10, [t for _, t in levels]
+
+
+def test_two_workers_switch_after_the_same_update(tmp_path: Path) -> None:
+    base = {"model": {"hidden_units": [32]},
+            "data": {"examples": 4096, "input_shape": [16], "read_latency_ms": 2},
+            "train": {"global_batch_size": 48, "max_steps": 100000},
+            "checkpoint": {"every_steps": 100000, "keep": 1},
+            "cluster": {"workers": 2, "collective": "ring", "timeout_s": 10}}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    path = run_dir / "cfg.json"
+    path.write_text(json.dumps(base))
+    ports = _free_ports(2)
+    workers = [Trainer(i, run_dir, path, ports) for i in range(2)]
+    new = _settings(base, data={"prefetch": True}, train={"global_batch_size": 96})
+    try:
+        workers[0].step(5)
+        # The requests reach the workers at different times; both switch together.
+        workers[0].send(9, new)
+        time.sleep(0.3)
+        workers[1].send(9, new)
+        events = [w.reconfigured(9) for w in workers]
+        for w in workers:
+            w.step(events[0].step + 5)
+    finally:
+        for w in workers:
+            w.proc.terminate()
+        codes = [w.finish() for w in workers]
+        _kill_all(workers)
+    assert codes == [0, 0]
+    assert all(e.ok for e in events), events
+    assert events[0].step == events[1].step
+    for w in workers:
+        steps = w.of(Step)
+        assert [s.step for s in steps] == list(range(1, len(steps) + 1))
+        assert {s.examples for s in steps if s.step <= events[0].step} == {48}
+        assert {s.examples for s in steps if s.step > events[0].step} == {96}
+
+
+def test_reconfigure_frames_round_trip_and_refuse_bad_fields() -> None:
+    frame = protocol.decode(protocol.reconfigure_frame(3, {"a": 1}, 7))
+    assert protocol.parse_reconfigure(frame) == (3, {"a": 1}, 7)
+    for bad in ({**frame, "id": True}, {**frame, "at_step": -1}, {**frame, "extra": 1},
+                {k: v for k, v in frame.items() if k != "settings"}, {**frame, "settings": []},
+                {**frame, "type": "relaunch"}):
+        with pytest.raises(protocol.ProtocolError):
+            protocol.parse_reconfigure(bad)
+
+
+def test_live_changes_splits_live_and_relaunch_keys() -> None:
+    from trainer_runtime.schema import live_changes
+
+    old = RunConfig()
+    new = RunConfig.model_validate({"data": {"prefetch": True}, "model": {"hidden_units": [4]},
+                                    "train": {"global_batch_size": 128}})
+    assert live_changes(old, new) == (["data.prefetch", "train.global_batch_size"],
+                                      ["model.hidden_units"])
+    assert live_changes(old, RunConfig()) == ([], [])
+
