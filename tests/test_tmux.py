@@ -166,6 +166,17 @@ def test_demo_prefetch_toggle_and_relaunch_cut_the_input_wait(
     record = events(info.run_dir)
     attempts = {e["attempt"]: e["settings"] for e in record if e["type"] == "attempt"}
     assert attempts[1]["data"]["prefetch"] is False and attempts[2]["data"]["prefetch"] is True
+    # Applied live: in the same trainer process (one hello), the steps running on.
+    reasons = {e["attempt"]: e["reason"] for e in record if e["type"] == "attempt"}
+    assert reasons[2] == "live"
+    assert len([e for e in record if e["type"] == "hello"]) == 1
+    (switch,) = [e for e in record if e["type"] == "reconfigured"]
+    assert switch["ok"] is True and switch["changed"] == ["data.prefetch"]
+    steps = [e["step"] for e in record if e["type"] == "step"]
+    assert steps == list(range(1, len(steps) + 1)), "no step lost or repeated across the switch"
+    assert min(e["step"] for e in record if e["type"] == "step" and e["attempt"] == 2) == (
+        switch["step"] + 1
+    )
     wait_1, wait_2 = input_wait_pct(record, 1), input_wait_pct(record, 2)
     assert wait_2 < wait_1 / 2, (wait_1, wait_2)
     # The screen's figures are the trainer's own: equal within the table's rounding and
