@@ -239,7 +239,7 @@ def test_demo_refuses_a_batch_past_its_data_before_relaunch(
     term = Tmux("limits", gpuwatch_command("train", "demo/demo.yaml"), tmux_env)
     term.wait_screen(r"step\s+(?:[1-9]\d)\b", timeout_s=90)
     term.press(*["b"] * 6)  # 256 -> 16384, all of the demo's data.examples
-    term.wait_screen(r"pending: batch 256→16384", timeout_s=10)
+    term.wait_screen(r"pending \(live\): batch 256→16384", timeout_s=10)
     term.press("b")
     wait_for(
         lambda: "train.global_batch_size: 32768 is more than data.examples 16384"
@@ -247,7 +247,7 @@ def test_demo_refuses_a_batch_past_its_data_before_relaunch(
         10,
         f"the refusal on screen:\n{term.screen()}",
     )
-    assert "pending: batch 256→16384" in term.screen(), "the refused press changed nothing"
+    assert "pending (live): batch 256→16384" in term.screen(), "the refused press changed nothing"
     term.press("r")
     info = the_run(home)
 
