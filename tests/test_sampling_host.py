@@ -146,3 +146,17 @@ def test_sampling_package_imports_without_ui_config_or_tensorflow() -> None:
         cwd=Path(__file__).resolve().parents[1],  # where `tests` (the fake) is importable
     )
     assert out.stdout.strip() == ""
+
+
+def test_a_process_sampled_again_at_once_keeps_its_last_figure(child) -> None:
+    """cpu_times tick in 10 ms steps: a reading a few ms after the last is no interval."""
+    import time
+
+    spinner = child(SPIN)
+    sampler = HostSampler()
+    sampler.sample({spinner.pid})
+    time.sleep(0.5)
+    measured = sampler.sample({spinner.pid}).run_cpu_pct
+    assert measured is not None and 0.0 < measured <= 100.0 * psutil.cpu_count() + 5
+    for _ in range(20):  # back to back, well under MIN_CPU_INTERVAL_S apart
+        assert sampler.sample({spinner.pid}).run_cpu_pct == measured

@@ -19,6 +19,9 @@ from gpuwatch.sampling.types import HostSample
 
 # Linux counts guest time inside user/nice already (as psutil does, skip them).
 _NOT_IN_TOTAL = ("guest", "guest_nice")
+# A process's CPU share is measured over at least this long: cpu_times ticks in 10 ms
+# steps, so two readings a few ms apart could read as thousands of percent.
+MIN_CPU_INTERVAL_S = 0.2
 _IDLE = ("idle", "iowait")
 
 
@@ -47,7 +50,8 @@ class HostSampler:
         self._clock = clock
         self._cpu_before = psutil.cpu_times(percpu=True)
         # pid -> (process, its user+system CPU seconds, when we read them)
-        self._procs: dict[int, tuple[psutil.Process, float, float]] = {}
+        # pid -> (process, CPU seconds, when read, its last CPU %: None before an interval)
+        self._procs: dict[int, tuple[psutil.Process, float, float, float | None]] = {}
 
     def sample(self, run_pids: Iterable[int] | None) -> HostSample:
         """The host now. Never raises: a reading that fails is None."""
@@ -122,10 +126,18 @@ class HostSampler:
                 self._procs.pop(pid, None)
                 continue
             cpu_s = times.user + times.system
-            if cached is not None and now > cached[2]:
-                cpu_pct_sum += 100.0 * max(0.0, cpu_s - cached[1]) / (now - cached[2])
-                measured += 1
-            self._procs[pid] = (proc, cpu_s, now)
+            if cached is not None and now - cached[2] < MIN_CPU_INTERVAL_S:
+                # Too soon for a fair interval: keep the baseline, report the last figure.
+                if cached[3] is not None:
+                    cpu_pct_sum += cached[3]
+                    measured += 1
+            else:
+                pct = None
+                if cached is not None:
+                    pct = 100.0 * max(0.0, cpu_s - cached[1]) / (now - cached[2])
+                    cpu_pct_sum += pct
+                    measured += 1
+                self._procs[pid] = (proc, cpu_s, now, pct)
             rss_sum += int(rss)
             alive += 1
         if alive == 0:
