@@ -161,7 +161,9 @@ def test_three_workers_train_in_lockstep_with_global_examples(tmp_path: Path) ->
         assert (done.reason, done.step, done.worker) == ("max_steps", 40, w.index)
         assert w.of(protocol.Checkpoint)[-1].step == 40
     waits = [median(s.input_wait_ms for s in w.of(protocol.Step)[5:]) for w in workers]
-    assert waits[1] > waits[0] + 15 and waits[1] > waits[2] + 15, waits
+    # Worker 1's 40 ms reads show as its own input wait, several times the others' (how
+    # much of the 40 ms a step's compute hides depends on how busy the box is).
+    assert waits[1] > max(5.0, 5 * max(waits[0], waits[2])), waits
 
 
 def test_sigterm_to_one_worker_stops_all_at_one_step_and_all_resume_from_chief(
