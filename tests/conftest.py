@@ -17,6 +17,10 @@ from typing import Any
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# No spare trainer (gpuwatch/supervisor/spare.py) unless a test asks: each would import
+# TensorFlow once more per real run, doubling the suite's CPU on a 2-core CI box.
+# tests/test_spare.py and the tmux demo test turn it on.
+os.environ.setdefault("GPUWATCH_SPARE_TRAINER", "0")
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
 
 

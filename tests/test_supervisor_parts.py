@@ -768,9 +768,10 @@ async def test_a_live_change_with_no_answer_times_out_and_changes_nothing(
     monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
     monkeypatch.setenv("GPUWATCH_FAKE_RECONFIGURE", "ignore")
     monkeypatch.setattr(core_module, "LIVE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(core_module, "LIVE_ANSWER_GRACE_S", 0.5)
     running = await _running_core(core)
     async with RunClient(core.socket_path) as client:
-        with pytest.raises(CommandError, match="did not apply the change within"):
+        with pytest.raises(CommandError, match="did not answer within"):
             await client.command("relaunch", overrides={"data.prefetch": 2})
         assert (await client.command("status"))["attempt"] == 1
         await client.command("stop")

@@ -549,7 +549,11 @@ def _one_line(exc: BaseException) -> str:
 def reconfigure(trainer: Trainer, request: ReconfigureRequest) -> Reconfigured:
     """Check and apply a live-settings request now (every worker at once); emit the event.
 
-    In a cluster the workers agree on the verdict: one that refuses makes all refuse.
+    In a cluster the workers agree on the verdict: one that refuses makes all refuse,
+    before anything changes, and one that fails while applying makes all go back to
+    the settings they had. A failure while applying (say, no memory for the new
+    pipeline) is a refusal, not a crash: the old settings are rebuilt and training
+    goes on.
     """
     t0 = time.monotonic()
     new, changed, message = trainer.check_settings(request.settings)
@@ -557,11 +561,27 @@ def reconfigure(trainer: Trainer, request: ReconfigureRequest) -> Reconfigured:
         new, message = None, ("another worker refused these settings "
                               "(its reconfigured event says why)")
     if new is not None:
-        trainer.apply_settings(new)
-    event = Reconfigured(attempt=trainer.attempt, id=request.id, ok=new is not None,
-                         step=trainer.step, changed=changed,
-                         seconds=round(time.monotonic() - t0, 4), message=message,
-                         worker=trainer.worker)
+        old = trainer.cfg
+        failure = ""
+        try:
+            trainer.apply_settings(new)
+        except Exception as exc:  # any failure: back to the old settings
+            failure = f"could not apply them: {_one_line(exc)}"
+        failed = bool(failure)
+        if trainer.agreement is not None:
+            failed = trainer.agreement.any(failed)
+        if failed:
+            trainer.apply_settings(old)  # if even this fails, the trainer fails as before
+            new, message = None, ((failure or "another worker could not apply them")
+                                  + "; back on the old settings")
+    return _answer(trainer, request, new is not None, changed, message, t0)
+
+
+def _answer(trainer: Trainer, request: ReconfigureRequest, ok: bool, changed: list[str],
+            message: str, t0: float) -> Reconfigured:
+    event = Reconfigured(attempt=trainer.attempt, id=request.id, ok=ok, step=trainer.step,
+                         changed=changed, seconds=round(time.monotonic() - t0, 4),
+                         message=message, worker=trainer.worker)
     if event.ok:
         log.info("reconfigured after step %d in %.2fs: %s", event.step, event.seconds,
                  ", ".join(changed) or "nothing changed")
@@ -569,6 +589,16 @@ def reconfigure(trainer: Trainer, request: ReconfigureRequest) -> Reconfigured:
         log.warning("refused reconfigure %d after step %d: %s", request.id, event.step, message)
     trainer.emitter.emit(event)
     return event
+
+
+def too_late(trainer: Trainer, request: ReconfigureRequest, here: bool) -> Reconfigured:
+    """Refuse a request not applied within its deadline (here, or on another worker)."""
+    if here:
+        message = (f"not applied: the trainer was not ready for it within its "
+                   f"{request.deadline_s:g} s (asked {request.age_s():.1f} s ago)")
+    else:
+        message = "not applied: another worker was not ready for it in time"
+    return _answer(trainer, request, False, [], message, time.monotonic())
 
 
 def _local_stop(trainer: Trainer, flags: StopFlags) -> str | None:
@@ -601,20 +631,28 @@ def train(trainer: Trainer, flags: StopFlags) -> tuple[str, int]:
         local = _local_stop(trainer, flags)
         if pending is None:
             pending = trainer.emitter.take_request()
-        ready = pending is not None and trainer.step >= pending.at_step
+        expired = pending is not None and pending.expired
+        ready = pending is not None and not expired and trainer.step >= pending.at_step
+        late_elsewhere = False
         if trainer.agreement is not None:
-            # One collective per boundary: stop anywhere, and whether every worker
-            # holds the same request ready (ids summed: all equal means W x id).
+            # One collective per boundary: stop anywhere, whether every worker holds the
+            # same request ready (ids summed: all equal means W x id), and whether any
+            # worker's request ran out of time (then every worker holding it drops it).
             ready_id = pending.id if (ready and pending is not None) else 0
-            stops, readies, ids = trainer.agreement.sums(
-                [int(local is not None), int(ready), ready_id])
+            stops, readies, ids, lates = trainer.agreement.sums(
+                [int(local is not None), int(ready), ready_id, int(expired)])
             if stops:
                 reason = local or "sigterm"
                 break
             ready = readies == trainer.workers and ids == trainer.workers * ready_id
+            late_elsewhere = lates > 0 and not expired
         elif local is not None:
             reason = local
             break
+        if pending is not None and (expired or late_elsewhere):
+            # No collective in it: workers that never held the request run on in step.
+            too_late(trainer, pending, here=expired)
+            pending = None
         if ready and pending is not None:
             reconfigure(trainer, pending)
             pending = None

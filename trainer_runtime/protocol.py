@@ -1039,20 +1039,31 @@ def event_reference(width: int = 86) -> str:
 # answers with a ``reconfigured`` event.
 
 RECONFIGURE = "reconfigure"
-_RECONFIGURE_FIELDS = ("v", "type", "id", "settings", "at_step")
+_RECONFIGURE_FIELDS = ("v", "type", "id", "settings", "at_step", "deadline_s")
+# How long after a live change reaches the trainer it may still begin to apply it; past
+# that it refuses it (so a late "applied" can never follow the supervisor giving up).
+LIVE_DEADLINE_S = 10.0
+MAX_LIVE_DEADLINE_S = 3600.0
 
 
-def reconfigure_frame(request_id: int, settings: dict[str, Any], at_step: int) -> bytes:
+def reconfigure_frame(
+    request_id: int, settings: dict[str, Any], at_step: int,
+    deadline_s: float = LIVE_DEADLINE_S,
+) -> bytes:
     """The supervisor's request to apply `settings` (the full config) from step at_step + 1.
 
-    The trainer applies it at the first execution boundary where its step >= at_step.
+    The trainer applies it at the first execution boundary where its step >= at_step,
+    if that comes within deadline_s of the request's arrival; else it refuses it.
     """
     return encode_frame({"v": PROTOCOL_VERSION, "type": RECONFIGURE, "id": request_id,
-                         "settings": settings, "at_step": at_step})
+                         "settings": settings, "at_step": at_step, "deadline_s": deadline_s})
 
 
-def parse_reconfigure(frame: Mapping[str, Any]) -> tuple[int, dict[str, Any], int]:
-    """(id, settings, at_step) of a decoded reconfigure frame; ProtocolError for anything else."""
+def parse_reconfigure(frame: Mapping[str, Any]) -> tuple[int, dict[str, Any], int, float]:
+    """(id, settings, at_step, deadline_s) of a decoded reconfigure frame; ProtocolError else.
+
+    deadline_s may be left out (LIVE_DEADLINE_S).
+    """
     if not isinstance(frame, Mapping):
         raise ProtocolError(f"reconfigure: a frame must be a JSON object (got {_show(frame)})")
     version = frame.get("v")
@@ -1076,4 +1087,9 @@ def parse_reconfigure(frame: Mapping[str, Any]) -> tuple[int, dict[str, Any], in
             raise ProtocolError(f"reconfigure: {key} must be an integer from 0 to "
                                 f"{MAX_WIRE_INT} (got {_show(value)})")
         values.append(value)
-    return values[0], dict(values[1]), values[2]
+    deadline = frame.get("deadline_s", LIVE_DEADLINE_S)
+    if (type(deadline) not in (int, float) or not math.isfinite(deadline)
+            or not 0 < deadline <= MAX_LIVE_DEADLINE_S):
+        raise ProtocolError(f"reconfigure: deadline_s must be a number of seconds above 0 and "
+                            f"at most {MAX_LIVE_DEADLINE_S:.0f} (got {_show(deadline)})")
+    return values[0], dict(values[1]), values[2], float(deadline)

@@ -22,7 +22,7 @@ import queue
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from trainer_runtime import protocol
@@ -35,11 +35,21 @@ MAX_PENDING_REQUESTS = 64
 
 @dataclass(frozen=True)
 class ReconfigureRequest:
-    """Live settings the supervisor asked for: apply at the first boundary with step >= at_step."""
+    """Live settings the supervisor asked for: apply at the first boundary with step >= at_step,
+    if that comes within deadline_s of its arrival (``received``, this process's clock)."""
 
     id: int
     settings: dict[str, Any]
     at_step: int
+    deadline_s: float = protocol.LIVE_DEADLINE_S
+    received: float = field(default_factory=time.monotonic)
+
+    def age_s(self) -> float:
+        return time.monotonic() - self.received
+
+    @property
+    def expired(self) -> bool:
+        return self.age_s() > self.deadline_s
 
 
 class NullEmitter:

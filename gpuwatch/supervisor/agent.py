@@ -26,7 +26,9 @@ from typing import Any
 
 from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.launch import CLUSTER_ENV, WorkerLaunch
+from gpuwatch.supervisor.spare import SpareTrainer, spare_enabled
 from trainer_runtime.protocol import (
+    LIVE_DEADLINE_S,
     MAX_FRAME_BYTES,
     TRAINER_EVENTS,
     Done,
@@ -37,6 +39,7 @@ from trainer_runtime.protocol import (
     Hello,
     ProtocolError,
     Reconfigured,
+    Step,
     parse_event,
     reconfigure_frame,
 )
@@ -110,6 +113,10 @@ class LocalAgent:
         self._attempt = 0
         # (request id, the attempt its frames belong to once it says it applied it).
         self._pending: tuple[int, int] | None = None
+        # A trainer-to-be with TensorFlow imported, for the next relaunch (spare.py).
+        self._spare: SpareTrainer | None = None
+        self._spare_task: asyncio.Task[None] | None = None
+        self._closed = False  # the run is over: no more spares
 
     @property
     def running(self) -> bool:
@@ -119,6 +126,11 @@ class LocalAgent:
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
+
+    @property
+    def spare_pid(self) -> int | None:
+        """The waiting spare trainer's pid (None: none waits now)."""
+        return self._spare.proc.pid if self._spare is not None and self._spare.alive else None
 
     @property
     def stoppable(self) -> bool:
@@ -170,15 +182,38 @@ class LocalAgent:
                 self._log_offset = log_file.tell()
         except OSError as exc:  # not writable, disk full: the attempt cannot start
             raise AgentStartError(f"could not write {self.log_path}: {exc}") from None
-        cmd = [sys.executable, "-m", self.trainer_module, "--run-dir", str(self.worker_dir)]
-        cmd += ["--config", str(config_path), "--attempt", str(attempt)]
+        args = ["--run-dir", str(self.worker_dir), "--config", str(config_path)]
+        args += ["--attempt", str(attempt)]
         if launch is not None:
-            cmd += ["--worker", str(launch.index)]
-        cmd += self.trainer_args
-        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd += ["--telemetry-fd", str(child_sock.fileno())]
+            args += ["--worker", str(launch.index)]
+        args += self.trainer_args
         if fresh:
-            cmd.append("--fresh")
+            args.append("--fresh")
+        env = _trainer_env(launch)
+        spare, self._spare = self._spare, None
+        claimed = await spare.claim(args, env, self.worker_dir) if spare is not None else None
+        if claimed is not None:
+            proc, parent_sock = claimed
+            log.info("attempt %d: the spare trainer takes it", attempt)
+        else:
+            proc, parent_sock = await self._start_cold(args, env)
+        log.info("attempt %d: trainer pid %d", attempt, proc.pid)
+        self.process = proc
+        self._cgroup = memory_cgroup(proc.pid)
+        self._oom_kills_at_start = oom_kills(self._cgroup)
+        self._done_reason = None
+        self._error = None
+        self._attempt = attempt
+        self._pending = None
+        self._watcher = asyncio.create_task(self._watch(proc, parent_sock, attempt))
+
+    async def _start_cold(
+        self, args: list[str], env: dict[str, str]
+    ) -> tuple[asyncio.subprocess.Process, socket.socket]:
+        """A new interpreter: ``python -m MODULE *args --telemetry-fd N``."""
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        cmd = [sys.executable, "-m", self.trainer_module, *args]
+        cmd += ["--telemetry-fd", str(child_sock.fileno())]
         try:
             log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -194,7 +229,7 @@ class LocalAgent:
                 pass_fds=(child_sock.fileno(),),
                 start_new_session=True,  # its own process group: stop signals all of it
                 cwd=str(self.worker_dir),
-                env=_trainer_env(launch),
+                env=env,
             )
         except OSError as exc:
             parent_sock.close()
@@ -202,15 +237,37 @@ class LocalAgent:
         finally:
             os.close(log_fd)
             child_sock.close()
-        log.info("attempt %d: trainer pid %d", attempt, proc.pid)
-        self.process = proc
-        self._cgroup = memory_cgroup(proc.pid)
-        self._oom_kills_at_start = oom_kills(self._cgroup)
-        self._done_reason = None
-        self._error = None
-        self._attempt = attempt
-        self._pending = None
-        self._watcher = asyncio.create_task(self._watch(proc, parent_sock, attempt))
+        return proc, parent_sock
+
+    def _wants_spare(self) -> bool:
+        return (
+            self._spare is None
+            and self._spare_task is None
+            and not self._closed
+            and spare_enabled()
+        )
+
+    async def _spawn_spare(self) -> None:
+        """Start the spare for the next relaunch (once a trainer runs; never two)."""
+        try:
+            spare = await SpareTrainer.spawn(
+                self.trainer_module, self.log_path, self.worker_dir, _trainer_env(None)
+            )
+        finally:
+            self._spare_task = None
+        if spare is None:
+            return
+        if self._spare is not None or self._closed:
+            spare.discard()
+            return
+        self._spare = spare
+
+    def release_spare(self) -> None:
+        """The run is over: no relaunch will claim the spare."""
+        self._closed = True
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.discard()
 
     async def _watch(
         self, proc: asyncio.subprocess.Process, sock: socket.socket, attempt: int
@@ -310,12 +367,17 @@ class LocalAgent:
             ) from None
 
     async def reconfigure(
-        self, request_id: int, new_attempt: int, settings: dict[str, Any], at_step: int
+        self,
+        request_id: int,
+        new_attempt: int,
+        settings: dict[str, Any],
+        at_step: int,
+        deadline_s: float = LIVE_DEADLINE_S,
     ) -> None:
         """Ask the trainer to apply settings live; once it has, its frames are new_attempt's."""
         self._pending = (request_id, new_attempt)
         try:
-            await self.send(reconfigure_frame(request_id, settings, at_step))
+            await self.send(reconfigure_frame(request_id, settings, at_step, deadline_s))
         except AgentStartError:
             self._pending = None
             raise
@@ -339,6 +401,8 @@ class LocalAgent:
             self._done_reason = event.reason
         elif isinstance(event, Error):
             self._error = event.message
+        elif isinstance(event, Step) and self._wants_spare():
+            self._spare_task = asyncio.get_running_loop().create_task(self._spawn_spare())
         self._on_frame(self.index, event, envelope.t)
 
     # -- its host's devices --------------------------------------------------------

@@ -30,6 +30,7 @@ from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from gpuwatch.supervisor.hub import Client, ClientHub, TaskSet
 from trainer_runtime.protocol import (
+    LIVE_DEADLINE_S,
     TERMINAL_STATUSES,
     Attempt,
     Event,
@@ -53,7 +54,11 @@ LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "600"))
 # SIGKILL (a trainer blocked in a collective never reaches its SIGTERM check).
 WORKER_KILL_GRACE_S = float(os.environ.get("GPUWATCH_WORKER_KILL_GRACE_S", "5"))
 # How long every worker has to answer a live change before it is abandoned.
-LIVE_TIMEOUT_S = float(os.environ.get("GPUWATCH_LIVE_TIMEOUT_S", "10"))
+# A live change must begin in the trainer within this (the trainer's own deadline: past
+# it the trainer refuses the change, so no "applied" can come after we gave up) ...
+LIVE_TIMEOUT_S = float(os.environ.get("GPUWATCH_LIVE_TIMEOUT_S", str(LIVE_DEADLINE_S)))
+# ... and its answer arrive within this much more (a rebuild; a slow boundary's refusal).
+LIVE_ANSWER_GRACE_S = 30.0
 # A cluster's live change applies this many updates past the furthest worker's last step.
 LIVE_STEP_MARGIN = 3
 
@@ -460,14 +465,15 @@ class Supervisor:
         settings = config.model_dump(mode="json")
         try:
             for agent in self.agents:
-                await agent.reconfigure(attempt, attempt, settings, at_step)
-            outcome = await asyncio.wait_for(asyncio.shield(live.outcome), LIVE_TIMEOUT_S)
+                await agent.reconfigure(attempt, attempt, settings, at_step, LIVE_TIMEOUT_S)
+            outcome = await asyncio.wait_for(
+                asyncio.shield(live.outcome), LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S
+            )
         except AgentStartError as exc:
             outcome = str(exc)
         except TimeoutError:
-            outcome = (
-                f"the trainer did not apply the change within {LIVE_TIMEOUT_S:.0f} s"
-            )
+            waited = LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S
+            outcome = f"the trainer did not answer within {waited:.0f} s"
         finally:
             self._live = None
         if outcome is not None:
@@ -570,6 +576,8 @@ class Supervisor:
         await self.hub.flush(2.0)  # a moment for dashboards to receive the final status
         for agent in self.agents:
             agent.stop_sampling()
+            if release := getattr(agent, "release_spare", None):
+                release()
         self.hub.close()
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "supervisor.json").unlink()

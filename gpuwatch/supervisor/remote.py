@@ -64,6 +64,7 @@ from gpuwatch.supervisor.cluster import remote_argv, through_a_shell
 from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from trainer_runtime.protocol import (
+    LIVE_DEADLINE_S,
     MAX_FRAME_BYTES,
     FrameBuffer,
     Hello,
@@ -247,13 +248,14 @@ class _AgentProcess:
         """Send a live change down to the trainer; one it cannot reach is refused as its answer."""
         request_id, attempt = frame.get("id"), frame.get("attempt")
         settings, at_step = frame.get("settings"), frame.get("at_step")
+        deadline = frame.get("deadline_s", LIVE_DEADLINE_S)
         if (type(request_id) is not int or type(attempt) is not int or type(at_step) is not int
-                or not isinstance(settings, dict)):
+                or not isinstance(settings, dict) or type(deadline) not in (int, float)):
             self.send("error", message="reconfigure: id, attempt, at_step integers, settings "
-                      "an object")
+                      "an object, deadline_s a number")
             return
         try:
-            await self.agent.reconfigure(request_id, attempt, settings, at_step)
+            await self.agent.reconfigure(request_id, attempt, settings, at_step, deadline)
         except AgentStartError as exc:
             self._on_frame(self.index, Reconfigured(
                 attempt=attempt - 1, id=request_id, ok=False, step=0, changed=[],
@@ -293,6 +295,7 @@ class _AgentProcess:
             with contextlib.suppress(Exception):
                 await task
         self.agent.stop_sampling()
+        self.agent.release_spare()
         self.agent.join_sampling()
 
 
@@ -576,7 +579,12 @@ class RemoteAgent:
                  self.host, self._trainer_pid)
 
     async def reconfigure(
-        self, request_id: int, new_attempt: int, settings: dict[str, Any], at_step: int
+        self,
+        request_id: int,
+        new_attempt: int,
+        settings: dict[str, Any],
+        at_step: int,
+        deadline_s: float = LIVE_DEADLINE_S,
     ) -> None:
         """Send a live change through the link; its trainer's answer comes back as an event."""
         if not self.stoppable:
@@ -584,7 +592,7 @@ class RemoteAgent:
         self._live_pending = (request_id, new_attempt)
         try:
             self._write(encode("reconfigure", id=request_id, attempt=new_attempt,
-                               settings=settings, at_step=at_step))
+                               settings=settings, at_step=at_step, deadline_s=deadline_s))
         except (RuntimeError, OSError, ProtocolError) as exc:
             self._live_pending = None
             raise AgentStartError(f"could not reach the agent on {self.host}: {exc}") from None

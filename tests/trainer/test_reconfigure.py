@@ -50,8 +50,11 @@ class Trainer(Worker):
         with self.changed:
             self.changed.notify_all()
 
-    def send(self, request_id: int, settings: dict[str, Any], at_step: int = 0) -> float:
-        self.sock.sendall(protocol.reconfigure_frame(request_id, settings, at_step))
+    def send(
+        self, request_id: int, settings: dict[str, Any], at_step: int = 0,
+        deadline_s: float = protocol.LIVE_DEADLINE_S,
+    ) -> float:
+        self.sock.sendall(protocol.reconfigure_frame(request_id, settings, at_step, deadline_s))
         return time.monotonic()
 
     def reconfigured(self, request_id: int) -> Reconfigured:
@@ -269,12 +272,118 @@ def test_two_workers_switch_after_the_same_update(tmp_path: Path) -> None:
         assert {s.examples for s in steps if s.step > events[0].step} == {96}
 
 
+def test_a_change_not_reached_within_its_deadline_is_refused_and_never_applied_later(
+    tmp_path: Path,
+) -> None:
+    cfg = {**INPUT_BOUND, "data": {**INPUT_BOUND["data"], "read_latency_ms": 0}}
+    trainer = _start(tmp_path, cfg)
+    try:
+        trainer.step(3)
+        # Due only at a step it will not reach for minutes: refused once 1 s has passed.
+        sent = trainer.send(1, _settings(cfg, data={"prefetch": True}), at_step=10**9,
+                            deadline_s=1.0)
+        late = trainer.reconfigured(1)
+        answered = trainer.arrived[trainer.events.index(late)]
+        trainer.step(late.step + 20)
+    finally:
+        assert trainer.stop() == 0
+    assert not late.ok and late.changed == []
+    assert "not ready for it within its 1 s" in late.message
+    assert answered - sent >= 1.0
+    assert len(trainer.of(Reconfigured)) == 1  # nothing applied after the refusal
+    steps = trainer.of(Step)
+    assert [s.step for s in steps] == list(range(1, len(steps) + 1))
+    assert len(trainer.of(Hello)) == 1
+
+
+def test_a_change_that_fails_while_applying_goes_back_to_the_old_settings(
+    strategy: Any, devices: Any
+) -> None:
+    from tests.trainer.conftest import make_config
+    from trainer_runtime.loop import Trainer as LoopTrainer
+    from trainer_runtime.loop import reconfigure
+    from trainer_runtime.telemetry import NullEmitter, ReconfigureRequest
+
+    class Kept(NullEmitter):
+        def __init__(self) -> None:
+            self.events: list[Any] = []
+
+        def emit(self, event: Any, t: float | None = None) -> None:
+            self.events.append(event)
+
+    cfg = make_config(data={"examples": 512, "input_shape": [8], "prefetch": False},
+                      train={"global_batch_size": 32})
+    emitter = Kept()
+    trainer = LoopTrainer(cfg, strategy, devices, emitter=emitter)
+    trainer.run_updates(3)
+    make_data = trainer._make_data
+    calls: list[int] = []
+
+    def fails_once(position: int) -> None:
+        calls.append(position)
+        if len(calls) == 1:
+            raise MemoryError("no room for the new pipeline's buffers")
+        make_data(position)
+
+    trainer._make_data = fails_once  # type: ignore[method-assign]
+    wanted = _settings(cfg.model_dump(mode="json"), data={"prefetch": True},
+                       train={"global_batch_size": 64, "accumulation_steps": 2})
+    event = reconfigure(trainer, ReconfigureRequest(1, wanted, 0))
+    assert not event.ok
+    assert "could not apply them: no room for the new pipeline's buffers" in event.message
+    assert event.message.endswith("back on the old settings")
+    assert trainer.cfg == cfg and trainer.global_batch == 32 and trainer.k == 1
+    assert calls == [3 * 32, 3 * 32]  # the failed build, then the old one at the same place
+    steps = trainer.run_updates(2)
+    assert [s.step for s in steps] == [4, 5] and {s.examples for s in steps} == {32}
+    assert trainer.position == 5 * 32
+    assert [e for e in emitter.events if isinstance(e, Reconfigured)] == [event]
+
+
+def test_a_change_that_reaches_one_worker_only_is_refused_there_after_its_deadline(
+    tmp_path: Path,
+) -> None:
+    base = {"model": {"hidden_units": [32]},
+            "data": {"examples": 4096, "input_shape": [16], "read_latency_ms": 2},
+            "train": {"global_batch_size": 48, "max_steps": 100000},
+            "checkpoint": {"every_steps": 100000, "keep": 1},
+            "cluster": {"workers": 2, "collective": "ring", "timeout_s": 10}}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    path = run_dir / "cfg.json"
+    path.write_text(json.dumps(base))
+    ports = _free_ports(2)
+    workers = [Trainer(i, run_dir, path, ports) for i in range(2)]
+    try:
+        workers[0].step(5)
+        workers[0].send(4, _settings(base, data={"prefetch": True}), deadline_s=1.0)
+        refused = workers[0].reconfigured(4)
+        for w in workers:
+            w.step(refused.step + 10)
+    finally:
+        for w in workers:
+            w.proc.terminate()
+        codes = [w.finish() for w in workers]
+        _kill_all(workers)
+    assert codes == [0, 0]
+    assert not refused.ok and "not ready for it within its 1 s" in refused.message
+    assert workers[1].of(Reconfigured) == []  # it never had the request
+    for w in workers:
+        steps = w.of(Step)
+        assert [s.step for s in steps] == list(range(1, len(steps) + 1))
+
+
 def test_reconfigure_frames_round_trip_and_refuse_bad_fields() -> None:
-    frame = protocol.decode(protocol.reconfigure_frame(3, {"a": 1}, 7))
-    assert protocol.parse_reconfigure(frame) == (3, {"a": 1}, 7)
+    frame = protocol.decode(protocol.reconfigure_frame(3, {"a": 1}, 7, 2.5))
+    assert protocol.parse_reconfigure(frame) == (3, {"a": 1}, 7, 2.5)
+    no_deadline = {k: v for k, v in frame.items() if k != "deadline_s"}
+    assert protocol.parse_reconfigure(no_deadline)[3] == protocol.LIVE_DEADLINE_S
     for bad in ({**frame, "id": True}, {**frame, "at_step": -1}, {**frame, "extra": 1},
                 {k: v for k, v in frame.items() if k != "settings"}, {**frame, "settings": []},
-                {**frame, "type": "relaunch"}):
+                {**frame, "type": "relaunch"}, {**frame, "deadline_s": 0},
+                {**frame, "deadline_s": -1.0}, {**frame, "deadline_s": float("nan")},
+                {**frame, "deadline_s": True}, {**frame, "deadline_s": "10"},
+                {**frame, "deadline_s": 1e9}):
         with pytest.raises(protocol.ProtocolError):
             protocol.parse_reconfigure(bad)
 
