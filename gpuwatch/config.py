@@ -68,7 +68,9 @@ class ConfigError(Exception):
     """A config problem a person can act on; `str(err)` is one line.
 
     `source` is the file or the override that holds the problem, `line` its 1-based line
-    when YAML knows it, `key` the dotted key, `problem` the words after the key.
+    when YAML knows it, `key` the dotted key, `problem` the words after the key. `keys` are
+    every setting the problem is about, `key` first (a limit across settings names several):
+    the dashboard's settings screen shows the problem under the one a person changed.
     """
 
     def __init__(
@@ -79,6 +81,7 @@ class ConfigError(Exception):
         line: int | None = None,
         key: str | None = None,
         problem: str | None = None,
+        keys: tuple[str, ...] = (),
     ) -> None:
         one_line = " ".join(str(message).split())
         super().__init__(one_line)
@@ -87,6 +90,7 @@ class ConfigError(Exception):
         self.line = line
         self.key = key
         self.problem = problem
+        self.keys = keys or ((key,) if key else ())
 
     def __str__(self) -> str:
         return self.message
@@ -183,7 +187,7 @@ def _parse_override(text: str, budget: _Budget) -> tuple[str, Any]:
     try:
         budget.spend(line=None)  # the override itself: many tiny ones cost too
         value = _load_value(raw, budget) if raw.strip() else None
-    except yaml.YAMLError as exc:
+    except (yaml.YAMLError, *_CONSTRUCTOR_ERRORS) as exc:
         raise ConfigError(
             f"{label}: {_shorten(key)}: value is not valid YAML ({_yaml_problem(exc)})",
             source=label,
@@ -241,7 +245,11 @@ def check_replicas(config: RunConfig, replicas: int, source: str) -> None:
     problem = divisibility_error(config, replicas)
     if problem is not None:
         raise ConfigError(
-            f"{source}: {problem}", source=source, key="train.global_batch_size", problem=problem
+            f"{source}: {problem}",
+            source=source,
+            key="train.global_batch_size",
+            problem=problem,
+            keys=("train.global_batch_size", "train.accumulation_steps"),
         )
 
 
@@ -469,13 +477,20 @@ def _walk(
         ancestors.discard(id(node))
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
+# What PyYAML's constructors raise, besides YAMLError, for a tagged or implicit scalar they
+# cannot build: `2001-13-01` (a date), `!!int x`, `0x_`, `!!timestamp x`.
+_CONSTRUCTOR_ERRORS = (ValueError, TypeError, AttributeError, OverflowError)
+
+
+def _yaml_problem(exc: Exception) -> str:
     if isinstance(exc, yaml.MarkedYAMLError):
         words = exc.problem or exc.context or "cannot parse"
         if exc.context and exc.problem and exc.context != exc.problem:
             words = f"{exc.problem} ({exc.context})"
-    else:
-        words = str(exc)
+    elif isinstance(exc, yaml.YAMLError | ValueError | OverflowError):
+        words = str(exc) or type(exc).__name__
+    else:  # a constructor's own bug (AttributeError on `!!timestamp x`): no words of use
+        words = "cannot build this value"
     return " ".join(words.split())
 
 
@@ -858,6 +873,7 @@ def _first_error(exc: ValidationError, locate: _Locator) -> ConfigError:
             line=line,
             key=problem.key,
             problem=problem.words,
+            keys=tuple(key_text(loc) for loc in problem.keys),
         )
         rank = (1 if from_override else 0, line if line is not None else 1 << 30, order)
         candidates.append((rank, err))

@@ -23,7 +23,7 @@ from pydantic import BaseModel, ValidationError
 
 from trainer_runtime.schema import LimitError, RunConfig
 
-__all__ = ["Loc", "Problem", "key_text", "kind", "problems", "show"]
+__all__ = ["Loc", "Problem", "accepts", "key_text", "kind", "problems", "show"]
 
 Loc = tuple[str | int, ...]
 
@@ -35,6 +35,7 @@ _BATCH_SPLIT_KEYS: tuple[Loc, ...] = (
     ("train",),
 )
 _SHOW_LIMIT = 60
+_SCALARS = (bool, int, float, str, type(None))  # the one-value types `accepts` describes
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,19 @@ def problems(exc: ValidationError) -> list[Problem]:
         key = key_text(key_loc) or "(top level)"
         found.append(Problem((field_loc,), key, _problem(field_loc, errors)))
     return found
+
+
+def accepts(key: str) -> str:
+    """What a one-value setting accepts, in the words its errors use: "'autotune' or an
+    integer from 1 to 256" for "data.parallel_calls"; "" for a key the schema does not
+    have and for a section, a list or a mapping."""
+    _, annotation = _field_loc(_loc_from_text(key))
+    if annotation is None:
+        return ""
+    plain = _members(annotation)
+    if not all(m in _SCALARS or typing.get_origin(m) is Literal for m in plain):
+        return ""
+    return _describe(annotation)
 
 
 def _loc_from_text(key: str) -> Loc:

@@ -631,12 +631,23 @@ def pending_overrides(settings: Mapping[str, Any], pending: Mapping[str, Any]) -
     return {k: v for k, v in pending.items() if get_setting(settings, k) != v}
 
 
-_LABELS = {PREFETCH_KEY: "prefetch", ACCUMULATION_KEY: "accumulation", BATCH_KEY: "batch"}
+_LABELS = {
+    PREFETCH_KEY: "prefetch",
+    ACCUMULATION_KEY: "accumulation",
+    BATCH_KEY: "batch",
+    "data.parallel_calls": "parallel calls",
+    "data.read_latency_ms": "read latency ms",
+    "data.decode_cost": "decode cost",
+    "data.cache": "cache",
+}
 
 
 def format_setting(dotted: str, value: Any) -> str:
+    """A setting's value in a word a config file reads back the same: "off", "on", "8"."""
     if dotted == PREFETCH_KEY:
         return prefetch_word(value)
+    if isinstance(value, bool):
+        return "on" if value else "off"
     return "?" if value is None else str(value)
 
 

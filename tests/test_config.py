@@ -534,6 +534,23 @@ def test_parse_override_errors(text: str, message: str) -> None:
     assert assert_clean(caught.value) == " ".join(message.split())
 
 
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [
+        ("2001-13-01", "month must be in 1..12"),  # YAML 1.1 reads it as a date
+        ("!!int x", "invalid literal for int() with base 10: 'x'"),
+        ("0x_", "invalid literal for int() with base 16: ''"),
+        ("!!timestamp x", "cannot build this value"),  # PyYAML's own AttributeError
+    ],
+)
+def test_parse_override_value_yaml_cannot_build_is_a_config_error(value: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_override(f"data.prefetch={value}")
+    assert assert_clean(caught.value) == (
+        f"--set data.prefetch={value}: data.prefetch: value is not valid YAML ({problem})"
+    )
+
+
 def test_parse_override_bad_yaml_value() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_override("model.hidden_units=[1,")

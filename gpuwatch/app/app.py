@@ -39,6 +39,7 @@ from gpuwatch.app.screens.modals import (
     QuitScreen,
     RunsScreen,
 )
+from gpuwatch.app.screens.settings import SettingsScreen
 from gpuwatch.app.widgets.panels import (
     AdvicePanel,
     AttemptsPanel,
@@ -238,6 +239,24 @@ class GpuwatchApp(App[str]):
         replicas = self.state.replicas
         self._change(
             lambda: step_batch(self.state.settings, self.pending, up=up, replicas=replicas)
+        )
+
+    def action_edit_settings(self) -> None:
+        """e: the settings screen; what it returns becomes the pending settings."""
+        if not self.state.settings:
+            self.notify("no settings yet: the run has not started", severity="warning")
+            return
+
+        def edited(pending: dict[str, Any] | None) -> None:
+            if pending is not None:
+                self.pending = pending
+
+        running = self.state.status == "running"
+        self.push_screen(
+            SettingsScreen(
+                self.state.settings, self.pending, replicas=self.state.replicas, running=running
+            ),
+            callback=edited,
         )
 
     def action_discard(self) -> None:

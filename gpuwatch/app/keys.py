@@ -62,6 +62,16 @@ SETTING_BINDINGS: list[Binding] = [
         tooltip="Halve the global batch for the next relaunch",
     ),
 ]
+# The settings screen: every setting that changes live, typed in (not in the pending bar's
+# hint nor the footer, which keep to one line at 80 columns; the keys screen lists it).
+EDIT_BINDING = Binding(
+    "e",
+    "edit_settings",
+    "edit settings",
+    id="settings",
+    show=False,
+    tooltip="Edit every setting that changes live (parallel calls, read latency, ...)",
+)
 # What to do with the pending settings; the pending bar says "press r to relaunch, ...".
 PENDING_BINDINGS: list[Binding] = [
     Binding(
@@ -86,6 +96,7 @@ PENDING_BINDINGS: list[Binding] = [
 # Every key, in the footer's order; the keys screen (?) lists them with their tooltips.
 BINDINGS: list[BindingType] = [
     *SETTING_BINDINGS,
+    EDIT_BINDING,
     *PENDING_BINDINGS,
     Binding(
         "R",
