@@ -187,7 +187,7 @@ def _parse_override(text: str, budget: _Budget) -> tuple[str, Any]:
     try:
         budget.spend(line=None)  # the override itself: many tiny ones cost too
         value = _load_value(raw, budget) if raw.strip() else None
-    except (yaml.YAMLError, *_CONSTRUCTOR_ERRORS) as exc:
+    except (yaml.YAMLError, _Unbuildable, *_CONSTRUCTOR_ERRORS) as exc:
         raise ConfigError(
             f"{label}: {_shorten(key)}: value is not valid YAML ({_yaml_problem(exc)})",
             source=label,
@@ -370,6 +370,17 @@ def _parse_yaml(
         data = loader.construct_document(node)
     except _LimitExceeded as exc:
         raise exc.error(shown, line=exc.line, whole="the config") from None
+    except _Unbuildable as exc:
+        mark = exc.node.start_mark
+        line = mark.line + 1
+        path = _path_to(node, exc.node)
+        key = f"{key_text(path)}: " if path else ""
+        raise ConfigError(
+            f"{shown}:{line}: {key}cannot read {_show_scalar(exc.node)} "
+            f"({exc.problem})",
+            source=shown,
+            line=line,
+        ) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"{shown}:{mark.line + 1}:{mark.column + 1}" if mark else shown
@@ -478,11 +489,39 @@ def _walk(
 
 
 # What PyYAML's constructors raise, besides YAMLError, for a tagged or implicit scalar they
-# cannot build: `2001-13-01` (a date), `!!int x`, `0x_`, `!!timestamp x`.
-_CONSTRUCTOR_ERRORS = (ValueError, TypeError, AttributeError, OverflowError)
+# cannot build: `2001-13-01` (a date), `!!int x`, `0x_`, `!!timestamp x`, `!!int` (empty).
+_CONSTRUCTOR_ERRORS = (ValueError, TypeError, AttributeError, OverflowError, LookupError)
+
+
+def _path_to(root: yaml.Node | None, target: yaml.Node) -> tuple[Any, ...]:
+    """Where target sits under root: mapping keys (their text) and list indexes."""
+    stack: list[tuple[yaml.Node, tuple[Any, ...]]] = [(root, ())] if root is not None else []
+    seen: set[int] = set()
+    while stack:
+        current, path = stack.pop()
+        if current is target:
+            return path
+        if id(current) in seen:  # an alias repeats a node: visit it once
+            continue
+        seen.add(id(current))
+        if isinstance(current, yaml.MappingNode):
+            for key_node, value_node in current.value:
+                stack.append((value_node, (*path, getattr(key_node, "value", "?"))))
+        elif isinstance(current, yaml.SequenceNode):
+            stack.extend((item, (*path, i)) for i, item in enumerate(current.value))
+    return ()
+
+
+def _show_scalar(node: yaml.Node) -> str:
+    value = node.value if isinstance(node, yaml.ScalarNode) else ""
+    tag = node.tag if isinstance(node, yaml.ScalarNode) and node.style is None else ""
+    text = f"{value!r}" if len(str(value)) <= 40 else f"{str(value)[:37]!r}..."
+    return f"{text} as {tag.rsplit(':', 1)[-1]}" if tag and "yaml.org" in tag else text
 
 
 def _yaml_problem(exc: Exception) -> str:
+    if isinstance(exc, _Unbuildable):
+        return exc.problem
     if isinstance(exc, yaml.MarkedYAMLError):
         words = exc.problem or exc.context or "cannot parse"
         if exc.context and exc.problem and exc.context != exc.problem:
@@ -541,6 +580,15 @@ class _Budget:
             )
 
 
+class _Unbuildable(Exception):
+    """A scalar the YAML constructors refused, with its node (for the line and the key)."""
+
+    def __init__(self, node: yaml.Node, problem: str) -> None:
+        super().__init__(problem)
+        self.node = node
+        self.problem = problem
+
+
 class _BoundedLoader(yaml.SafeLoader):
     """A SafeLoader that stops composing at the first value past the budget or the depth.
 
@@ -556,6 +604,13 @@ class _BoundedLoader(yaml.SafeLoader):
         # An alias in a list is the anchored node itself, marked where the anchor is:
         # (id(list node), index) -> the alias's own line, for messages.
         self.alias_lines: dict[tuple[int, int], int] = {}
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        """A value PyYAML cannot build (`2001-13-01`, `!!int x`) is marked where it is."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except _CONSTRUCTOR_ERRORS as exc:
+            raise _Unbuildable(node, _yaml_problem(exc)) from None
 
     def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
         event = self.peek_event()

@@ -551,6 +551,58 @@ def test_parse_override_value_yaml_cannot_build_is_a_config_error(value: str, pr
     )
 
 
+@pytest.mark.parametrize(
+    ("text", "line", "key", "shown", "problem"),
+    [
+        ("data:\n  prefetch: 2001-13-01\n", 2, "data.prefetch", "'2001-13-01' as timestamp",
+         "month must be in 1..12"),
+        ("data: {cache: on, prefetch: !!int x}\n", 1, "data.prefetch", "'x' as int",
+         "invalid literal for int() with base 10: 'x'"),
+        ("model:\n  hidden_units: [4, 0x_]\n", 2, "model.hidden_units[1]", "'0x_' as int",
+         "invalid literal for int() with base 16: ''"),
+        ("name: !!timestamp x\n", 1, "name", "'x' as timestamp", "cannot build this value"),
+    ],
+)
+def test_a_file_value_yaml_cannot_build_names_its_line_and_key(
+    tmp_path: Path, text: str, line: int, key: str, shown: str, problem: str
+) -> None:
+    path = write(tmp_path, text)
+    assert load_error(path) == f"{path}:{line}: {key}: cannot read {shown} ({problem})"
+
+
+SCALARS_YAML_MAY_NOT_BUILD = st.one_of(
+    st.dates().map(str),
+    st.from_regex(r"\A[0-9]{4}-[0-9]{1,2}-[0-9]{1,2}\Z"),
+    st.from_regex(r"\A0x[0-9a-fA-F_]{0,4}\Z"),
+    st.from_regex(r"\A0b[01_]{0,4}\Z"),
+    st.from_regex(r"\A[0-9_:]{1,8}\Z"),
+    st.sampled_from(["!!int", "!!float", "!!timestamp", "!!bool", "!!binary"]).flatmap(
+        lambda tag: st.text(alphabet="0123456789abx-:._ ", max_size=8).map(
+            lambda v: f"{tag} {v}"
+        )
+    ),
+)
+
+
+@HYPOTHESIS
+@given(
+    value=SCALARS_YAML_MAY_NOT_BUILD,
+    key=st.sampled_from(["data.prefetch", "train.global_batch_size", "name", "model.hidden_units"]),
+)
+def test_any_scalar_in_a_file_is_read_or_refused_with_its_line(
+    tmp_path: Path, value: str, key: str
+) -> None:
+    section, _, leaf = key.rpartition(".")
+    body = f"{leaf}: {value}\n" if not section else f"{section}:\n  {leaf}: {value}\n"
+    path = write(tmp_path, body)
+    try:
+        load_config(path)
+    except ConfigError as err:
+        message = assert_clean(err)
+        assert "cannot load config" not in message, message
+        assert message.startswith(f"{path}:"), message
+
+
 def test_parse_override_bad_yaml_value() -> None:
     with pytest.raises(ConfigError) as caught:
         parse_override("model.hidden_units=[1,")
