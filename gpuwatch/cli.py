@@ -1,4 +1,4 @@
-"""gpuwatch's command line: train, attach, ls, stop, logs, doctor.
+"""gpuwatch's command line: train, attach, ls, stop, logs, export, doctor.
 
 Imports are lazy: `gpuwatch --help` must answer in well under half a second, and
 only the dashboard needs Textual. TensorFlow is never imported here.
@@ -76,6 +76,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="a cluster run's worker I (0, the chief, by default)",
     )
 
+    export = sub.add_parser(
+        "export",
+        help="write a run's steps, device samples or attempts as a table (CSV or JSON lines)",
+    )
+    export.add_argument("run", help="run id or a unique prefix of it")
+    export.add_argument(
+        "--what",
+        default="steps",
+        metavar="steps|samples|attempts",
+        help="one row per step event (default), per GPU per device sample, or per attempt",
+    )
+    export.add_argument(
+        "--format", default="csv", metavar="csv|jsonl", help="CSV with a header (default) "
+        "or one JSON object per line"
+    )
+    export.add_argument(
+        "-o", "--output", default=None, metavar="FILE", help="write here (default: stdout)"
+    )
+    export.add_argument(
+        "--worker",
+        type=int,
+        default=None,
+        metavar="I",
+        help="only a cluster run's worker I (default: every worker; steps and samples)",
+    )
+
     sub.add_parser("doctor", help="check Python, TensorFlow, NVML and the GPUs")
     return parser
 
@@ -92,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         "ls": cmd_ls,
         "stop": cmd_stop,
         "logs": cmd_logs,
+        "export": cmd_export,
         "doctor": cmd_doctor,
     }[args.command]
     from gpuwatch.runs import RunError
@@ -409,9 +436,7 @@ def cmd_logs(args: argparse.Namespace) -> int:
     from gpuwatch.runs import read_run_info, resolve_run, worker_dir
 
     info = resolve_run(args.run)  # RunError: main() prints it, exit 2
-    if not 0 <= args.worker < info.workers:
-        workers = "one worker (0)" if info.workers == 1 else f"workers 0 to {info.workers - 1}"
-        _err(f"run {info.run_id} has no worker {args.worker}: it has {workers}")
+    if not _has_worker(info, args.worker):
         return EXIT_USAGE
     path = worker_dir(info.run_dir, args.worker) / "trainer.log"
     if not path.exists():
@@ -427,6 +452,55 @@ def cmd_logs(args: argparse.Namespace) -> int:
             if not args.follow or not read_run_info(info.run_dir).live:
                 return EXIT_OK
             time.sleep(0.5)
+
+
+def _has_worker(info: RunInfo, worker: int) -> bool:
+    """Whether the run has this worker; if not, say so in one line."""
+    if 0 <= worker < info.workers:
+        return True
+    workers = "one worker (0)" if info.workers == 1 else f"workers 0 to {info.workers - 1}"
+    _err(f"run {info.run_id} has no worker {worker}: it has {workers}")
+    return False
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from gpuwatch.export import FORMATS, WHATS, export_events
+    from gpuwatch.runs import resolve_run
+
+    for option, value, allowed in (("--what", args.what, WHATS),
+                                   ("--format", args.format, FORMATS)):
+        if value not in allowed:
+            _err(f"{option} must be one of {', '.join(allowed)} (got {value!r})")
+            return EXIT_USAGE
+    if args.worker is not None and args.what == "attempts":
+        _err("--worker picks rows of steps or samples; attempts are the run's (drop --worker)")
+        return EXIT_USAGE
+    info = resolve_run(args.run)  # RunError: main() prints it, exit 2
+    if args.worker is not None and not _has_worker(info, args.worker):
+        return EXIT_USAGE
+    events_path = info.run_dir / "events.jsonl"
+    if args.output is not None and Path(args.output).resolve() == events_path.resolve():
+        _err(f"-o {args.output} is the run's own events.jsonl: choose another file")
+        return EXIT_USAGE
+    if args.output is None:
+        report = export_events(events_path, args.what, args.format, sys.stdout,
+                               worker=args.worker)
+    else:
+        try:
+            out = open(args.output, "w", encoding="utf-8", newline="")  # noqa: SIM115
+        except OSError as exc:
+            _err(f"cannot write {args.output}: {exc.strerror or exc}")
+            return EXIT_USAGE
+        with out:
+            report = export_events(events_path, args.what, args.format, out,
+                                   worker=args.worker)
+    skipped = report.bad_summary(events_path)
+    if skipped:
+        _err(skipped)
+    if args.output is not None:
+        print(f"gpuwatch: {report.rows} {args.what} rows of run {info.run_id} -> {args.output}",
+              file=sys.stderr)
+    return EXIT_OK
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

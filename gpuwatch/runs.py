@@ -10,6 +10,8 @@ Layout under ``$GPUWATCH_HOME`` (default ``$XDG_STATE_HOME/gpuwatch``, i.e.
     runs/<run-id>/supervisor.log     the supervisor's own log
     runs/<run-id>/supervisor.json    pid and socket path of the live supervisor
     runs/<run-id>/checkpoints/       tf.train.CheckpointManager's directory
+    runs/<run-id>/tensorboard/       TensorBoard scalars: attempt-N/ (the chief's),
+                                     attempt-N/worker-<i>/ (gpuwatch/tboard.py)
     runs/<run-id>/workers/<i>/       a cluster's worker i > 0: its trainer.log, scratch
     sock/<run-id>.sock               the supervisor's socket (dir 0700, socket 0600)
 

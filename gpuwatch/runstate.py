@@ -35,6 +35,7 @@ from trainer_runtime.protocol import (
     Attempt,
     Checkpoint,
     Done,
+    Envelope,
     Error,
     Event,
     Hello,
@@ -300,6 +301,10 @@ class RunState:
         except ProtocolError:
             self.bad_events += 1
             return
+        self.apply_event(envelope, event)
+
+    def apply_event(self, envelope: Envelope, event: Event) -> None:
+        """Fold one event already read by parse_event (apply() reads a frame, then this)."""
         if envelope.seq is not None:
             if envelope.seq <= self.last_seq:
                 self.duplicates_skipped += 1

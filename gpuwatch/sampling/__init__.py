@@ -26,6 +26,8 @@ from gpuwatch.sampling.host import HostSampler
 from gpuwatch.sampling.types import DeviceSample, GpuProcess, GpuSample, HostSample
 
 __all__ = [
+    "GPU_FRAME_KEYS",
+    "HOST_FRAME_KEYS",
     "DeviceSample",
     "DeviceSampler",
     "GpuProcess",
@@ -184,6 +186,13 @@ _WHOLE = {
     "nvlink_rx_bytes_per_s",
 }
 _NOT_IN_FRAME = {"unavailable", "processes"}
+# The keys of a sample frame's host object and of each object in its gpus, in order
+# (gpuwatch.export's columns read them).
+HOST_FRAME_KEYS = tuple(spec.name for spec in fields(HostSample))
+GPU_FRAME_KEYS = (
+    *(spec.name for spec in fields(GpuSample) if spec.name not in _NOT_IN_FRAME),
+    "processes",
+)
 
 
 def _gpu_fields(gpu: GpuSample) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """The supervisor itself: one run's life cycle, over its event log, client hub and agents.
 
-It records every event (event log first, then the hub's fan-out), turns what
-its agents report into the run's status, starts and stops attempts, answers
-signals, and lingers after the run ends while a dashboard might still relaunch.
+It records every event (event log first, then the hub's fan-out and the TensorBoard
+scalars), turns what its agents report into the run's status, starts and stops
+attempts, answers signals, and lingers after the run ends while a dashboard might
+still relaunch.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from gpuwatch.supervisor.hub import Client, ClientHub, TaskSet
+from gpuwatch.tboard import RunBoard
 from trainer_runtime.protocol import (
     LIVE_DEADLINE_S,
     TERMINAL_STATUSES,
@@ -103,6 +105,7 @@ class Supervisor:
         self.events = EventLog(run_dir)
         self.commands = Commands(self)
         self.hub = ClientHub(socket_path, self.events, self.commands.answer)
+        self.board = RunBoard(run_dir / "tensorboard")  # scalars, as events are recorded
         # A single-host run has one agent; a cluster one per worker. Agent 0 is the chief.
         # ClusterError (a ConfigError) when the cluster cannot be launched from here.
         self.plans = plan_workers(self.config, run_dir, env=os.environ)
@@ -176,6 +179,7 @@ class Supervisor:
         """
         seq, t, data = self.events.append(event, t)
         self.hub.publish(seq, data)
+        self.board.observe(event, t)
         return t
 
     def set_status(self, status: str, **fields: Any) -> None:
@@ -582,6 +586,7 @@ class Supervisor:
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "supervisor.json").unlink()
         self.events.close()
+        self.board.close()
         for agent in self.agents:
             agent.join_sampling(3.0)
 
