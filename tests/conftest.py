@@ -25,16 +25,21 @@ TINY = ROOT / "tests" / "data" / "tiny.yaml"
 
 
 def wait_for(
-    predicate: Callable[[], Any], timeout_s: float, what: str, every_s: float = 0.05
+    predicate: Callable[[], Any],
+    timeout_s: float,
+    what: str | Callable[[], str],
+    every_s: float = 0.05,
 ) -> Any:
-    """Poll until predicate() is truthy; fail naming what we waited for."""
+    """Poll until predicate() is truthy; fail naming what we waited for (what() is called
+    then, so it can show the state at the timeout, e.g. the screen)."""
     deadline = time.monotonic() + timeout_s
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+            said = what() if callable(what) else what
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {said}")
         time.sleep(every_s)
 
 

@@ -77,7 +77,7 @@ class Tmux:
         found = wait_for(
             lambda: regex.search(self.screen()),
             timeout_s,
-            f"{pattern!r} on screen; last screen:\n{self.screen()}",
+            lambda: f"{pattern!r} on screen; last screen:\n{self.screen()}",
             every_s=0.25,
         )
         assert isinstance(found, re.Match)
@@ -158,7 +158,7 @@ def test_demo_prefetch_toggle_and_relaunch_cut_the_input_wait(
         found = re.search(row.format(n=2, prefetch="on"), term.screen(), re.M)
         return found if found and int(found.group(1)) >= 30 else None
 
-    row2 = wait_for(row2_with_steps, 120, f"attempt 2 with 30 steps:\n{term.screen()}")
+    row2 = wait_for(row2_with_steps, 120, lambda: f"attempt 2 with 30 steps:\n{term.screen()}")
     screen = term.screen()
     row1 = re.search(row.format(n=1, prefetch="off"), screen, re.M)
     assert row1, screen
@@ -257,3 +257,58 @@ def test_demo_refuses_a_batch_past_its_data_before_relaunch(
     steps = wait_for(attempt_2_steps, 90, "attempt 2 (batch 16384) to train")
     assert all(e["examples"] == 16384 for e in steps)
     assert gpuwatch("stop", info.run_id).returncode == 0
+
+
+def test_settings_screen_change_applies_live_and_a_full_relaunch_takes_the_spare(
+    home: Path, tmux_env: dict[str, str]
+) -> None:
+    env = {**tmux_env, "GPUWATCH_SPARE_TRAINER": "1"}
+    term = Tmux("settings", gpuwatch_command("train", "demo/demo.yaml"), env)
+    term.wait_screen(r"step\s+(?:[2-9]\d|\d{3,})\b", timeout_s=90)
+    info = the_run(home)
+    # e: the settings screen, its first field (read latency, 12 ms in the demo) selected.
+    term.press("e")
+    term.wait_screen(r"read_latency_ms", timeout_s=10)
+    term.press("2", "Enter")
+    term.wait_screen(r"pending \(live\): read latency ms 12(?:\.0)?→2", timeout_s=10)
+    term.press("r")
+    term.wait_screen(r"attempt 2", timeout_s=60)
+    wait_for(
+        lambda: sum(e["type"] == "step" and e["attempt"] == 2 for e in events(info.run_dir))
+        >= 20,
+        60,
+        "20 steps of attempt 2",
+    )
+    record = events(info.run_dir)
+    (switch,) = [e for e in record if e["type"] == "reconfigured"]
+    assert switch["ok"] and switch["changed"] == ["data.read_latency_ms"]
+    attempts = {e["attempt"]: e for e in record if e["type"] == "attempt"}
+    assert attempts[2]["reason"] == "live"
+    assert attempts[2]["settings"]["data"]["read_latency_ms"] == 2
+    assert input_wait_pct(record, 2) < input_wait_pct(record, 1) / 2
+
+    # R: a full relaunch, into the spare trainer that imported TensorFlow meanwhile.
+    log = info.run_dir / "trainer.log"
+    wait_for(lambda: "ready for the next attempt" in log.read_text(errors="replace"), 90,
+             "the spare trainer to be ready")
+    spare_pid = int(log.read_text().split("spare trainer pid ")[1].split(":")[0])
+    term.press("p")
+    term.wait_screen(r"pending \(live\): prefetch", timeout_s=10)
+    term.press("R")
+    term.wait_screen(r"attempt 3", timeout_s=60)
+    wait_for(
+        lambda: any(e["type"] == "step" and e["attempt"] == 3 for e in events(info.run_dir)),
+        60,
+        "a step of attempt 3",
+    )
+    record = events(info.run_dir)
+    hellos = {e["attempt"]: e["pid"] for e in record if e["type"] == "hello"}
+    assert hellos[3] == spare_pid and hellos[3] != hellos[1]
+    assert {e["attempt"]: e["reason"] for e in record if e["type"] == "attempt"}[3] == "relaunch"
+    resume = next(e for e in record if e["type"] == "resume" and e["attempt"] == 3)
+    first_3 = min(e["step"] for e in record if e["type"] == "step" and e["attempt"] == 3)
+    assert first_3 == resume["from_step"] + 1
+    term.press("q")
+    term.wait_screen(r"Detach", timeout_s=10)
+    term.press("s")
+    wait_for(lambda: not term.alive(), 60, "the dashboard to exit after stop")
