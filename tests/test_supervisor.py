@@ -7,6 +7,7 @@ detached supervisor and a TensorFlow trainer with 2 CPU replicas.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -397,6 +398,31 @@ def test_stop_command_ends_the_run_and_the_supervisor(home: Path) -> None:
     assert any(e["type"] == "checkpoint" for e in events), "SIGTERM must checkpoint"
     listed = json.loads(gpuwatch("ls", "--json").stdout.splitlines()[0])
     assert listed["status"] == "stopped"
+
+
+def test_a_stop_with_a_dashboard_attached_logs_no_error(home: Path) -> None:
+    info = start_run()
+    assert info.socket_path is not None
+
+    async def attached_through_the_stop() -> Events:
+        assert info.socket_path is not None
+        events: Events = []
+        async with RunClient(info.socket_path) as client:
+            await client.subscribe(0)
+            while not has_step(3)(events):
+                events.extend(await client.next_batch())
+            stopping = asyncio.create_task(asyncio.to_thread(gpuwatch, "stop", info.run_id))
+            with contextlib.suppress(ConnectionLost):
+                while True:  # until the supervisor exits and cuts us off
+                    events.extend(await asyncio.wait_for(client.next_batch(), 60))
+            assert (await stopping).returncode == 0
+        return events
+
+    events = run_async(attached_through_the_stop())
+    assert events[-1]["type"] == "status" and events[-1]["status"] == "stopped"
+    wait_for(lambda: not process_exists(info.supervisor_pid or 0), 30, "the supervisor to exit")
+    log = (info.run_dir / "supervisor.log").read_text()
+    assert "Traceback" not in log and " ERROR " not in log, log
 
 
 def test_relaunch_with_bad_settings_is_refused_and_training_goes_on(home: Path) -> None:

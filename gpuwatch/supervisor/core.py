@@ -583,6 +583,7 @@ class Supervisor:
             if release := getattr(agent, "release_spare", None):
                 release()
         self.hub.close()
+        await self.hub.wait_closed(1.0)
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "supervisor.json").unlink()
         self.events.close()

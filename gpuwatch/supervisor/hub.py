@@ -105,6 +105,7 @@ class ClientHub:
         self.dropped_clients = 0
         self._last_client_seen = time.monotonic()
         self._tasks = TaskSet()
+        self._serving: set[asyncio.Task[Any]] = set()  # one per connection (_serve)
 
     @property
     def idle_s(self) -> float:
@@ -222,7 +223,18 @@ class ClientHub:
 
     # -- commands in ---------------------------------------------------------------
 
+    async def wait_closed(self, timeout_s: float) -> None:
+        """After close(): let each connection's handler see its end (none is cancelled
+        half-way at exit, which asyncio would log as an error)."""
+        serving = [task for task in self._serving if not task.done()]
+        if serving:
+            await asyncio.wait(serving, timeout=timeout_s)
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._serving.add(task)
+            task.add_done_callback(self._serving.discard)
         sock = writer.get_extra_info("socket")
         try:
             _pid, uid, _gid = peer_credentials(sock)
