@@ -161,6 +161,49 @@ def test_killing_one_worker_crashes_the_run_naming_it_and_a_relaunch_resumes_all
     wait_for(lambda: not any(pid_alive(pid) for pid in pids2.values()), 60, "stopped")
 
 
+def test_a_live_change_switches_both_workers_after_the_same_update(
+    home: Path, tmp_path: Path
+) -> None:
+    config = tmp_path / "live.yaml"
+    config.write_text(CONFIG.format(
+        max_steps=100000,
+        cluster=f"  workers: 2\n  timeout_s: {TIMEOUT_S}\n",
+    ))
+    started = gpuwatch("train", str(config), "--detach")
+    assert started.returncode == 0, started.stderr
+    info = the_run(home)
+    run_dir = info.run_dir
+    wait_for(lambda: min(last_step(run_dir, w, 1) for w in (0, 1)) >= 20, 180,
+             "20 steps on both workers")
+    pids = trainer_pids(run_dir, 1)
+
+    async def change() -> dict[str, Any]:
+        async with RunClient(runs.socket_path_for(info.run_id, home)) as client:
+            return await client.command(
+                "relaunch", overrides={"data.prefetch": True, "train.global_batch_size": 128}
+            )
+
+    asked_at = max(last_step(run_dir, w, 1) for w in (0, 1))
+    reply = asyncio.run(change())
+    assert reply["live"] is True and reply["attempt"] == 2
+    wait_for(lambda: min(last_step(run_dir, w, 2) for w in (0, 1)) >= 1, 60,
+             "attempt 2's steps on both workers")
+    switches = of(run_dir, "reconfigured")
+    assert {e["worker"] for e in switches} == {0, 1} and all(e["ok"] for e in switches)
+    (switched_at,) = {e["step"] for e in switches}  # the same update on both
+    assert switched_at >= asked_at  # chosen ahead of where the workers were
+    (attempt_2,) = of(run_dir, "attempt", attempt=2)
+    assert attempt_2["reason"] == "live"
+    for worker in (0, 1):
+        before = of(run_dir, "step", worker=worker, attempt=1)
+        after = of(run_dir, "step", worker=worker, attempt=2)
+        assert before[-1]["step"] == switched_at and after[0]["step"] == switched_at + 1
+        assert {e["examples"] for e in before} == {64} and {e["examples"] for e in after} == {128}
+    assert len(of(run_dir, "hello")) == 2  # one per worker: no new process
+    assert gpuwatch("stop", info.run_id).returncode == 0
+    wait_for(lambda: not any(pid_alive(pid) for pid in pids.values()), 60, "stopped")
+
+
 def test_two_workers_over_ssh_train_and_finish(
     home: Path, tmp_path: Path, sshd: SshServer  # noqa: F811
 ) -> None:
