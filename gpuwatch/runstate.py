@@ -6,8 +6,10 @@ frames of ``trainer_runtime/protocol.py`` (as relayed by the supervisor, with
 link's synthetic ``{"type": "link", ...}`` events, and keep:
 the run, each attempt with its settings and measured figures (after warm-up),
 the latest step, rolling windows for sparklines, the latest device sample and
-the status. Events whose ``seq`` was already folded are skipped, so a link that
-resubscribes with an overlap never counts a step twice.
+the status; and the bounded histories of gpuwatch/series.py: the whole run's
+figures against step (the plot screen) and the chief's GPUs' recent samples.
+Events whose ``seq`` was already folded are skipped, so a link that resubscribes
+with an overlap never counts a step twice.
 
 Several workers (MultiWorkerMirroredStrategy): the headline figures (step, loss,
 examples/s, input wait, the step window, the device sample) come from the chief
@@ -29,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuwatch.series import DeviceHistory, RunHistory
 from trainer_runtime.protocol import (
     FAILED_STATUSES,
     TERMINAL_STATUSES,
@@ -70,7 +73,8 @@ BATCH_KEY = "train.global_batch_size"
 
 # Dirty areas, so the app repaints only the widgets whose inputs changed.
 AREAS = (
-    "header", "metrics", "devices", "history", "attempts", "status", "link", "pending", "workers"
+    "header", "metrics", "devices", "history", "attempts", "status", "link", "pending", "workers",
+    "gpu_history", "plots",
 )
 
 
@@ -270,6 +274,8 @@ class RunState:
     last_step: StepPoint | None = None
     window: deque[StepPoint] = field(default_factory=lambda: deque(maxlen=WINDOW_STEPS))
     sample: dict[str, Any] | None = None  # the chief's host
+    gpu_history: DeviceHistory = field(default_factory=DeviceHistory)  # the chief's host
+    run_history: RunHistory = field(default_factory=RunHistory)  # the chief's steps
     samples: dict[int, dict[str, Any]] = field(default_factory=dict)  # by Sample.worker
     workers_seen: dict[int, WorkerFigures] = field(default_factory=dict)
     last_seq: int = -1
@@ -409,6 +415,7 @@ class RunState:
         if summary.first_step is None:
             summary.first_step = point.step
         summary.last_step = point.step
+        self.run_history.add(event, warmup=point.warmup)
         if summary.steps_seen > WARMUP_STEPS and point.step_time_ms > 0:
             summary.measured_steps += 1
             summary.sum_step_time_ms += point.step_time_ms
@@ -418,7 +425,7 @@ class RunState:
             if rate is not None:
                 summary.rates.append(rate)
             self.changed.add("attempts")
-        self.changed.update(("metrics", "history"))
+        self.changed.update(("metrics", "history", "plots"))
 
     def _on_reconfigured(self, event: Reconfigured, t: float | None) -> None:
         # An applied change is its attempt event; a refused one changes nothing here (the
@@ -433,6 +440,9 @@ class RunState:
         if event.worker == CHIEF:
             self.sample = sample
             self.changed.add("devices")  # the workers panel repaints on it too
+            if event.gpus or self.gpu_history.gpus:
+                self.gpu_history.add(event.gpus, t)
+                self.changed.add("gpu_history")
         else:
             self.changed.add("workers")
 

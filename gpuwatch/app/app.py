@@ -2,7 +2,8 @@
 
 A long-lived worker reads batches from the link and folds them into a RunState
 (pure); repaints are throttled (about 4 Hz) and touch only the panels whose
-part of the state changed, inside one ``batch_update``. Keys change *pending*
+part of the state changed, inside one ``batch_update``. The history areas (the
+per-GPU sparklines, the plots screen) repaint at most once a second. Keys change *pending*
 settings; nothing restarts until ``r`` sends ``relaunch``.
 
 The app's return value says what happened to the run:
@@ -39,8 +40,12 @@ from gpuwatch.app.screens.modals import (
     QuitScreen,
     RunsScreen,
 )
+from gpuwatch.app.screens.plots import PlotsScreen
 from gpuwatch.app.screens.settings import SettingsScreen
+from gpuwatch.app.widgets.gpus import GpuPanel
 from gpuwatch.app.widgets.panels import (
+    TALL_ROWS,
+    WIDE_COLUMNS,
     AdvicePanel,
     AttemptsPanel,
     CrashPanel,
@@ -64,6 +69,9 @@ from gpuwatch.runstate import (
     toggle_prefetch,
 )
 
+# Areas that draw history: repainted at most once per history interval (1 s).
+HISTORY_AREAS = frozenset({"gpu_history", "plots"})
+
 
 class GpuwatchApp(App[str]):
     """Live dashboard of one training run (and a switcher between the live runs)."""
@@ -71,8 +79,8 @@ class GpuwatchApp(App[str]):
     CSS_PATH = "gpuwatch.tcss"
     TITLE = "gpuwatch"
     ENABLE_COMMAND_PALETTE = False
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]  # noqa: RUF012 (Textual's API)
-    VERTICAL_BREAKPOINTS = [(0, "-short"), (40, "-tall")]  # noqa: RUF012
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE_COLUMNS, "-wide")]  # noqa: RUF012 (Textual's API)
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (TALL_ROWS, "-tall")]  # noqa: RUF012
 
     # The keys that change a pending setting; the pending bar's hint lists them.
     SETTING_BINDINGS: ClassVar[list[Binding]] = keys.SETTING_BINDINGS
@@ -92,6 +100,7 @@ class GpuwatchApp(App[str]):
         link_for: Callable[[RunInfo], RunLink] | None = None,
         clock: Callable[[], float] = time.time,
         render_interval_s: float = 0.25,
+        history_interval_s: float = 1.0,
     ) -> None:
         super().__init__()
         self.link = link
@@ -100,10 +109,13 @@ class GpuwatchApp(App[str]):
         self.link_for = link_for
         self.clock = clock
         self.render_interval_s = render_interval_s
+        self.history_interval_s = history_interval_s
         self.state = RunState()
         self.renders = 0
         self._last_render = 0.0
         self._render_timer: Timer | None = None
+        self._last_history_render = float("-inf")
+        self._history_timer: Timer | None = None
         self._stopped_by_person = False
 
     # ---- layout ---------------------------------------------------------
@@ -114,6 +126,7 @@ class GpuwatchApp(App[str]):
             yield MetricsPanel(id="metrics")
             yield AdvicePanel(id="advice")
         yield DevicesPanel(id="devices")
+        yield GpuPanel(id="gpus")
         yield WorkersPanel(id="workers")
         yield HistoryPanel(id="history")
         yield CrashPanel(id="crash")
@@ -169,21 +182,60 @@ class GpuwatchApp(App[str]):
         self._render_timer = None
         self.refresh_view()
 
-    def refresh_view(self) -> None:
-        """Repaint the panels whose part of the state changed (all of them the first time)."""
-        self._last_render = time.monotonic()
+    def _timed_history(self) -> None:
+        self._history_timer = None
+        self.refresh_view()
+
+    def _hold_history(self, changes: set[str], now: float, flush: bool) -> None:
+        """Take out of `changes` the history areas whose turn has not come (once a second):
+        they stay changed in the state, and a timer repaints them when it comes."""
+        if not isinstance(self.screen, PlotsScreen):
+            changes.discard("plots")  # closed: nothing to draw
+        due = changes & HISTORY_AREAS
+        if not due:
+            return
+        wait = self._last_history_render + self.history_interval_s - now
+        if wait > 0 and not flush:
+            self.state.changed |= due
+            changes -= due
+            if self._history_timer is None:
+                self._history_timer = self.set_timer(wait, self._timed_history)
+            return
+        self._last_history_render = now
+
+    def on_resize(self) -> None:
+        """The per-GPU panel picks its form from the terminal's size: repaint it now."""
+        self.state.changed.add("gpu_history")
+        self.call_after_refresh(self.refresh_view, flush=True)
+
+    def refresh_view(self, *, flush: bool = False) -> None:
+        """Repaint the panels whose part of the state changed (all of them the first time).
+
+        flush: repaint the history areas too even if they did less than a second ago.
+        """
+        now = time.monotonic()
+        self._last_render = now
         changes = self.state.take_changes()
+        self._hold_history(changes, now, flush)
+        if isinstance(self.screen, PlotsScreen):
+            # The dashboard is hidden: its areas wait for it to come back. (Textual repaints
+            # a pushed screen wherever the screen below it changed, visible or not.)
+            self.state.changed |= changes - {"plots"}
+            if "plots" in changes:
+                self.screen.show_state(self.state)
+            return
         if not changes:
             return
         self.renders += 1
         state = self.state
+        main = self.default_screen  # the dashboard, even while another screen is on top
         with self.batch_update():
             if changes & {"header", "link"}:
                 self.query_one(HeaderBar).show_state(state, self.clock())
             if changes & {"metrics", "attempts"}:
                 self.query_one(MetricsPanel).show_state(state)
             cluster = state.workers > 1
-            self.screen.set_class(cluster, "-cluster")
+            main.set_class(cluster, "-cluster")
             straggler = find_straggler(state.worker_summaries()) if cluster else None
             if changes & {"metrics", "devices", "attempts", "workers"}:
                 steps = state.recent_steps()
@@ -194,15 +246,19 @@ class GpuwatchApp(App[str]):
                 )
             if cluster and changes & {"workers", "devices", "metrics", "status"}:
                 self.query_one(WorkersPanel).show_state(state, straggler)
-            if changes & {"devices", "metrics"}:
+            gpus = bool((state.sample or {}).get("gpus"))
+            main.set_class(gpus, "-gpus")
+            if changes & {"devices", "metrics"} and not gpus:
                 self.query_one(DevicesPanel).show_state(state)
+            if "gpu_history" in changes and gpus:
+                self.query_one(GpuPanel).show_state(state)
             if "history" in changes:
                 self.query_one(HistoryPanel).show_state(state)
             if "attempts" in changes or "status" in changes:
                 self.query_one(AttemptsPanel).show_state(state)
             if "status" in changes:
                 self.query_one(CrashPanel).show_state(state)
-                self.screen.set_class(state.failed, "-crashed")
+                main.set_class(state.failed, "-crashed")
             if "pending" in changes:
                 self._show_pending()
 
@@ -330,6 +386,14 @@ class GpuwatchApp(App[str]):
 
     def action_keys(self) -> None:
         self.push_screen(KeysScreen(self.key_rows()))
+
+    def action_plots(self) -> None:
+        if not isinstance(self.screen, PlotsScreen):
+            # Back on the dashboard: what changed meanwhile is painted at once.
+            self.push_screen(PlotsScreen(self.state), callback=self._back_from_plots)
+
+    def _back_from_plots(self, _closed: None) -> None:
+        self.refresh_view(flush=True)
 
     # ---- keys, in words made from the bindings ---------------------------
 

@@ -64,3 +64,48 @@ def ms(value: float | None) -> str:
     if value >= 100:
         return f"{value:.0f} ms"
     return f"{value:.1f} ms"
+
+
+BARS = "▁▂▃▄▅▆▇█"
+NO_READING = "·"
+
+
+def spark(levels: list[float | None], top: float | None, width: int) -> str:
+    """A sparkline on a fixed scale (0 to `top`), newest last, right-aligned in `width`.
+
+    Unlike Textual's Sparkline (scaled from the data's min to its max), 90 % and 92 %
+    utilization look alike here, as they should. None (no reading) is a dot.
+    """
+    cells = levels[-width:] if width > 0 else []
+    chars = []
+    for level in cells:
+        if level is None:
+            chars.append(NO_READING)
+        elif not top or top <= 0:
+            chars.append(BARS[0])
+        else:
+            share = min(max(level / top, 0.0), 1.0)
+            chars.append(BARS[min(len(BARS) - 1, int(share * len(BARS)))])
+    return "".join(chars).rjust(max(width, 0))
+
+
+def rate_short(bytes_per_s: float | None) -> str:
+    """A rate in a few characters, decimal, unit implied (B/s): '950M', '1.2G', '18.7G'."""
+    if bytes_per_s is None:
+        return NA
+    value = float(bytes_per_s)
+    for unit in ("", "k", "M", "G"):
+        if abs(value) < 1000.0 or unit == "G":
+            if unit == "":
+                return f"{value:.0f}"
+            return f"{value:.1f}{unit}" if abs(value) < 100 else f"{value:.0f}{unit}"
+        value /= 1000.0
+    return f"{value:.0f}G"  # pragma: no cover - the loop returns at G
+
+
+def rate_pair(tx: float | None, rx: float | None) -> str:
+    """'1.2G/3.4G' (tx/rx); 'n/a' when neither is read, '-' for a missing half."""
+    if tx is None and rx is None:
+        return NA
+    halves = ["-" if value is None else rate_short(value) for value in (tx, rx)]
+    return "/".join(halves)

@@ -109,6 +109,16 @@ BINDINGS: list[BindingType] = [
     Binding("s", "stop_run", "stop", id="stop", tooltip="Stop training (asks first)"),
     Binding("l", "runs", "runs", id="runs", tooltip="List the live runs and switch to one"),
     Binding(
+        "g",
+        "plots",
+        "plots",
+        id="plots",
+        tooltip=(
+            "Charts of the whole run against step: examples/s, input wait, step time and"
+            " loss, one colour per attempt (g or Esc goes back)"
+        ),
+    ),
+    Binding(
         "question_mark", "keys", "keys", id="keys", key_display="?", tooltip="List every key"
     ),
     Binding(

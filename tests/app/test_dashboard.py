@@ -14,6 +14,7 @@ from gpuwatch import runs
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink, link_event
 from gpuwatch.app.screens.modals import ConfirmStopScreen, KeysScreen, QuitScreen, RunsScreen
+from gpuwatch.app.widgets.gpus import GpuPanel, GpuView
 from gpuwatch.app.widgets.panels import (
     AdvicePanel,
     AttemptsPanel,
@@ -71,18 +72,21 @@ async def test_no_gpu_says_so_with_replicas_and_host():
         assert "NVML: NVML Shared Library Not Found" in devices
 
 
-async def test_gpu_table_shows_rates_with_units_and_na():
+async def test_gpu_lines_show_rates_with_units_and_na():
     app, link = make_app("gpu_running.jsonl")
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)
-        lines = text(app, DevicesPanel).splitlines()
-        assert "PCIe TX" in lines[0] and "NVLink RX" in lines[0]
-        gpu0, gpu1 = lines[1], lines[2]
-        assert gpu0.split()[:2] == ["0", "92%"]
-        assert "19.8/40.0 GiB" in gpu0
-        assert "1.2 GB/s" in gpu0 and "3.4 GB/s" in gpu0 and "18.7 GB/s" in gpu0
-        assert gpu1.count("n/a") == 2  # GPU 1 has no NVLink readings
-        assert "gradient sync" in lines[3] and "estimate" in lines[3]
+        assert not app.query_one(DevicesPanel).display  # GPU readings: the GPU panel instead
+        panel = app.query_one(GpuPanel)
+        gpu0, gpu1 = (view.plain for view in panel.query(GpuView))
+        assert gpu0.split()[0] == "0" and gpu0.split()[-6:] == [
+            "92%", "19.8/40.0", "GiB", "PCIe", "1.2G/3.4G", "NVLink", "18.7G/18.2G"
+        ][-6:]
+        assert " 92%  19.8/40.0 GiB" in gpu0
+        assert gpu1.endswith("NVLink         n/a")  # GPU 1 has no NVLink readings
+        # 2,694,440 bytes per 48 ms step = 56.1 MB/s, beside the link rates.
+        assert "gradient sync est. 56.1 MB/s/replica" in str(panel.border_title)
+        assert "tx/rx B/s" in str(panel.border_title)
         # Not input-bound (1.2 of 48 ms = 2.5 %).
         assert text(app, AdvicePanel).startswith("not input-bound: 2.5%")
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
+from gpuwatch.app.widgets.gpus import GpuPanel, GpuView
 from gpuwatch.app.widgets.panels import (
     AdvicePanel,
     AttemptsPanel,
@@ -192,11 +193,18 @@ async def test_gpu_workers_show_per_host_gpus_and_traffic_when_wide():
         app = GpuwatchApp(link, clock=frozen_clock_for(events))
         async with app.run_test(size=size) as pilot:
             await settle(app, link, pilot)
-            devices = text(app, DevicesPanel).splitlines()
-            assert devices[0] == (
-                "2 workers x 2 GPU replicas (MultiWorkerMirroredStrategy) · the chief's host:"
+            # The chief's host's GPUs, said so, one line or cell per GPU.
+            gpus = app.query_one(GpuPanel)
+            title = str(gpus.border_title)
+            assert title.startswith(
+                "the chief's GPUs," if size == SIZE else "GPUs of gpu-box-3 (the chief's host),"
             )
-            assert devices[1].startswith("GPU")  # the chief's GPU table follows
+            shown = [view.plain.split() for view in gpus.query(GpuView)]
+            # First word the index (line) or "GPU" (cell); the first % is its utilization.
+            assert [(words[0], next(w for w in words if w.endswith("%"))) for words in shown] == (
+                [("0", "92%"), ("1", "85%")] if size == SIZE else
+                [("GPU", "92%"), ("GPU", "85%")]
+            )
             row = text(app, WorkersPanel).splitlines()[1]
             # gpu_running's sample: utils 92 and 85 -> 88 %; 42.9 of 85.9 GB used -> 50 %.
             assert row.split()[:3] == ["1", "gpu-box-4", "2"]

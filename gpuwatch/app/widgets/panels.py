@@ -7,6 +7,7 @@ from typing import Any
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
+from textual.widget import Widget
 from textual.widgets import Sparkline, Static
 
 from gpuwatch.advisor import Advice, Straggler
@@ -25,6 +26,18 @@ STATUS_STYLE = {
     "lost": "bold white on red",
 }
 LEVEL_STYLE = {"high": "bold red", "moderate": "bold yellow", "none": "green", "unknown": "dim"}
+# The app's breakpoints (its -wide and -tall screen classes): the panels that say more on a
+# bigger terminal read the same numbers.
+WIDE_COLUMNS = 120
+TALL_ROWS = 40
+
+
+def is_wide(widget: Widget) -> bool:
+    return widget.app.size.width >= WIDE_COLUMNS
+
+
+def is_tall(widget: Widget) -> bool:
+    return widget.app.size.height >= TALL_ROWS
 
 
 class StatePanel(Static):
@@ -123,21 +136,13 @@ class AdvicePanel(StatePanel):
 
 
 class DevicesPanel(StatePanel):
-    """Per-GPU table with interconnect rates, or the no-GPU line with host and replicas."""
+    """No GPU readings: says so, with the host and the replicas (GpuPanel shows GPUs)."""
 
     def show_state(self, state: RunState) -> None:
         sample = state.sample or {}
-        gpus = sample.get("gpus") or []
         sync = state.recent_grad_sync_bytes_per_s()
         text = Text()
-        if not gpus:
-            self._no_gpu(text, state, sample, state.hello, sync)
-        else:
-            cluster = cluster_line(state)
-            if cluster:
-                text.append(cluster, style="bold")
-                text.append(" · the chief's host:\n", style="dim")
-            self._gpu_table(text, gpus, sync, state.replicas)
+        self._no_gpu(text, state, sample, state.hello, sync)
         self.set_text(text)
 
     def _no_gpu(
@@ -185,32 +190,6 @@ class DevicesPanel(StatePanel):
         text.append(" (estimate)", style="dim")
         if reason:
             text.append(f"  NVML: {reason}", style="dim")
-
-    def _gpu_table(
-        self, text: Text, gpus: list[dict[str, Any]], sync: float | None, replicas: int
-    ) -> None:
-        header = f"{'GPU':<4}{'util':>5} {'memory':>15} {'PCIe TX':>10}{'PCIe RX':>10}"
-        header += f"{'NVLink TX':>11}{'NVLink RX':>11}{'temp':>6}"
-        text.append(header, style="bold")
-        for gpu in gpus:
-            text.append("\n")
-            if gpu.get("lost"):
-                text.append(f"{gpu.get('index', '?'):<4}lost (fell off the bus)", style="bold red")
-                continue
-            util = gpu.get("util_gpu_pct")
-            util_text = "n/a" if gpu.get("mig") and util is None else fmt.pct(util)
-            row = f"{gpu.get('index', '?')!s:<4}{util_text:>5} "
-            row += f"{fmt.mem_pair(gpu.get('mem_used_bytes'), gpu.get('mem_total_bytes')):>15} "
-            row += f"{fmt.format_rate(gpu.get('pcie_tx_bytes_per_s')):>10}"
-            row += f"{fmt.format_rate(gpu.get('pcie_rx_bytes_per_s')):>10}"
-            row += f"{fmt.format_rate(gpu.get('nvlink_tx_bytes_per_s')):>11}"
-            row += f"{fmt.format_rate(gpu.get('nvlink_rx_bytes_per_s')):>11}"
-            temp = gpu.get("temperature_c")
-            row += f"{(f'{temp:.0f}°C' if temp is not None else fmt.NA):>6}"
-            text.append(row)
-        text.append("\ngradient sync ", style="dim")
-        text.append(f"{fmt.format_rate(sync)}", style="bold")
-        text.append(f" per replica, estimate (ring all-reduce over {replicas})", style="dim")
 
 
 def plural(count: int, word: str) -> str:
@@ -289,8 +268,8 @@ class WorkersPanel(StatePanel):
         header = f"{'w':>2} {'host':<{self.HOST_CHARS}} {'rep':>3} {'step':>8} {'wait':>6}"
         header += f" {'compute':>8} {'ex/s':>7} {'status':<7} device"
         text.append(header, style="bold")
-        tall = self.app.size.height >= 40
-        wide = self.app.size.width >= 120
+        tall = is_tall(self)
+        wide = is_wide(self)
         keep = 12 if tall else 4
         # After a crash the log tail needs the rows: the failed worker (first) and a count.
         crashed_short = state.failed and not tall
@@ -456,7 +435,7 @@ class CrashPanel(StatePanel):
             text.append(f"\nerror ({kind}): {error.message}")
         if state.log_tail:
             # The last lines matter most (the exception): show as many as the screen allows.
-            keep = 16 if self.app.size.height >= 40 else 5
+            keep = 16 if is_tall(self) else 5
             shown = min(keep, len(state.log_tail))
             self.border_title = f"trainer ended · last {shown} lines of trainer.log"
             for line in state.log_tail[-keep:]:

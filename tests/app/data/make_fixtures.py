@@ -78,7 +78,7 @@ def gpu_sample(rec: Recorder, util: float) -> None:
 
 def steps(rec: Recorder, attempt: int, first: int, count: int, step_ms: float, wait_ms: float,
           jitter_ms: float, *, batch: int = 256, sampler: Any = cpu_sample,
-          sample_arg: float = 90.0) -> int:
+          sample_arg: float = 90.0, grad_sync_bytes: int = 2_694_440) -> int:
     """Emit `count` steps (5 warm-up + count-5 measured, an even number); return next step."""
     for i in range(count):
         if i < 5:  # warm-up: tracing makes the first steps slow
@@ -92,14 +92,14 @@ def steps(rec: Recorder, attempt: int, first: int, count: int, step_ms: float, w
         rec.emit("step", attempt=attempt, step=number, micro_step=number, epoch=number // 64,
                  loss=round(2.3 * 0.985 ** number + 0.08, 5), lr=0.001, examples=batch,
                  step_time_ms=round(ms, 3), input_wait_ms=round(wait, 3),
-                 grad_sync_bytes=2_694_440, dropped=0)
+                 grad_sync_bytes=grad_sync_bytes, dropped=0)
         if i % 4 == 3:
             sampler(rec, sample_arg)
     return first + count
 
 
 def hello(rec: Recorder, attempt: int, start_step: int, prefetch_settings: dict[str, Any],
-          kind: str = "cpu", replicas: int = 2) -> None:
+          kind: str = "cpu", replicas: int = 2, per_replica_batch: int = 128) -> None:
     devices = ([f"/job:localhost/replica:0/task:0/device:CPU:{i}" for i in range(replicas)]
                if kind == "cpu" else
                [f"/job:localhost/replica:0/task:0/device:GPU:{i}" for i in range(replicas)])
@@ -107,7 +107,7 @@ def hello(rec: Recorder, attempt: int, start_step: int, prefetch_settings: dict[
              replicas=replicas, device_kind=kind, devices=devices, param_count=669_706,
              param_bytes=2_678_824,
              global_batch_size=prefetch_settings["train"]["global_batch_size"],
-             accumulation_steps=1, per_replica_batch=128, start_step=start_step,
+             accumulation_steps=1, per_replica_batch=per_replica_batch, start_step=start_step,
              start_micro_step=start_step)
 
 
@@ -168,6 +168,85 @@ def gpu_running() -> None:
              log_tail=[])
     steps(rec, 1, 1, 45, 48.0, 1.2, 2.0, batch=1024, sampler=gpu_sample, sample_arg=92.0)
     rec.write("gpu_running.jsonl")
+
+
+GIB = 1024**3
+EIGHT_GPUS = 8
+H100_TOTAL_BYTES = 80 * GIB
+
+
+def eight_gpu_reading(index: int, sample: int, attempt: int) -> dict[str, Any]:
+    """GPU `index` in the `sample`-th sample (0-based, the whole run) of gpu_eight.jsonl.
+
+    Utilization: 52 - index % in attempt 1 (input-bound), 94 - index % in attempt 2,
+    30 points lower in every 4th sample (a stall); memory (20 + index / 2) GiB of 80 GiB;
+    PCIe tx (1.0 + index / 10) GB/s, rx 2.0 GB/s; NVLink tx/rx (47 + index) MB/s,
+    about the gradient-sync estimate (4,687,942 bytes per 100 ms step, 8 replicas).
+    """
+    util = (52.0 if attempt == 1 else 94.0) - index - (30.0 if sample % 4 == 3 else 0.0)
+    return {
+        "index": index, "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-8000-{index}",
+        "lost": False, "mig": False, "util_gpu_pct": util, "util_mem_pct": util / 2,
+        "mem_used_bytes": int((20 + index / 2) * GIB), "mem_total_bytes": H100_TOTAL_BYTES,
+        "temperature_c": 50 + index, "power_w": 300.0 + index, "power_limit_w": 700.0,
+        "sm_clock_mhz": 1980, "pcie_gen": 5, "pcie_width": 16,
+        "pcie_tx_bytes_per_s": 1_000_000_000 + index * 100_000_000,
+        "pcie_rx_bytes_per_s": 2_000_000_000,
+        "nvlink_tx_bytes_per_s": 47_000_000 + index * 1_000_000,
+        "nvlink_rx_bytes_per_s": 47_000_000 + index * 1_000_000,
+        "processes": [{"pid": 5000 + index, "used_bytes": int(19 * GIB), "in_run": True}],
+    }
+
+
+class EightGpuSampler:
+    """The sampler of gpu_eight.jsonl: counts its samples across attempts."""
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.attempt = 1
+
+    def __call__(self, rec: Recorder, _arg: float) -> None:
+        gpus = [eight_gpu_reading(i, self.samples, self.attempt) for i in range(EIGHT_GPUS)]
+        rec.emit("sample", host={"cpu_pct": 38.0, "per_cpu_pct": [38.0] * 16,
+                                 "mem_used_bytes": 96_000_000_000,
+                                 "mem_total_bytes": 512_000_000_000, "load_1m": 9.1,
+                                 "run_cpu_pct": 620.0, "run_rss_bytes": 9_800_000_000},
+                 gpus=gpus, nvml=None)
+        self.samples += 1
+
+
+def gpu_eight() -> None:
+    """Eight H100s on one host, two attempts (prefetch off, then on), 40 samples.
+
+    Attempt 1: steps 1-60 (55 after warm-up) of 200 +/- 10 ms waiting 80 ms (40.0 %);
+    attempt 2 resumes from step 60: steps 61-160 of 100 +/- 4 ms waiting 2 ms (2.0 %).
+    A sample every 4 steps (eight_gpu_reading has each GPU's readings).
+    """
+    rec = Recorder()
+    first = settings(False, batch=2048)
+    first["strategy"]["cpu_replicas"] = 8
+    start(rec, first)
+    rec.t += 6.0
+    sampler = EightGpuSampler()
+    hello(rec, 1, 0, first, kind="gpu", replicas=8, per_replica_batch=256)
+    rec.emit("status", status="running", attempt=1, exit_code=None, signal=None, message=None,
+             log_tail=[])
+    next_step = steps(rec, 1, 1, 60, 200.0, 80.0, 10.0, batch=2048, sampler=sampler,
+                      grad_sync_bytes=4_687_942)
+    rec.emit("done", attempt=1, reason="sigterm", step=next_step - 1)
+    second = settings(True, batch=2048)
+    second["strategy"]["cpu_replicas"] = 8
+    rec.emit("attempt", attempt=2, settings=second, fresh=False, reason="relaunch")
+    rec.t += 5.0
+    sampler.attempt = 2
+    hello(rec, 2, next_step - 1, second, kind="gpu", replicas=8, per_replica_batch=256)
+    rec.emit("resume", attempt=2, from_step=next_step - 1, from_micro_step=next_step - 1,
+             checkpoint="/runs/0612-kq7m/checkpoints/ckpt-1")
+    rec.emit("status", status="running", attempt=2, exit_code=None, signal=None, message=None,
+             log_tail=[])
+    steps(rec, 2, next_step, 100, 100.0, 2.0, 4.0, batch=2048, sampler=sampler,
+          grad_sync_bytes=4_687_942)
+    rec.write("gpu_eight.jsonl")
 
 
 def cpu_crashed() -> None:
@@ -252,3 +331,4 @@ if __name__ == "__main__":
     gpu_running()
     cpu_crashed()
     cpu_two_workers()
+    gpu_eight()

@@ -1,0 +1,127 @@
+"""The plots screen (key g): the whole run against step, one colour per attempt.
+
+Four textual-plotext charts (examples/s, input wait %, step time, loss) drawn from
+``RunState.run_history`` (gpuwatch/series.py: every attempt, coarse over a long run),
+with a vertical line where each later attempt starts. The app repaints it at most
+once a second while it is open; closed, it costs nothing (it is not on the stack).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Grid
+from textual.screen import Screen
+from textual.widgets import Footer
+from textual_plotext import PlotextPlot
+
+from gpuwatch.app.widgets.panels import StatePanel
+from gpuwatch.runstate import RunState
+from gpuwatch.series import RunHistory, RunSeries
+
+# (RunHistory field, chart title), in reading order.
+CHARTS = (
+    ("examples_per_s", "examples/s"),
+    ("input_wait_pct", "input wait %"),
+    ("step_time_ms", "step time (ms)"),
+    ("loss", "loss"),
+)
+# One colour per attempt (cycled): RGB, so the chart and its legend agree.
+PALETTE = (
+    (0, 175, 255),
+    (255, 135, 0),
+    (95, 215, 95),
+    (215, 95, 215),
+    (255, 215, 0),
+    (255, 95, 95),
+    (135, 135, 255),
+    (0, 215, 175),
+)
+
+Points = tuple[list[float], list[float]]
+
+
+def attempt_colour(attempt: int) -> tuple[int, int, int]:
+    return PALETTE[(attempt - 1) % len(PALETTE)]
+
+
+def series_of(history: RunHistory, key: str) -> RunSeries:
+    series = getattr(history, key)
+    assert isinstance(series, RunSeries)
+    return series
+
+
+class PlotsScreen(Screen[None]):
+    """Charts of the whole run; g or Esc goes back to the dashboard."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "close", "back", id="plots.close", tooltip="Back to the dashboard"),
+        Binding("g", "close", "back", id="plots.close_g", show=False, tooltip="Same as Esc"),
+    ]
+
+    def __init__(self, state: RunState) -> None:
+        super().__init__()
+        self._first_state = state
+        # What each chart was last given, by attempt: (steps, values). Tests read it.
+        self.plotted: dict[str, dict[int, Points]] = {}
+        self.boundaries: list[tuple[int, int]] = []  # (attempt, its first step), after the first
+
+    def compose(self) -> ComposeResult:
+        yield StatePanel(id="plots-legend")
+        with Grid(id="plots-grid"):
+            for key, _ in CHARTS:
+                yield PlotextPlot(id=f"plot-{key}", classes="plot")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.show_state(self._first_state)
+
+    def action_close(self) -> None:
+        self.dismiss()
+
+    def show_state(self, state: RunState) -> None:
+        """Redraw every chart from the run's history."""
+        history = state.run_history
+        starts = sorted(
+            (number, summary.first_step)
+            for number, summary in state.attempts.items()
+            if summary.first_step is not None
+        )
+        self.boundaries = [(number, step) for number, step in starts[1:]]
+        attempts: list[int] = []
+        for key, title in CHARTS:
+            series = series_of(history, key)
+            data = {attempt: series.points(attempt) for attempt in series.attempts()}
+            attempts.extend(a for a in data if a not in attempts)
+            self.plotted[key] = data
+            self._draw(key, title, data)
+        self._show_legend(sorted(attempts))
+
+    def _draw(self, key: str, title: str, data: dict[int, Points]) -> None:
+        plot = self.query_one(f"#plot-{key}", PlotextPlot)
+        plt = plot.plt
+        plt.clear_data()
+        plt.title(title)
+        for attempt, (steps, values) in data.items():
+            plt.plot(steps, values, color=attempt_colour(attempt), marker="braille")
+        for attempt, step in self.boundaries:
+            plt.vline(step, color=attempt_colour(attempt))
+        plot.refresh()
+
+    def _show_legend(self, attempts: list[int]) -> None:
+        """Each attempt's colour, the mark where an attempt starts, what x is."""
+        text = Text()
+        if not attempts:
+            text.append("no steps yet", style="dim")
+        for attempt in attempts:
+            r, g, b = attempt_colour(attempt)
+            text.append("  " if text else "")
+            text.append("━━ ", style=f"bold rgb({r},{g},{b})")
+            text.append(f"attempt {attempt}")
+        if self.boundaries:
+            text.append("  │ attempt starts", style="dim")
+        text.append(" · x: step · timings after warm-up", style="dim")
+        self.query_one("#plots-legend", StatePanel).set_text(text)

@@ -1,0 +1,279 @@
+"""Per-GPU history: a line per GPU on a small terminal, a grid of cells on a big one.
+
+The chief's host's GPUs from ``RunState.gpu_history`` (gpuwatch/series.py):
+utilization and memory over the last samples, PCIe and NVLink TX/RX, beside the
+gradient-sync estimate (in the panel's title). The form follows the terminal: below
+WIDE_COLUMNS x TALL_ROWS one line per GPU (as many as fit, then "… and N more"); from
+there a cell per GPU with a sparkline for each reading. Each GPU is its own widget,
+repainted only when its text changed, and the app calls ``show_state`` at most once a
+second: history is coarser than the numbers.
+
+Sparklines are drawn on fixed scales (utilization 0-100 %, memory 0-total, link rates
+0-the highest rate of that link on any GPU in the window, so the GPUs compare), each
+cell the mean of a fixed run of samples (``series.bucket_means``), in one colour per
+line: a few bytes to the terminal per repaint.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Container, Vertical
+from textual.geometry import Size
+from textual.widget import Widget
+
+from gpuwatch.app import fmt
+from gpuwatch.app.widgets.panels import StatePanel, is_tall, is_wide
+from gpuwatch.runstate import CHIEF, RunState
+from gpuwatch.series import GpuHistory, bucket_means
+
+# A grid cell: a title line and one sparkline per reading.
+CELL_MIN_WIDTH = 36
+CELL_LINES = (
+    ("util", "util_pct", "green"),
+    ("memory", "mem_used_bytes", "cyan"),
+    ("PCIe tx", "pcie_tx_bytes_per_s", "magenta"),
+    ("PCIe rx", "pcie_rx_bytes_per_s", "magenta"),
+    ("NVLink tx", "nvlink_tx_bytes_per_s", "yellow"),
+    ("NVLink rx", "nvlink_rx_bytes_per_s", "yellow"),
+)
+CELL_HEIGHT = 1 + len(CELL_LINES)
+# Lines per GPU panel in the compact form (the rest are summed up in one line).
+COMPACT_LINES_SHORT = 8
+COMPACT_LINES_TALL = 16
+# Rows of cells in the grid: two, or three where the screen is this tall (the panels above
+# and below keep their rows).
+GRID_ROWS = 2
+GRID_ROWS_TALLER = 3
+GRID_TALLER_FROM_ROWS = 56
+LABEL_WIDTH = 10
+
+
+@dataclass(frozen=True, slots=True)
+class Scale:
+    """What every GPU's sparklines share in one repaint."""
+
+    seen: int  # samples seen: cells fall on fixed sample boundaries
+    pcie_top: float | None
+    nvlink_top: float | None
+
+    def top(self, gpu: GpuHistory, attr: str) -> float | None:
+        if attr == "util_pct":
+            return 100.0
+        if attr == "mem_used_bytes":
+            return gpu.mem_total_bytes
+        return self.pcie_top if attr.startswith("pcie") else self.nvlink_top
+
+
+def _peak(gpus: Iterable[GpuHistory], *attrs: str) -> float | None:
+    values = [v for g in gpus for a in attrs for v in getattr(g, a) if v is not None]
+    return max(values) if values else None
+
+
+def _spark(gpu: GpuHistory, attr: str, scale: Scale, width: int) -> str:
+    if width <= 0:
+        return ""
+    values = list(getattr(gpu, attr))
+    # As few samples per cell as the kept ones need: it changes only as the history fills
+    # (every `width` samples, until DEVICE_HISTORY_SAMPLES are kept), so cells stay put.
+    per_cell = max(1, math.ceil(len(values) / width))
+    levels = bucket_means(values, scale.seen, per_cell, width)
+    return fmt.spark(levels, scale.top(gpu, attr), width)
+
+
+def _util_text(gpu: GpuHistory) -> str:
+    util = gpu.latest("util_pct")
+    return "n/a" if util is None else fmt.pct(util)
+
+
+def _mem_text(gpu: GpuHistory) -> str:
+    return fmt.mem_pair(gpu.latest("mem_used_bytes"), gpu.mem_total_bytes)
+
+
+def _missing(gpu: GpuHistory) -> str | None:
+    if gpu.lost:
+        return "lost (fell off the bus)"
+    if not gpu.present:
+        return "not in the latest sample"
+    return None
+
+
+def compact_line(gpu: GpuHistory, scale: Scale, width: int) -> Text:
+    """'  0 ▅▆▇█▇▆▅▆  92%  19.8/40.0 GiB  PCIe 1.2G/3.4G  NVLink 18.7G/18.2G'.
+
+    Two styles only (the sparkline's colour, then plain text): every style change costs
+    bytes to the terminal on each repaint, and this line repaints every second.
+    """
+    head = f"{gpu.index:>2} "
+    missing = _missing(gpu)
+    if missing:
+        return Text(head) + Text(missing, style="bold red" if gpu.lost else "dim")
+    pcie = fmt.rate_pair(gpu.latest("pcie_tx_bytes_per_s"), gpu.latest("pcie_rx_bytes_per_s"))
+    nvlink = fmt.rate_pair(gpu.latest("nvlink_tx_bytes_per_s"), gpu.latest("nvlink_rx_bytes_per_s"))
+    tail = f" {_util_text(gpu):>4}  {_mem_text(gpu):>13}  PCIe {pcie:>11}  NVLink {nvlink:>11}"
+    text = Text(head)
+    text.append(_spark(gpu, "util_pct", scale, width - len(head) - len(tail)), style="green")
+    text.append(tail)
+    return text
+
+
+def _cell_value(gpu: GpuHistory, attr: str) -> str:
+    if attr == "util_pct":
+        return _util_text(gpu)
+    if attr == "mem_used_bytes":
+        return _mem_text(gpu)
+    return fmt.format_rate(gpu.latest(attr))
+
+
+def full_cell(gpu: GpuHistory, scale: Scale, width: int) -> Text:
+    """A title line (index, name, temperature) and a sparkline per reading."""
+    text = Text()
+    text.append(f"GPU {gpu.index}", style="bold")
+    if gpu.temperature_c is not None:
+        text.append(f" {gpu.temperature_c:.0f}°C")
+    if gpu.name:
+        room = width - len(text) - 2
+        name = gpu.name if len(gpu.name) <= room else gpu.name[: max(room - 1, 0)] + "…"
+        text.append(f"  {name}", style="dim")
+    missing = _missing(gpu)
+    if missing:
+        text.append("\n" + missing, style="bold red" if gpu.lost else "dim")
+        return text
+    values = [_cell_value(gpu, attr) for _, attr, _ in CELL_LINES]
+    value_width = max(len(v) for v in values)
+    room = width - LABEL_WIDTH - 1 - value_width
+    for (label, attr, style), value in zip(CELL_LINES, values, strict=True):
+        text.append(f"\n{label:<{LABEL_WIDTH}}", style="dim")
+        text.append(_spark(gpu, attr, scale, room), style=style)
+        text.append(f" {value:>{value_width}}")
+    return text
+
+
+class GpuView(Widget):
+    """One GPU: a line (its CSS height is 1) or a cell (taller, on a big terminal)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._gpu: GpuHistory | None = None
+        self._scale = Scale(0, None, None)
+        self._text = Text()
+        self._key: tuple[Any, ...] | None = None
+        self._text_size: Size | None = None
+
+    def _build(self, size: Size) -> Text:
+        if self._gpu is None:
+            return Text()
+        if size.height > 1:
+            return full_cell(self._gpu, self._scale, size.width)
+        return compact_line(self._gpu, self._scale, size.width)
+
+    def show(self, gpu: GpuHistory, scale: Scale) -> None:
+        """Repaint only if the text at the current size changed."""
+        self._gpu, self._scale = gpu, scale
+        text = self._build(self.size)
+        key = (text.plain, tuple((s.start, s.end, str(s.style)) for s in text.spans))
+        self._text, self._text_size = text, self.size
+        if key != self._key:
+            self._key = key
+            self.refresh()
+
+    def render(self) -> Text:
+        if self._text_size != self.size:  # resized: rebuild for the new size
+            self._text, self._text_size = self._build(self.size), self.size
+        return self._text
+
+    @property
+    def plain(self) -> str:
+        """The text shown now, without styles (for tests)."""
+        return self.render().plain
+
+
+def _span(seconds: float | None) -> str:
+    """The history's length, rounded so the title does not flicker: '5:00', '0:40'."""
+    if seconds is None:
+        return "0:00"
+    rounded = round(seconds / 10.0) * 10.0 if seconds >= 10 else seconds
+    return fmt.duration(rounded)
+
+
+def more_line(rest: list[GpuHistory]) -> Text:
+    """'… and 2 more GPUs (6-7): util 85–91%, memory 20.1–20.6 GiB used'."""
+    if not rest:
+        return Text()
+    text = Text(f"… and {len(rest)} more GPUs ({rest[0].index}-{rest[-1].index})", style="dim")
+    utils = [u for g in rest if (u := g.latest("util_pct")) is not None]
+    used = [m for g in rest if (m := g.latest("mem_used_bytes")) is not None]
+    if utils:
+        text.append(f": util {min(utils):.0f}–{max(utils):.0f}%", style="dim")
+    if used:
+        gib = 1024.0**3
+        text.append(f", memory {min(used) / gib:.1f}–{max(used) / gib:.1f} GiB used", style="dim")
+    return text
+
+
+class GpuPanel(Vertical):
+    """The chief's host's GPUs over the last minutes, in the form the terminal has room for."""
+
+    def compose(self) -> ComposeResult:
+        yield Container(id="gpu-views")
+        yield StatePanel(id="gpu-more")
+
+    @property
+    def full(self) -> bool:
+        """The grid of cells (a big terminal), else one line per GPU."""
+        return is_wide(self) and is_tall(self)
+
+    def show_state(self, state: RunState) -> None:
+        history = state.gpu_history
+        gpus = history.gpus
+        views = self.query_one("#gpu-views", Container)
+        if self.full:
+            columns = max(1, min(len(gpus), (self.app.size.width - 2) // CELL_MIN_WIDTH))
+            views.styles.grid_size_columns = columns
+            taller = self.app.size.height >= GRID_TALLER_FROM_ROWS
+            rows = GRID_ROWS_TALLER if taller else GRID_ROWS
+            shown = gpus[: columns * rows]
+        else:
+            lines = COMPACT_LINES_TALL if is_tall(self) else COMPACT_LINES_SHORT
+            shown = gpus if len(gpus) <= lines else gpus[: lines - 1]
+        existing = list(views.query_children(GpuView))
+        if len(existing) > len(shown):
+            for view in existing[len(shown) :]:
+                view.remove()
+        elif len(existing) < len(shown):
+            added = [GpuView() for _ in range(len(shown) - len(existing))]
+            views.mount(*added)
+            existing += added
+        scale = Scale(
+            history.samples_seen,
+            _peak(gpus, "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"),
+            _peak(gpus, "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"),
+        )
+        for view, gpu in zip(existing, shown, strict=False):
+            view.show(gpu, scale)
+        more = self.query_one("#gpu-more", StatePanel)
+        rest = gpus[len(shown) :]
+        more.set_text(more_line(rest))
+        more.display = bool(rest)
+        self.border_title = self._title(state, history.span_s)
+
+    def _title(self, state: RunState, span_s: float | None) -> str:
+        chief = state.workers_seen.get(CHIEF)
+        cluster = state.workers > 1
+        sync = fmt.format_rate(state.recent_grad_sync_bytes_per_s())
+        if self.full:
+            host = (chief.host if chief is not None else "") or state.host
+            where = f"GPUs of {host}" if host else "GPUs"
+            if cluster:
+                where += " (the chief's host)"
+            return (
+                f"{where}, last {_span(span_s)} · gradient sync est. {sync} per replica"
+                f" (ring all-reduce over {state.replicas}): compare each GPU's link tx"
+            )
+        where = "the chief's GPUs" if cluster else "GPUs"
+        return f"{where}, last {_span(span_s)} · tx/rx B/s · gradient sync est. {sync}/replica"

@@ -1,0 +1,175 @@
+"""The plots screen (g): the whole run against step, per attempt, from the recorded steps.
+
+Ground truth is computed here from the fixture's step events, not from the app.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from textual_plotext import PlotextPlot
+
+from gpuwatch.app.app import GpuwatchApp
+from gpuwatch.app.link import ReplayLink
+from gpuwatch.app.screens.modals import KeysScreen
+from gpuwatch.app.screens.plots import CHARTS, PlotsScreen, attempt_colour
+from gpuwatch.app.widgets.panels import CrashPanel, StatePanel
+from gpuwatch.runstate import WARMUP_STEPS
+
+from .conftest import SIZE, frozen_clock_for, load_events, make_app, settle
+
+pytest.importorskip("pytest_textual_snapshot", reason="pytest-textual-snapshot not installed")
+
+BIG = (160, 48)
+
+
+def expected_series(events: list[dict[str, Any]], attempt: int) -> dict[str, Any]:
+    """Each chart's (steps, values) for one attempt, straight from its step events."""
+    steps = [e for e in events if e["type"] == "step" and e["attempt"] == attempt]
+    timed = steps[WARMUP_STEPS:]  # the first steps of an attempt trace: not timed
+    return {
+        "examples_per_s": (
+            [float(e["step"]) for e in timed],
+            [e["examples"] * 1000.0 / e["step_time_ms"] for e in timed],
+        ),
+        "input_wait_pct": (
+            [float(e["step"]) for e in timed],
+            [100.0 * e["input_wait_ms"] / e["step_time_ms"] for e in timed],
+        ),
+        "step_time_ms": ([float(e["step"]) for e in timed], [e["step_time_ms"] for e in timed]),
+        "loss": ([float(e["step"]) for e in steps], [e["loss"] for e in steps]),
+    }
+
+
+def approx_series(series: dict[str, Any]) -> dict[str, Any]:
+    return {key: (steps, pytest.approx(values)) for key, (steps, values) in series.items()}
+
+
+async def test_g_opens_the_plots_and_g_or_escape_goes_back():
+    app, link = make_app("cpu_two_attempts.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("g")
+        assert isinstance(app.screen, PlotsScreen)
+        assert len(app.screen.query(PlotextPlot)) == len(CHARTS) == 4
+        await pilot.press("g")
+        assert not isinstance(app.screen, PlotsScreen)
+        await pilot.press("g")
+        await pilot.press("escape")
+        assert not isinstance(app.screen, PlotsScreen)
+
+
+async def test_the_plotted_series_are_each_attempts_steps():
+    events = load_events("cpu_two_attempts.jsonl")
+    app, link = make_app("cpu_two_attempts.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("g")
+        screen = app.screen
+        assert isinstance(screen, PlotsScreen)
+        for attempt in (1, 2):
+            plotted = {key: screen.plotted[key][attempt] for key, _ in CHARTS}
+            assert plotted == approx_series(expected_series(events, attempt))
+        # Attempt 2 starts at the step after attempt 1's checkpoint: its line is there.
+        first_of_2 = next(e["step"] for e in events if e["type"] == "step" and e["attempt"] == 2)
+        assert screen.boundaries == [(2, first_of_2)] == [(2, 46)]
+        legend = screen.query_one("#plots-legend", StatePanel).plain
+        assert legend.startswith("━━ attempt 1  ━━ attempt 2  │ attempt starts")
+        # One colour per attempt, the same in the legend and the charts.
+        assert attempt_colour(1) != attempt_colour(2)
+
+
+async def test_the_plots_repaint_at_most_once_per_interval_and_not_when_closed(monkeypatch):
+    events = load_events("gpu_eight.jsonl")
+    attempt_2 = next(
+        i for i, e in enumerate(events) if e["type"] == "attempt" and e["attempt"] == 2
+    )
+    later = next(i for i, e in enumerate(events) if e["type"] == "step" and e["step"] == 120)
+    calls: list[int] = []
+    original = PlotsScreen.show_state
+
+    def counted(screen: PlotsScreen, state: Any) -> None:
+        calls.append(len(state.run_history.loss.buckets))
+        original(screen, state)
+
+    monkeypatch.setattr(PlotsScreen, "show_state", counted)
+    link = ReplayLink(events[:attempt_2], batch_size=50)
+    app = GpuwatchApp(link, clock=frozen_clock_for(events), history_interval_s=3600.0)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("g")
+        screen = app.screen
+        assert isinstance(screen, PlotsScreen)
+        assert calls == [60] and set(screen.plotted["loss"]) == {1}  # drawn on opening
+        link.push(events[attempt_2:later])
+        await link.wait_idle()
+        await pilot.pause()
+        app.refresh_view()
+        assert calls == [60]  # its turn has not come: the charts wait
+        app.refresh_view(flush=True)
+        assert calls == [60, 119] and set(screen.plotted["loss"]) == {1, 2}
+        await pilot.press("escape")
+        link.push(events[later:])
+        await link.wait_idle()
+        await pilot.pause()
+        app.refresh_view(flush=True)
+        assert calls == [60, 119]  # closed: never drawn
+        assert "plots" not in app.state.changed
+
+
+async def test_the_dashboard_waits_while_the_plots_are_open_and_catches_up_after():
+    events = load_events("cpu_crashed.jsonl")
+    crash = next(i for i, e in enumerate(events) if e["type"] == "error")
+    link = ReplayLink(events[:crash], batch_size=50)
+    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("g")
+        link.push(events[crash:])
+        await settle(app, link, pilot)
+        # Hidden, the dashboard is not repainted (it would repaint the plots over it).
+        assert not app.query_one(CrashPanel).plain
+        assert "status" in app.state.changed
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.screen.has_class("-crashed")
+        assert app.query_one(CrashPanel).display
+        assert app.query_one(CrashPanel).plain.startswith("crashed: exit code 1")
+
+
+async def test_a_crash_under_a_modal_screen_marks_the_dashboard():
+    events = load_events("cpu_crashed.jsonl")
+    crash = next(i for i, e in enumerate(events) if e["type"] == "error")
+    link = ReplayLink(events[:crash], batch_size=50)
+    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("question_mark")  # the keys screen: a modal over the dashboard
+        assert isinstance(app.screen, KeysScreen)
+        link.push(events[crash:])
+        await settle(app, link, pilot)
+        assert app.default_screen.has_class("-crashed")
+        assert not app.screen.has_class("-crashed")
+        await pilot.press("escape")
+        await pilot.pause()
+        assert app.query_one(CrashPanel).display
+
+
+def shot(snap_compare: Any, size: tuple[int, int]) -> bool:
+    app, link = make_app("gpu_eight.jsonl")
+
+    async def run_before(pilot: Any) -> None:
+        await settle(app, link, pilot)
+        await pilot.press("g")
+        await pilot.pause()
+
+    return bool(snap_compare(app, terminal_size=size, run_before=run_before))
+
+
+def test_plots_80x24(snap_compare):
+    assert shot(snap_compare, SIZE)
+
+
+def test_plots_160x48(snap_compare):
+    assert shot(snap_compare, BIG)
