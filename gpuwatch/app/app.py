@@ -213,6 +213,8 @@ class GpuwatchApp(App[str]):
 
         flush: repaint the history areas too even if they did less than a second ago.
         """
+        if not self.screen_stack:  # a timer that fires as the app closes: nothing to paint
+            return
         now = time.monotonic()
         self._last_render = now
         changes = self.state.take_changes()
