@@ -29,6 +29,7 @@ from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from gpuwatch.supervisor.hub import Client, ClientHub, TaskSet
+from gpuwatch.supervisor.snapshots import StateKeeper
 from trainer_runtime.protocol import (
     TERMINAL_STATUSES,
     Attempt,
@@ -96,8 +97,12 @@ class Supervisor:
         self.config: RunConfig = load_config(self.config_path).config
         self.fresh = fresh  # the first attempt ignores existing checkpoints
         self.events = EventLog(run_dir)
+        # The run folded as a dashboard folds it, and its snapshots (fast attach).
+        self.keeper = StateKeeper(run_dir, self.events)
         self.commands = Commands(self)
-        self.hub = ClientHub(socket_path, self.events, self.commands.answer)
+        self.hub = ClientHub(
+            socket_path, self.events, self.commands.answer, snapshots=self.keeper.snapshot_for
+        )
         # A single-host run has one agent; a cluster one per worker. Agent 0 is the chief.
         # ClusterError (a ConfigError) when the cluster cannot be launched from here.
         self.plans = plan_workers(self.config, run_dir, env=os.environ)
@@ -170,6 +175,7 @@ class Supervisor:
         Returns the event's time (t: the sender's, default now).
         """
         seq, t, data = self.events.append(event, t)
+        self.keeper.fold(seq, event, t)
         self.hub.publish(seq, data)
         return t
 
@@ -178,6 +184,7 @@ class Supervisor:
         event = StatusChange(attempt=self.attempt, status=status, **fields)
         t = self.record(event)
         self.events.write_state(event, t, self.last_step)
+        self.keeper.write()  # a dashboard attaching now starts from here
 
     def _set_exit_status(self, status: str, fields: dict[str, Any]) -> None:
         try:
@@ -407,8 +414,8 @@ class Supervisor:
 
     # -- what the commands ask (commands.Run) ---------------------------------------
 
-    def subscribe(self, client: Client, from_seq: int) -> int:
-        return self.hub.subscribe(client, from_seq)
+    def subscribe(self, client: Client, from_seq: int, snapshot: str | None = None) -> int:
+        return self.hub.subscribe(client, from_seq, snapshot)
 
     async def relaunch(self, config: RunConfig, *, fresh: bool) -> int:
         """Stop the trainers (not a terminal status), then start the next attempt."""
@@ -529,6 +536,8 @@ class Supervisor:
         self.loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             self.loop.add_signal_handler(sig, lambda: self._tasks.spawn(self.stop_run()))
+        if self.events.next_seq:  # restarted on a run directory: its fold so far, first
+            await asyncio.to_thread(self.keeper.restore)
         await self.hub.open()
         try:
             if self.events.next_seq == 0:
@@ -551,6 +560,7 @@ class Supervisor:
             while not self._finished.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._finished.wait(), 1.0)
+                self.keeper.tick()
                 idle = self.hub.idle_s
                 ended = not self.trainer_running and self.status in TERMINAL_STATUSES
                 if ended and idle > LINGER_S:
@@ -573,6 +583,7 @@ class Supervisor:
         self.hub.close()
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "supervisor.json").unlink()
+        self.keeper.write()
         self.events.close()
         for agent in self.agents:
             agent.join_sampling(3.0)
