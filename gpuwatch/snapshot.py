@@ -102,8 +102,9 @@ def _schema_id(cls: Any) -> str:
                 continue
             seen.add(hint)
             hints = _hints(hint)
-            parts = [f"{f.name}:{hints[f.name]!r}" for f in dataclasses.fields(hint)
-                     if snapshotted(f)]
+            parts = [
+                f"{f.name}:{hints[f.name]!r}" for f in dataclasses.fields(hint) if snapshotted(f)
+            ]
             layouts.append(f"{hint.__module__}.{hint.__qualname__}({','.join(parts)})")
             todo.extend(hints[f.name] for f in dataclasses.fields(hint) if snapshotted(f))
         else:

@@ -48,8 +48,9 @@ class Snapshot:
 class StateKeeper:
     """Folds what the supervisor records; writes and serves its snapshots."""
 
-    def __init__(self, run_dir: Path, events: EventLog,
-                 interval_s: float = SNAPSHOT_INTERVAL_S) -> None:
+    def __init__(
+        self, run_dir: Path, events: EventLog, interval_s: float = SNAPSHOT_INTERVAL_S
+    ) -> None:
         self.path = run_dir / SNAPSHOT_FILE
         self.events = events
         self.interval_s = interval_s
@@ -95,8 +96,11 @@ class StateKeeper:
             if envelope.seq is not None:
                 self.fold(envelope.seq, event, envelope.t)
                 folded += 1
-        log.info("state restored: %s, %d events folded after it",
-                 f"snapshot at seq {saved[1].seq}" if saved else "no snapshot", folded)
+        log.info(
+            "state restored: %s, %d events folded after it",
+            f"snapshot at seq {saved[1].seq}" if saved else "no snapshot",
+            folded,
+        )
         return folded
 
     def _read_saved(self) -> tuple[RunState, Snapshot] | None:
@@ -110,8 +114,11 @@ class StateKeeper:
             log.info("snapshot.json not used (%s): folding every event", exc)
             return None
         if not 0 <= state.last_seq < self.events.next_seq:
-            log.info("snapshot.json is at seq %d but events.jsonl holds %d: not used",
-                     state.last_seq, self.events.next_seq)
+            log.info(
+                "snapshot.json is at seq %d but events.jsonl holds %d: not used",
+                state.last_seq,
+                self.events.next_seq,
+            )
             return None
         return state, Snapshot(state.last_seq, self.schema, text)
 
@@ -153,4 +160,3 @@ class StateKeeper:
         log.warning("snapshots off: %s (dashboards replay every event)", why)
         with contextlib.suppress(OSError):
             self.path.unlink()
-
