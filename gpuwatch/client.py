@@ -65,8 +65,8 @@ class Inbox:
     and returns those queued (up to a count), or raises the end once they are taken.
     """
 
-    def __init__(self, max_items: int = INBOX_MAX_EVENTS) -> None:
-        self.max_items = max_items
+    def __init__(self, max_items: int | None = None) -> None:
+        self.max_items = INBOX_MAX_EVENTS if max_items is None else max_items
         self._items: deque[dict[str, Any]] = deque()
         self._ready = asyncio.Event()
         self._room = asyncio.Event()

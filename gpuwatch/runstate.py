@@ -453,15 +453,17 @@ class RunState:
         self.window.append(point)
         self.dropped = event.dropped or self.dropped
         summary.steps_seen += 1
+        # The event's fields, not the point's: StepPoint reads through a slow __getattr__,
+        # and the supervisor folds every step it records through here.
         if summary.first_step is None:
-            summary.first_step = point.step
-        summary.last_step = point.step
-        if summary.steps_seen > WARMUP_STEPS and point.step_time_ms > 0:
+            summary.first_step = event.step
+        summary.last_step = event.step
+        if summary.steps_seen > WARMUP_STEPS and event.step_time_ms > 0:
             summary.measured_steps += 1
-            summary.sum_step_time_ms += point.step_time_ms
-            summary.sum_input_wait_ms += point.input_wait_ms
-            summary.sum_grad_sync_bytes += point.grad_sync_bytes
-            rate = point.examples_per_s
+            summary.sum_step_time_ms += event.step_time_ms
+            summary.sum_input_wait_ms += event.input_wait_ms
+            summary.sum_grad_sync_bytes += event.grad_sync_bytes
+            rate = event.examples_per_s
             if rate is not None:
                 summary.rates.add(rate)
             self.changed.add("attempts")

@@ -915,6 +915,11 @@ EVENTS: Mapping[str, type[Event]] = MappingProxyType(
     }
 )
 TRAINER_EVENTS = frozenset(name for name, cls in EVENTS.items() if cls.FROM == "trainer")
+# Each event's field names, in order: event_frame runs for every event recorded, and
+# dataclasses.fields() rebuilds its tuple on every call.
+_FIELD_NAMES: Mapping[type[Event], tuple[str, ...]] = MappingProxyType(
+    {cls: tuple(f.name for f in fields(cls)) for cls in EVENTS.values()}
+)
 
 
 def input_wait_pct(input_wait_ms: float, step_time_ms: float) -> float | None:
@@ -939,8 +944,9 @@ def event_frame(event: Event, *, t: float | None = None, seq: int | None = None
         frame["seq"] = seq
     if t is not None:
         frame["t"] = t
-    for f in fields(event):
-        frame[f.name] = getattr(event, f.name)
+    names = _FIELD_NAMES.get(type(event))
+    for name in names if names is not None else (f.name for f in fields(event)):
+        frame[name] = getattr(event, name)
     return frame
 
 
