@@ -35,8 +35,9 @@ def _steady(rng: random.Random, n: int) -> list[float]:
 
 
 def _stalls(rng: random.Random, n: int) -> list[float]:
-    return [rng.uniform(1000.0, 3000.0) if i % 7 == 0 else rng.gauss(9000.0, 50.0)
-            for i in range(n)]
+    return [
+        rng.uniform(1000.0, 3000.0) if i % 7 == 0 else rng.gauss(9000.0, 50.0) for i in range(n)
+    ]
 
 
 def _drift(rng: random.Random, n: int) -> list[float]:

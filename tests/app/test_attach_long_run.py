@@ -88,8 +88,9 @@ async def test_attach_to_a_million_event_run_shows_it_within_2_s(
     try:
         started = time.monotonic()
         async with app.run_test(size=(120, 40), message_hook=waiter.hook):
-            await waiter.until(lambda: screen_shows(app, run), "the last step and every attempt",
-                               timeout_s=60)
+            await waiter.until(
+                lambda: screen_shows(app, run), "the last step and every attempt", timeout_s=60
+            )
             took = time.monotonic() - started
             assert took < ATTACH_WITHIN_S, f"attached in {took:.2f} s"
             # It came from the snapshot and the events after it, not a replay of them all.
@@ -113,7 +114,8 @@ async def test_attach_to_a_million_event_run_shows_it_within_2_s(
                 assert cols[6] == fmt.pct(truth.input_wait_pct, 1)
                 summary = state.attempts[truth.attempt]
                 assert (summary.first_step, summary.last_step) == (
-                    truth.first_step, truth.last_step
+                    truth.first_step,
+                    truth.last_step,
                 )
 
             # The dashboard's state is the full fold of every event (the generator's keeper
@@ -130,10 +132,21 @@ async def test_attach_to_a_million_event_run_shows_it_within_2_s(
 
             # Live after the snapshot: the next step recorded shows, with no gap.
             next_step = run.last_step + 1
-            supervisor.record(Step(attempt=len(run.attempts), step=next_step,
-                                   micro_step=next_step, epoch=0, loss=0.1, lr=1e-3,
-                                   examples=BATCH, step_time_ms=10.0, input_wait_ms=1.0,
-                                   grad_sync_bytes=0.0), (last_t or 0.0) + 0.01)
+            supervisor.record(
+                Step(
+                    attempt=len(run.attempts),
+                    step=next_step,
+                    micro_step=next_step,
+                    epoch=0,
+                    loss=0.1,
+                    lr=1e-3,
+                    examples=BATCH,
+                    step_time_ms=10.0,
+                    input_wait_ms=1.0,
+                    grad_sync_bytes=0.0,
+                ),
+                (last_t or 0.0) + 0.01,
+            )
             await waiter.until(
                 lambda: f"step {next_step:,}" in app.query_one(MetricsPanel).plain,
                 "the live step",
@@ -142,5 +155,7 @@ async def test_attach_to_a_million_event_run_shows_it_within_2_s(
     finally:
         supervisor.hub.close()
         supervisor.events.close()
-    print(f"\nattach: {took:.2f} s to the screen; snapshot at seq {run.snapshot_seq}, "
-          f"{len(supervisor.keeper.latest.text) if supervisor.keeper.latest else 0} bytes")
+    print(
+        f"\nattach: {took:.2f} s to the screen; snapshot at seq {run.snapshot_seq}, "
+        f"{len(supervisor.keeper.latest.text) if supervisor.keeper.latest else 0} bytes"
+    )

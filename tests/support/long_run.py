@@ -84,20 +84,38 @@ def gpu_sample(t: float) -> Sample:
     wave = int(t) % 20
     gpus = [
         {
-            "index": i, "name": "NVIDIA H100 80GB HBM3", "uuid": f"GPU-{i:04d}", "lost": False,
-            "mig": False, "util_gpu_pct": 80.0 + wave - i, "util_mem_pct": 40.0 + wave / 2,
-            "mem_used_bytes": 60_000_000_000 + i * 1_000_000, "mem_total_bytes": 85_000_000_000,
-            "temperature_c": 60 + i, "power_w": 500.0 + wave, "power_limit_w": 700.0,
-            "sm_clock_mhz": 1980, "pcie_gen": 5, "pcie_width": 16,
-            "pcie_tx_bytes_per_s": 1.5e9, "pcie_rx_bytes_per_s": 3.0e9,
-            "nvlink_tx_bytes_per_s": 1.0e11, "nvlink_rx_bytes_per_s": 1.0e11,
+            "index": i,
+            "name": "NVIDIA H100 80GB HBM3",
+            "uuid": f"GPU-{i:04d}",
+            "lost": False,
+            "mig": False,
+            "util_gpu_pct": 80.0 + wave - i,
+            "util_mem_pct": 40.0 + wave / 2,
+            "mem_used_bytes": 60_000_000_000 + i * 1_000_000,
+            "mem_total_bytes": 85_000_000_000,
+            "temperature_c": 60 + i,
+            "power_w": 500.0 + wave,
+            "power_limit_w": 700.0,
+            "sm_clock_mhz": 1980,
+            "pcie_gen": 5,
+            "pcie_width": 16,
+            "pcie_tx_bytes_per_s": 1.5e9,
+            "pcie_rx_bytes_per_s": 3.0e9,
+            "nvlink_tx_bytes_per_s": 1.0e11,
+            "nvlink_rx_bytes_per_s": 1.0e11,
             "processes": [{"pid": 5000 + i, "used_bytes": 59_000_000_000, "in_run": True}],
         }
         for i in range(GPUS)
     ]
-    host = {"cpu_pct": 30.0 + wave, "per_cpu_pct": [30.0] * 16, "mem_used_bytes": 9.0e10,
-            "mem_total_bytes": 2.0e12, "load_1m": 12.0, "run_cpu_pct": 800.0,
-            "run_rss_bytes": 3.0e10}
+    host = {
+        "cpu_pct": 30.0 + wave,
+        "per_cpu_pct": [30.0] * 16,
+        "mem_used_bytes": 9.0e10,
+        "mem_total_bytes": 2.0e12,
+        "load_1m": 12.0,
+        "run_cpu_pct": 800.0,
+        "run_rss_bytes": 3.0e10,
+    }
     return Sample(host=host, gpus=gpus, nvml=None)
 
 
@@ -134,8 +152,18 @@ def write_long_run(
     rec = _Recorder(run_dir, snapshot_every_s)
     base = load_config(TINY).config.model_dump(mode="json")
     t = T0
-    rec.record(Run(run_id=run_dir.name, name="long", config_path=str(TINY), supervisor_pid=1,
-                   host="gpu-box", settings=base, created=T0), t)
+    rec.record(
+        Run(
+            run_id=run_dir.name,
+            name="long",
+            config_path=str(TINY),
+            supervisor_pid=1,
+            host="gpu-box",
+            settings=base,
+            created=T0,
+        ),
+        t,
+    )
     truths: list[AttemptTruth] = []
     step = 0
     for number in range(1, attempts + 1):
@@ -145,19 +173,47 @@ def write_long_run(
         truth = AttemptTruth(number, PREFETCH[(number - 1) % len(PREFETCH)])
         truths.append(truth)
         settings = {**base, "data": {**base["data"], "prefetch": truth.prefetch}}
-        rec.record(Attempt(attempt=number, settings=settings, fresh=number == 1,
-                           reason="start" if number == 1 else "relaunch"), t)
+        rec.record(
+            Attempt(
+                attempt=number,
+                settings=settings,
+                fresh=number == 1,
+                reason="start" if number == 1 else "relaunch",
+            ),
+            t,
+        )
         rec.record(StatusChange(attempt=number, status="starting"), t)
         t += 3.0
-        rec.record(Hello(attempt=number, pid=4000 + number, tf_version="2.21.0", replicas=GPUS,
-                         device_kind="gpu", devices=[f"/device:GPU:{i}" for i in range(GPUS)],
-                         param_count=1_000_000, param_bytes=4_000_000, global_batch_size=BATCH,
-                         accumulation_steps=1, per_replica_batch=BATCH // GPUS,
-                         start_step=step, start_micro_step=step), t)
+        rec.record(
+            Hello(
+                attempt=number,
+                pid=4000 + number,
+                tf_version="2.21.0",
+                replicas=GPUS,
+                device_kind="gpu",
+                devices=[f"/device:GPU:{i}" for i in range(GPUS)],
+                param_count=1_000_000,
+                param_bytes=4_000_000,
+                global_batch_size=BATCH,
+                accumulation_steps=1,
+                per_replica_batch=BATCH // GPUS,
+                start_step=step,
+                start_micro_step=step,
+            ),
+            t,
+        )
         if number > 1:
-            rec.record(Resume(attempt=number, from_step=step, from_micro_step=step,
-                              checkpoint=f"ckpt-{step}", position=step * BATCH,
-                              lost_steps=0), t)
+            rec.record(
+                Resume(
+                    attempt=number,
+                    from_step=step,
+                    from_micro_step=step,
+                    checkpoint=f"ckpt-{step}",
+                    position=step * BATCH,
+                    lost_steps=0,
+                ),
+                t,
+            )
         rec.record(StatusChange(attempt=number, status="running"), t)
         next_sample = int(t) + 1
         slower = 1.0 + 0.25 * (number - 1)  # each attempt its own figures
@@ -168,10 +224,22 @@ def write_long_run(
             step_ms = (400.0 if warmup else 9.0 + (i * 37 % 101) / 50.0) * slower
             wait_ms = 0.5 + (i * 53 % 31) / 20.0
             t += step_ms / 1000.0
-            rec.record(Step(attempt=number, step=step, micro_step=step, epoch=step // 10000,
-                            loss=1.0 / (1.0 + step / 1e5), lr=1e-3, examples=BATCH,
-                            step_time_ms=step_ms, input_wait_ms=wait_ms,
-                            grad_sync_bytes=8e6, position=step * BATCH), t)
+            rec.record(
+                Step(
+                    attempt=number,
+                    step=step,
+                    micro_step=step,
+                    epoch=step // 10000,
+                    loss=1.0 / (1.0 + step / 1e5),
+                    lr=1e-3,
+                    examples=BATCH,
+                    step_time_ms=step_ms,
+                    input_wait_ms=wait_ms,
+                    grad_sync_bytes=8e6,
+                    position=step * BATCH,
+                ),
+                t,
+            )
             truth.steps += 1
             truth.first_step = truth.first_step or step
             truth.last_step = step
@@ -180,21 +248,36 @@ def write_long_run(
                 truth.sum_step_ms += step_ms
                 truth.sum_wait_ms += wait_ms
             if step % CHECKPOINT_EVERY == 0 and rec.events.next_seq < end_seq:
-                rec.record(Checkpoint(attempt=number, step=step, micro_step=step,
-                                      path=f"ckpt-{step}", seconds=0.2), t)
+                rec.record(
+                    Checkpoint(
+                        attempt=number, step=step, micro_step=step, path=f"ckpt-{step}", seconds=0.2
+                    ),
+                    t,
+                )
             if t >= next_sample and rec.events.next_seq < end_seq:
                 rec.record(gpu_sample(t), t)
                 next_sample = int(t) + 1
             i += 1
         if not last:
-            rec.record(StatusChange(attempt=number, status="stopping",
-                                    message="relaunch requested"), t)
-            rec.record(Checkpoint(attempt=number, step=step, micro_step=step,
-                                  path=f"ckpt-{step}", seconds=0.2), t)
+            rec.record(
+                StatusChange(attempt=number, status="stopping", message="relaunch requested"), t
+            )
+            rec.record(
+                Checkpoint(
+                    attempt=number, step=step, micro_step=step, path=f"ckpt-{step}", seconds=0.2
+                ),
+                t,
+            )
             rec.record(Done(attempt=number, reason="sigterm", step=step), t)
             rec.record(StatusChange(attempt=number, status="relaunching"), t)
     rec.events.close()
     latest = rec.keeper.latest
     assert latest is not None
-    return LongRun(events=rec.events.next_seq, last_step=step, attempts=truths,
-                   snapshot_seq=latest.seq, snapshot_sizes=rec.sizes, keeper=rec.keeper)
+    return LongRun(
+        events=rec.events.next_seq,
+        last_step=step,
+        attempts=truths,
+        snapshot_seq=latest.seq,
+        snapshot_sizes=rec.sizes,
+        keeper=rec.keeper,
+    )
