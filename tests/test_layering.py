@@ -51,6 +51,7 @@ def test_non_app_modules_never_import_textual() -> None:
     loaded = _imported_modules(
         "gpuwatch.cli", "gpuwatch.supervisor", "gpuwatch.headless", "gpuwatch.config",
         "gpuwatch.runstate", "gpuwatch.advisor", "gpuwatch.sampling", "gpuwatch.client",
+        "gpuwatch.snapshot", "gpuwatch.sketch",
     )
     assert "textual" not in loaded
 
