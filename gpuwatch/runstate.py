@@ -9,6 +9,15 @@ the latest step, rolling windows for sparklines, the latest device sample and
 the status. Events whose ``seq`` was already folded are skipped, so a link that
 resubscribes with an overlap never counts a step twice.
 
+The supervisor folds the same way (``apply_event``, typed events, no parsing) and
+sends a dashboard that attaches its state as a ``snapshot`` frame
+(``to_snapshot``/``from_snapshot``, gpuwatch/snapshot.py: generic over the
+dataclass fields, so a field added here is carried without more code); the
+dashboard takes it whole and folds only the events after it. Memory does not grow
+with the run's length: windows are fixed deques, the log tail is cut, an attempt's
+median examples/s is a ``MedianSketch`` (exact for a short attempt, then within
+0.5 %); what grows is one ``AttemptSummary`` per attempt.
+
 Several workers (MultiWorkerMirroredStrategy): the headline figures (step, loss,
 examples/s, input wait, the step window, the device sample) come from the chief
 (worker 0) alone, so nothing is counted twice and a one-host run folds exactly as
