@@ -33,7 +33,7 @@ from gpuwatch.runstate import RunState
 from gpuwatch.supervisor import Supervisor
 from tests.conftest import ROOT, TINY
 from tests.support.long_run import LongRun, gpu_sample, write_long_run
-from trainer_runtime.protocol import Event, Step
+from trainer_runtime.protocol import Envelope, Event, Step
 
 
 async def attach(supervisor: Supervisor, run: LongRun, snapshot: bool) -> float:
@@ -78,7 +78,7 @@ def fold_cost_us(count: int = 200_000) -> float:
         state = RunState()
         started = time.perf_counter()
         for seq, event in enumerate(events):
-            state.apply_event(event, seq, float(seq))
+            state.apply_event(Envelope(event.TYPE, seq, float(seq)), event)
         runs.append((time.perf_counter() - started) / count * 1e6)
     return statistics.median(runs)
 

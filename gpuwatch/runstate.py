@@ -9,7 +9,7 @@ the latest step, rolling windows for sparklines, the latest device sample and
 the status. Events whose ``seq`` was already folded are skipped, so a link that
 resubscribes with an overlap never counts a step twice.
 
-The supervisor folds the same way (``apply_event``, typed events, no parsing) and
+The supervisor folds the same way (``apply_event``: typed events, no parsing) and
 sends a dashboard that attaches its state as a ``snapshot`` frame
 (``to_snapshot``/``from_snapshot``, gpuwatch/snapshot.py: generic over the
 dataclass fields, so a field added here is carried without more code); the
@@ -47,6 +47,7 @@ from trainer_runtime.protocol import (
     Attempt,
     Checkpoint,
     Done,
+    Envelope,
     Error,
     Event,
     Hello,
@@ -321,18 +322,18 @@ class RunState:
         except ProtocolError:
             self.bad_events += 1
             return
-        self.apply_event(event, envelope.seq, envelope.t)
+        self.apply_event(envelope, event)
 
-    def apply_event(self, event: Event, seq: int | None = None, t: float | None = None) -> None:
-        """Fold one typed event (the supervisor folds what it records through here)."""
-        if seq is not None:
-            if seq <= self.last_seq:
+    def apply_event(self, envelope: Envelope, event: Event) -> None:
+        """Fold one event already read by parse_event (apply() reads a frame, then this)."""
+        if envelope.seq is not None:
+            if envelope.seq <= self.last_seq:
                 self.duplicates_skipped += 1
                 return
-            self.last_seq = seq
-        if t is not None:
-            self.last_t = t
-        _HANDLERS[type(event)](self, event, t)
+            self.last_seq = envelope.seq
+        if envelope.t is not None:
+            self.last_t = envelope.t
+        _HANDLERS[type(event)](self, event, envelope.t)
         self.events_applied += 1
 
     # ---- snapshots -----------------------------------------------------

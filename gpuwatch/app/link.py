@@ -25,6 +25,8 @@ from gpuwatch.client import ConnectionLost, RunClient, build
 from gpuwatch.runstate import RunState
 
 BATCH_MAX_EVENTS = 2000
+# The from_seq of the latest subscriptions, kept for tests and logs.
+SUBSCRIPTIONS_KEPT = 100
 
 
 def link_event(state: str, message: str = "") -> dict[str, Any]:
@@ -78,6 +80,7 @@ class SocketLink:
                 await client.connect(self._connect_timeout_s)
                 from_seq = self.last_seq + 1
                 self.subscriptions.append(from_seq)
+                del self.subscriptions[:-SUBSCRIPTIONS_KEPT]  # a flapping link runs for days
                 self._client = client
                 wanted = self.snapshot_format if from_seq == 0 else None
                 reply = await client.subscribe(from_seq=from_seq, snapshot=wanted)

@@ -28,7 +28,7 @@ from pathlib import Path
 from gpuwatch import snapshot
 from gpuwatch.runstate import RunState
 from gpuwatch.supervisor.eventlog import EventLog
-from trainer_runtime.protocol import Event, ProtocolError, decode, parse_event
+from trainer_runtime.protocol import Envelope, Event, ProtocolError, decode, parse_event
 
 log = logging.getLogger("gpuwatch.supervisor")
 
@@ -72,7 +72,7 @@ class StateKeeper:
         if self.broken is not None:
             return
         try:
-            self.state.apply_event(event, seq, t)
+            self.state.apply_event(Envelope(event.TYPE, seq, t), event)
         except Exception as exc:  # a bug in the fold must not lose the event being recorded
             log.exception("folding event %d failed", seq)
             self._break(f"folding event {seq} failed: {exc}")
