@@ -126,9 +126,16 @@ async def test_attach_to_a_million_event_run_shows_it_within_2_s(
             assert len(state.window) <= WINDOW_STEPS
             for summary in state.attempts.values():
                 assert summary.rates.exact == [] and len(summary.rates.bins) <= MAX_BINS
-            # The snapshots of the last attempt, once its windows filled, keep one size.
-            later = [size for seq, size in run.snapshot_sizes if seq > 2 * EVENTS // 3 + 5000]
-            assert later and max(later) <= 1.02 * min(later), "the snapshot grows with steps"
+            # Across the last attempt (once its windows filled) the snapshot may breathe
+            # (a capped series filling, merging), but keeping anything per step would add
+            # at least a number's worth of bytes per event: allow under 1 byte per event.
+            later = [
+                (seq, size) for seq, size in run.snapshot_sizes if seq > 2 * EVENTS // 3 + 5000
+            ]
+            sizes = [size for _, size in later]
+            events_spanned = later[-1][0] - later[0][0]
+            assert events_spanned > EVENTS // 4
+            assert max(sizes) - min(sizes) < events_spanned, "the state grows with the run"
 
             # Live after the snapshot: the next step recorded shows, with no gap.
             next_step = run.last_step + 1
