@@ -2,25 +2,35 @@
 
 Used by the dashboard (inside a Textual worker) and by the headless mode. One
 reader task splits incoming frames: replies (``ack``/``err`` with the command's
-``id``) resolve the waiting ``command()`` call; everything else is an event and
-goes to ``events()``. A lost connection ends ``events()`` with ``ConnectionLost``
-so the caller can reconnect and resubscribe from the last ``seq`` it saw.
+``id``) resolve the waiting ``command()`` call; snapshot parts are joined into one
+``snapshot`` frame; everything else is an event and goes to ``events()``. A lost
+connection ends ``events()`` with ``ConnectionLost`` so the caller can reconnect
+and resubscribe from the last ``seq`` it saw.
+
+The events wait in a bounded inbox (``INBOX_MAX_EVENTS``): when the caller falls
+behind, the reader stops reading the socket until there is room, so the kernel's
+buffers fill and the supervisor slows its replay to our pace (or, live, cuts us
+off once too far behind; the link then resubscribes from the last seq). Nothing
+is dropped here and memory does not grow with the run.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from trainer_runtime.protocol import (
+    SNAPSHOT,
     Command,
     FrameBuffer,
     InvalidCommand,
     ProtocolError,
+    SnapshotParts,
     build_command,
     command_frame,
     encode_frame,
@@ -28,6 +38,8 @@ from trainer_runtime.protocol import (
 )
 
 READ_CHUNK = 1 << 16
+# Events read but not yet taken: past this the reader waits (back-pressure, no loss).
+INBOX_MAX_EVENTS = 4096
 
 
 class ClientError(Exception):
@@ -46,6 +58,50 @@ class CommandTimeout(ClientError):
     """The supervisor did not answer a command in time."""
 
 
+class Inbox:
+    """A bounded queue of frames whose end (a ConnectionLost) is a flag, never a slot.
+
+    ``put`` waits while it holds ``max_items``; ``take`` waits for at least one frame
+    and returns those queued (up to a count), or raises the end once they are taken.
+    """
+
+    def __init__(self, max_items: int | None = None) -> None:
+        self.max_items = INBOX_MAX_EVENTS if max_items is None else max_items
+        self._items: deque[dict[str, Any]] = deque()
+        self._ready = asyncio.Event()
+        self._room = asyncio.Event()
+        self._room.set()
+        self._end: BaseException | None = None
+        self.waits = 0  # times the reader waited for room (for tests and benches)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    async def put(self, item: dict[str, Any]) -> None:
+        while len(self._items) >= self.max_items:
+            self.waits += 1
+            self._room.clear()
+            await self._room.wait()
+        self._items.append(item)
+        self._ready.set()
+
+    def end(self, failure: BaseException) -> None:
+        if self._end is None:
+            self._end = failure
+        self._ready.set()
+
+    async def take(self, max_items: int) -> list[dict[str, Any]]:
+        while not self._items:
+            if self._end is not None:
+                raise self._end
+            self._ready.clear()
+            await self._ready.wait()
+        count = min(max_items, len(self._items))
+        batch = [self._items.popleft() for _ in range(count)]
+        self._room.set()
+        return batch
+
+
 class RunClient:
     """One connection to one run's supervisor."""
 
@@ -53,7 +109,7 @@ class RunClient:
         self.socket_path = Path(socket_path)
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._events: asyncio.Queue[dict[str, Any] | BaseException] = asyncio.Queue()
+        self._events = Inbox()
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._read_task: asyncio.Task[None] | None = None
@@ -79,6 +135,7 @@ class RunClient:
     async def _read_loop(self) -> None:
         assert self._reader is not None
         frames = FrameBuffer()
+        snapshot = SnapshotParts()
         failure = ConnectionLost("the supervisor closed the connection")
         try:
             while True:
@@ -93,7 +150,12 @@ class RunClient:
                         if future is not None and not future.done():
                             future.set_result(frame)
                         continue
-                    self._events.put_nowait(frame)
+                    if kind == SNAPSHOT:
+                        joined = snapshot.feed(frame)
+                        if joined is None:
+                            continue
+                        frame = joined
+                    await self._events.put(frame)
         except ProtocolError as exc:
             failure = ConnectionLost(f"bad frame from the supervisor: {exc}")
         except (OSError, asyncio.IncompleteReadError) as exc:
@@ -108,7 +170,7 @@ class RunClient:
                 if not future.done():
                     future.set_exception(ConnectionLost("connection lost before the reply"))
             self._pending.clear()
-            self._events.put_nowait(failure)
+            self._events.end(failure)
 
     async def command(
         self, frame_type: str, timeout_s: float = 60.0, **fields: Any
@@ -157,31 +219,25 @@ class RunClient:
             raise CommandError(str(reply.get("message", "command failed")))
         return reply
 
-    async def subscribe(self, from_seq: int = 0) -> dict[str, Any]:
-        """Ask for every recorded event with seq >= from_seq, then live ones."""
-        return await self.send(build("subscribe", from_seq=from_seq))
+    async def subscribe(self, from_seq: int = 0, snapshot: str | None = None) -> dict[str, Any]:
+        """Ask for every recorded event with seq >= from_seq, then live ones.
+
+        With `snapshot` (the format the caller reads, gpuwatch.snapshot.schema_id) the
+        supervisor may send its state after some seq S >= from_seq instead of the
+        events up to S: one ``snapshot`` frame (seq, schema, data) comes first, and the
+        ack's ``snapshot_seq`` is S (null when it had none in that format).
+        """
+        return await self.send(build("subscribe", from_seq=from_seq, snapshot=snapshot))
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """Yield events until the connection ends; then raise ConnectionLost."""
         while True:
-            item = await self._events.get()
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+            for item in await self._events.take(1):
+                yield item
 
     async def next_batch(self, max_items: int = 500) -> list[dict[str, Any]]:
         """Wait for at least one event, return it with every other already queued one."""
-        first = await self._events.get()
-        if isinstance(first, BaseException):
-            raise first
-        batch = [first]
-        while len(batch) < max_items and not self._events.empty():
-            item = self._events.get_nowait()
-            if isinstance(item, BaseException):
-                self._events.put_nowait(item)  # raise it on the next call
-                break
-            batch.append(item)
-        return batch
+        return await self._events.take(max_items)
 
     async def close(self) -> None:
         if self._closed:

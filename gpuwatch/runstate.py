@@ -11,6 +11,15 @@ figures against step (the plot screen) and the chief's GPUs' recent samples.
 Events whose ``seq`` was already folded are skipped, so a link that resubscribes
 with an overlap never counts a step twice.
 
+The supervisor folds the same way (``apply_event``: typed events, no parsing) and
+sends a dashboard that attaches its state as a ``snapshot`` frame
+(``to_snapshot``/``from_snapshot``, gpuwatch/snapshot.py: generic over the
+dataclass fields, so a field added here is carried without more code); the
+dashboard takes it whole and folds only the events after it. Memory does not grow
+with the run's length: windows are fixed deques, the log tail is cut, an attempt's
+median examples/s is a ``MedianSketch`` (exact for a short attempt, then within
+0.5 %); what grows is one ``AttemptSummary`` per attempt.
+
 Several workers (MultiWorkerMirroredStrategy): the headline figures (step, loss,
 examples/s, input wait, the step window, the device sample) come from the chief
 (worker 0) alone, so nothing is counted twice and a one-host run folds exactly as
@@ -28,12 +37,15 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+from gpuwatch import snapshot
 from gpuwatch.series import DeviceHistory, RunHistory
+from gpuwatch.sketch import MedianSketch
 from trainer_runtime.protocol import (
     FAILED_STATUSES,
+    SNAPSHOT,
     TERMINAL_STATUSES,
     Attempt,
     Checkpoint,
@@ -70,6 +82,9 @@ PREFETCH_KEY = "data.prefetch"
 ACCUMULATION_KEY = "train.accumulation_steps"
 BATCH_KEY = "train.global_batch_size"
 
+
+# Fields that belong to this dashboard, not to the run: left out of snapshots.
+_LOCAL = {"snapshot": False}
 
 # Dirty areas, so the app repaints only the widgets whose inputs changed.
 AREAS = (
@@ -207,7 +222,8 @@ class AttemptSummary:
     sum_step_time_ms: float = 0.0
     sum_input_wait_ms: float = 0.0
     sum_grad_sync_bytes: float = 0.0
-    rates: list[float] = field(default_factory=list)
+    # examples/s of every measured step, for the median: bounded (exact for a short attempt)
+    rates: MedianSketch = field(default_factory=MedianSketch)
     end: str | None = None  # "done: max_steps", "crashed: exit 1", ...
     resume: Resume | None = None  # where it resumed: step, data position, data order
     workers: int = 1  # the cluster size its chief's hello gave (1: one host)
@@ -232,7 +248,7 @@ class AttemptSummary:
 
     @property
     def median_examples_per_s(self) -> float | None:
-        return _median(self.rates)
+        return self.rates.median()
 
     @property
     def grad_sync_bytes_per_s(self) -> float | None:
@@ -280,8 +296,9 @@ class RunState:
     workers_seen: dict[int, WorkerFigures] = field(default_factory=dict)
     last_seq: int = -1
     last_t: float | None = None
-    link_state: str | None = None
-    link_message: str | None = None
+    # The dashboard's own connection: not part of the run, never in a snapshot.
+    link_state: str | None = field(default=None, metadata=_LOCAL)
+    link_message: str | None = field(default=None, metadata=_LOCAL)
     error: Error | None = None
     done: Done | None = None
     last_checkpoint: Checkpoint | None = None
@@ -289,7 +306,7 @@ class RunState:
     events_applied: int = 0
     duplicates_skipped: int = 0
     bad_events: int = 0  # frames that are not a protocol event (counted, skipped)
-    changed: set[str] = field(default_factory=lambda: set(AREAS))
+    changed: set[str] = field(default_factory=lambda: set(AREAS), metadata=_LOCAL)
 
     # ---- folding -------------------------------------------------------
 
@@ -298,9 +315,13 @@ class RunState:
             self.apply(event)
 
     def apply(self, frame: Mapping[str, Any]) -> None:
-        if frame.get("type") == "link":  # the link's own news, not a protocol event
+        kind = frame.get("type")
+        if kind == "link":  # the link's own news, not a protocol event
             self._on_link(frame)
             self.events_applied += 1
+            return
+        if kind == SNAPSHOT:  # the fold up to a seq, from the supervisor (client.py joins it)
+            self._on_snapshot(frame)
             return
         try:
             envelope, event = parse_event(frame)
@@ -320,6 +341,42 @@ class RunState:
             self.last_t = envelope.t
         _HANDLERS[type(event)](self, event, envelope.t)
         self.events_applied += 1
+
+    # ---- snapshots -----------------------------------------------------
+
+    def to_snapshot(self) -> str:
+        """The state as snapshot text (gpuwatch/snapshot.py); its seq is ``last_seq``."""
+        return snapshot.dumps(self)
+
+    @classmethod
+    def snapshot_format(cls) -> str | None:
+        """The format to_snapshot() writes (None: this RunState cannot be snapshotted)."""
+        try:
+            return snapshot.schema_id(cls)
+        except snapshot.SnapshotError:
+            return None
+
+    @classmethod
+    def from_snapshot(cls, text: str | bytes) -> RunState:
+        """A state from to_snapshot()'s text; SnapshotError if unreadable or of another schema."""
+        state = snapshot.loads(cls, text)
+        assert isinstance(state, cls)
+        return state
+
+    def _on_snapshot(self, frame: Mapping[str, Any]) -> None:
+        """Take the supervisor's fold as this state (keeping the link's own fields)."""
+        try:
+            restored = RunState.from_snapshot(frame.get("data") or "")
+        except snapshot.SnapshotError:
+            self.bad_events += 1
+            return
+        if restored.last_seq <= self.last_seq:  # older than what was already folded
+            self.duplicates_skipped += 1
+            return
+        for f in fields(self):
+            if snapshot.snapshotted(f):
+                setattr(self, f.name, getattr(restored, f.name))
+        self.changed.update(AREAS)
 
     def take_changes(self) -> set[str]:
         """The areas changed since the last call (the app repaints only those)."""
@@ -412,18 +469,20 @@ class RunState:
         self.window.append(point)
         self.dropped = event.dropped or self.dropped
         summary.steps_seen += 1
+        # The event's fields, not the point's: StepPoint reads through a slow __getattr__,
+        # and the supervisor folds every step it records through here.
         if summary.first_step is None:
-            summary.first_step = point.step
-        summary.last_step = point.step
+            summary.first_step = event.step
+        summary.last_step = event.step
         self.run_history.add(event, warmup=point.warmup)
-        if summary.steps_seen > WARMUP_STEPS and point.step_time_ms > 0:
+        if summary.steps_seen > WARMUP_STEPS and event.step_time_ms > 0:
             summary.measured_steps += 1
-            summary.sum_step_time_ms += point.step_time_ms
-            summary.sum_input_wait_ms += point.input_wait_ms
-            summary.sum_grad_sync_bytes += point.grad_sync_bytes
-            rate = point.examples_per_s
+            summary.sum_step_time_ms += event.step_time_ms
+            summary.sum_input_wait_ms += event.input_wait_ms
+            summary.sum_grad_sync_bytes += event.grad_sync_bytes
+            rate = event.examples_per_s
             if rate is not None:
-                summary.rates.append(rate)
+                summary.rates.add(rate)
             self.changed.add("attempts")
         self.changed.update(("metrics", "history", "plots"))
 

@@ -195,3 +195,80 @@ def test_decode_only_ever_raises_protocol_error(text: str) -> None:
     except ProtocolError:
         return
     assert type(frame["v"]) is int and isinstance(frame["type"], str)
+
+
+# -- snapshot frames: the supervisor's state, in parts under the frame limit -------------
+
+
+def _join(frames: list[bytes]) -> dict[str, object] | None:
+    from trainer_runtime.protocol import SnapshotParts
+
+    parts = SnapshotParts()
+    joined = None
+    for data in frames:
+        result = parts.feed(decode(data))
+        assert joined is None, "nothing after the last part"
+        joined = result
+    return joined
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["", "x", "a" * 200_000, '{"k":"\\u00e9\\"quoted\\""}' * 9000, "\U0001f600" * 70_000],
+    ids=["empty", "one", "ascii", "escapes", "astral"],
+)
+def test_a_snapshot_of_any_size_goes_in_parts_under_the_frame_limit(text: str) -> None:
+    from trainer_runtime.protocol import SNAPSHOT_PART_CHARS, snapshot_frames
+
+    frames = snapshot_frames(41, "1-abc", text)
+    assert len(frames) == max(1, -(-len(text) // SNAPSHOT_PART_CHARS))
+    assert all(len(frame) <= MAX_FRAME_BYTES for frame in frames)
+    assert _join(frames) == {"v": PROTOCOL_VERSION, "type": "snapshot", "seq": 41,
+                             "schema": "1-abc", "data": text}
+
+
+@pytest.mark.parametrize(
+    "damage", ["second part first", "a part missing", "parts of two snapshots", "an extra field"]
+)
+def test_snapshot_parts_that_do_not_fit_together_are_a_protocol_error(damage: str) -> None:
+    from trainer_runtime.protocol import SNAPSHOT_PART_CHARS, snapshot_frames
+
+    frames = snapshot_frames(7, "f", "z" * (3 * SNAPSHOT_PART_CHARS))
+    if damage == "second part first":
+        frames = [frames[1], frames[0], frames[2]]
+    elif damage == "a part missing":
+        frames = [frames[0], frames[2]]
+    elif damage == "parts of two snapshots":
+        frames = [frames[0], snapshot_frames(8, "f", "z" * (3 * SNAPSHOT_PART_CHARS))[1]]
+    else:
+        frame = decode(frames[0])
+        frames = [encode("snapshot", **{k: v for k, v in frame.items() if k not in ("v", "type")},
+                         extra=1)]
+    with pytest.raises(ProtocolError, match="snapshot"):
+        _join(frames)
+
+
+def test_a_snapshot_over_the_join_limit_is_a_protocol_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from trainer_runtime import protocol
+
+    monkeypatch.setattr(protocol, "MAX_SNAPSHOT_CHARS", 100_000)
+    with pytest.raises(ProtocolError, match="over 100000 characters"):
+        _join(protocol.snapshot_frames(1, "f", "y" * 200_000))
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"),
+    [(None, True), ("1-abc", True), ("x" * 128, True), ("", False), ("x" * 129, False),
+     (1, False), (True, False)],
+)
+def test_subscribe_takes_a_snapshot_format_or_null(value: object, ok: bool) -> None:
+    from trainer_runtime.protocol import InvalidCommand, Subscribe, parse_command
+
+    frame = {"v": 1, "type": "subscribe", "from_seq": 0, "snapshot": value}
+    if ok:
+        assert parse_command(frame) == Subscribe(from_seq=0, snapshot=value)  # type: ignore[arg-type]
+    else:
+        with pytest.raises(InvalidCommand, match="subscribe: snapshot must be a string"):
+            parse_command(frame)

@@ -540,7 +540,7 @@ class FakeRun:
     def status_fields(self) -> dict[str, Any]:
         return {"status": "running", "attempt": 1}
 
-    def subscribe(self, client: Client, from_seq: int) -> int:
+    def subscribe(self, client: Client, from_seq: int, snapshot: str | None = None) -> int:
         self.asked.append(("subscribe", from_seq))
         return 42
 

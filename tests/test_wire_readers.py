@@ -253,3 +253,41 @@ async def test_a_reply_with_id_true_is_not_the_reply_to_command_1(short_dir: Pat
         assert reply["type"] == "ack" and reply["id"] == 1
         stray = await asyncio.wait_for(client.next_batch(), 10)
         assert stray[0]["type"] == "err" and stray[0]["id"] is True
+
+
+async def test_a_client_that_falls_behind_stops_reading_and_loses_nothing(
+    short_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuwatch import client as client_module
+
+    monkeypatch.setattr(client_module, "INBOX_MAX_EVENTS", 100)
+    total = 20_000  # about 5 MB: far past the socket's buffers
+    padding = "x" * 200
+    server_done = asyncio.Event()
+
+    async def flood(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for seq in range(total):
+            writer.write(encode("step", seq=seq, pad=padding))
+            if seq % 100 == 0:
+                await writer.drain()  # blocks while the client does not read
+        await writer.drain()
+        server_done.set()
+        await reader.read()
+
+    server = await asyncio.start_unix_server(flood, path=str(short_dir / "flood.sock"))
+    async with server, RunClient(short_dir / "flood.sock") as client:
+        inbox = client._events
+
+        async def full() -> None:
+            while inbox.waits == 0:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(full(), 10)
+        assert len(inbox) == 100, "the reader waits at the bound"
+        assert not server_done.is_set(), "and the supervisor's writes wait on it"
+        seqs: list[int] = []
+        while len(seqs) < total:
+            seqs += [frame["seq"] for frame in await asyncio.wait_for(client.next_batch(1000), 10)]
+            assert len(inbox) <= 100
+        assert seqs == list(range(total)), "nothing dropped, nothing out of order"
+        await asyncio.wait_for(server_done.wait(), 10)

@@ -116,6 +116,11 @@ Every frame carries "v" and "type"; "t" is the sender's clock (a step's: when it
 ended); the supervisor adds "seq", the event's line number in events.jsonl.
 supervisor -> dashboard, replies:
   ack / err   id (the command's), message (err only), and any result fields
+supervisor -> dashboard, first, when a subscribe asked for a snapshot it has:
+  snapshot    seq (the last event the state folds), schema (its format), part and
+              parts (0-based index and count), data (that part of the snapshot text);
+              the parts come in order before any event; the client joins them
+              (SnapshotParts) into one frame whose data is the whole text
 
 dashboard -> supervisor (commands; each answered by ack or err). Every field is
 checked by type and range; an unknown command or field, or a value of the wrong
@@ -126,6 +131,11 @@ kind (1 is not true, true is not 1), is answered err and changes nothing.
                 is valid)
   subscribe   Send every recorded event with seq >= from_seq, then live ones.
               from_seq: an integer from 0 to 9007199254740991; default 0
+              snapshot: a string of 1 to 128 characters or null; default null; the
+                snapshot format the client reads (gpuwatch.snapshot.schema_id); when
+                the supervisor has one of that format at seq S >= from_seq, it sends
+                it first (snapshot frames) and then the events from S + 1; the ack
+                says snapshot_seq
   relaunch    Stop the trainer, start a new attempt with these settings (resumes from
               checkpoint).
               overrides: an object of at most 64 dotted keys (like "data.prefetch") to
@@ -372,6 +382,14 @@ def _check_seq(value: Any) -> int:
     raise SEQ.refuse(value)
 
 
+def _check_snapshot_format(value: Any) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS:
+        return str(value)
+    raise SNAPSHOT_FORMAT.refuse(value)
+
+
 def _check_id(value: Any) -> CommandId:
     if value is None:
         return None
@@ -440,6 +458,9 @@ COMMAND_ID = WireKind(
     f"(-{MAX_WIRE_INT} to {MAX_WIRE_INT}) or null",
     _check_id,
 )
+SNAPSHOT_FORMAT = WireKind(
+    f"a string of 1 to {MAX_ID_CHARS} characters or null", _check_snapshot_format
+)
 OVERRIDES = WireKind(
     f"an object of at most {MAX_OVERRIDES} dotted keys (like \"data.prefetch\") "
     "to JSON values",
@@ -468,6 +489,15 @@ class Subscribe(Command):
 
     TYPE: ClassVar[str] = "subscribe"
     from_seq: int = field(default=0, metadata=_wire(SEQ))
+    snapshot: str | None = field(
+        default=None,
+        metadata=_wire(
+            SNAPSHOT_FORMAT,
+            "the snapshot format the client reads (gpuwatch.snapshot.schema_id); when the "
+            "supervisor has one of that format at seq S >= from_seq, it sends it first "
+            "(snapshot frames) and then the events from S + 1; the ack says snapshot_seq",
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -885,6 +915,11 @@ EVENTS: Mapping[str, type[Event]] = MappingProxyType(
     }
 )
 TRAINER_EVENTS = frozenset(name for name, cls in EVENTS.items() if cls.FROM == "trainer")
+# Each event's field names, in order: event_frame runs for every event recorded, and
+# dataclasses.fields() rebuilds its tuple on every call.
+_FIELD_NAMES: Mapping[type[Event], tuple[str, ...]] = MappingProxyType(
+    {cls: tuple(f.name for f in fields(cls)) for cls in EVENTS.values()}
+)
 
 
 def input_wait_pct(input_wait_ms: float, step_time_ms: float) -> float | None:
@@ -909,8 +944,9 @@ def event_frame(event: Event, *, t: float | None = None, seq: int | None = None
         frame["seq"] = seq
     if t is not None:
         frame["t"] = t
-    for f in fields(event):
-        frame[f.name] = getattr(event, f.name)
+    names = _FIELD_NAMES.get(type(event))
+    for name in names if names is not None else (f.name for f in fields(event)):
+        frame[name] = getattr(event, name)
     return frame
 
 
@@ -1031,6 +1067,66 @@ def event_reference(width: int = 86) -> str:
                 lines.extend(textwrap.wrap(text, width, initial_indent=" " * 14,
                                            subsequent_indent=" " * 16))
     return "\n".join(lines)
+
+
+# -- supervisor -> dashboard: a snapshot of the run's state ---------------------------
+#
+# What a dashboard would have folded from events 0..seq, sent in parts of at most
+# SNAPSHOT_PART_CHARS characters so that no frame comes near MAX_FRAME_BYTES (a part's
+# text, JSON-escaped, grows at most 12x for characters outside ASCII).
+
+SNAPSHOT = "snapshot"
+SNAPSHOT_PART_CHARS = 1 << 16
+# The most a client joins (a longer one is a bad frame: the connection is closed).
+MAX_SNAPSHOT_CHARS = 64 << 20
+_SNAPSHOT_FIELDS = frozenset({"v", "type", "seq", "schema", "part", "parts", "data"})
+
+
+def snapshot_frames(seq: int, schema: str, text: str) -> list[bytes]:
+    """The frames of one snapshot text (the state after event seq), in order."""
+    pieces = [text[i:i + SNAPSHOT_PART_CHARS]
+              for i in range(0, len(text), SNAPSHOT_PART_CHARS)] or [""]
+    return [
+        encode_frame({"v": PROTOCOL_VERSION, "type": SNAPSHOT, "seq": seq, "schema": schema,
+                      "part": index, "parts": len(pieces), "data": piece})
+        for index, piece in enumerate(pieces)
+    ]
+
+
+class SnapshotParts:
+    """Joins snapshot frames into one ``{"type": "snapshot", seq, schema, data}`` frame.
+
+    ``feed`` returns None until the last part, then the joined frame. A part out of
+    order, of another snapshot, or over MAX_SNAPSHOT_CHARS in all is a ProtocolError.
+    """
+
+    def __init__(self) -> None:
+        self._head: tuple[int, str, int] | None = None
+        self._pieces: list[str] = []
+        self._chars = 0
+
+    def feed(self, frame: Mapping[str, Any]) -> dict[str, Any] | None:
+        seq, schema, part, parts, data = (frame.get(k) for k in
+                                          ("seq", "schema", "part", "parts", "data"))
+        unknown = set(frame) - _SNAPSHOT_FIELDS
+        if (unknown or type(seq) is not int or seq < 0 or not isinstance(schema, str)
+                or type(part) is not int or type(parts) is not int or not 0 <= part < parts
+                or not isinstance(data, str)):
+            raise ProtocolError("snapshot: a part must carry seq, schema, part < parts and "
+                                "data, and nothing else")
+        if part == 0:
+            self._head, self._pieces, self._chars = (seq, schema, parts), [], 0
+        elif self._head != (seq, schema, parts) or part != len(self._pieces):
+            raise ProtocolError(f"snapshot: part {part} of {parts} came out of order")
+        self._chars += len(data)
+        if self._chars > MAX_SNAPSHOT_CHARS:
+            raise ProtocolError(f"snapshot: over {MAX_SNAPSHOT_CHARS} characters")
+        self._pieces.append(data)
+        if part < parts - 1:
+            return None
+        text, self._head, self._pieces, self._chars = "".join(self._pieces), None, [], 0
+        return {"v": PROTOCOL_VERSION, "type": SNAPSHOT, "seq": seq, "schema": schema,
+                "data": text}
 
 
 # -- supervisor -> trainer: live settings ----------------------------------------------

@@ -5,6 +5,12 @@ the connection drops it yields a synthetic ``{"type": "link", "state": "lost"}``
 event, retries with backoff (``"reconnecting"``), and resubscribes from the last
 seq it delivered + 1, so the app never sees a gap or (with RunState's seq check)
 a duplicate.
+
+The first subscription asks for a snapshot in RunState's format: the supervisor
+then sends its fold up to some seq S (one ``snapshot`` frame, which RunState
+takes as its whole state) and only the events after S, so attaching to a long
+run costs the tail, not the whole history. A reconnect asks for none: the state
+already holds everything up to the last seq.
 """
 
 from __future__ import annotations
@@ -16,8 +22,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from gpuwatch.client import ConnectionLost, RunClient, build
+from gpuwatch.runstate import RunState
 
 BATCH_MAX_EVENTS = 2000
+# The from_seq of the latest subscriptions, kept for tests and logs.
+SUBSCRIPTIONS_KEPT = 100
 
 
 def link_event(state: str, message: str = "") -> dict[str, Any]:
@@ -48,10 +57,14 @@ class SocketLink:
         *,
         backoff_s: tuple[float, float] = (0.5, 10.0),
         connect_timeout_s: float = 5.0,
+        snapshot: bool = True,
     ) -> None:
         self.socket_path = Path(socket_path)
         self.last_seq = -1
         self.subscriptions: list[int] = []  # from_seq of every subscribe, for tests and logs
+        # The snapshot format asked for on the first subscription (None: replay it all).
+        self.snapshot_format = RunState.snapshot_format() if snapshot else None
+        self.snapshot_seq: int | None = None  # the seq of the snapshot the supervisor sent
         self._backoff_s = backoff_s
         self._connect_timeout_s = connect_timeout_s
         self._client: RunClient | None = None
@@ -67,8 +80,12 @@ class SocketLink:
                 await client.connect(self._connect_timeout_s)
                 from_seq = self.last_seq + 1
                 self.subscriptions.append(from_seq)
+                del self.subscriptions[:-SUBSCRIPTIONS_KEPT]  # a flapping link runs for days
                 self._client = client
-                await client.subscribe(from_seq=from_seq)
+                wanted = self.snapshot_format if from_seq == 0 else None
+                reply = await client.subscribe(from_seq=from_seq, snapshot=wanted)
+                if wanted is not None and isinstance(reply.get("snapshot_seq"), int):
+                    self.snapshot_seq = reply["snapshot_seq"]
                 attempt = 0
                 delay = self._backoff_s[0]
                 yield [link_event("connected", f"subscribed from seq {from_seq}")]

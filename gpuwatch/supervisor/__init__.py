@@ -5,13 +5,16 @@ detached from the terminal, so training outlives the dashboard and the SSH
 session. One asyncio loop does everything but device sampling (a thread per
 agent: NVML calls may block). Every event is appended to ``events.jsonl``
 (flushed) before it is sent to anyone: the file is the record of truth and
-replay reads it.
+replay reads it. A dashboard that attaches starts from the supervisor's snapshot of
+the run's state and replays only the events after it.
 
 Never imports TensorFlow: the trainer is a child process in its own process
 group, talking over a socketpair.
 
 The parts, each usable alone:
-  eventlog.py   events.jsonl (seq = line number), replay in chunks, state.json
+  eventlog.py   events.jsonl (seq = line number), events.idx (seek), replay in chunks,
+                state.json
+  snapshots.py  the run folded as a dashboard folds it (RunState), snapshot.json
   agent.py      one trainer process and its host's device sampler
   cluster.py    pure: a cluster run's workers, their launchers and TF_CONFIG / Slurm env
   launch.py     pure: what one worker's trainer needs to join its cluster

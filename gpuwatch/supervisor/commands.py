@@ -41,7 +41,7 @@ class Run(Protocol):
 
     def status_fields(self) -> dict[str, Any]: ...
 
-    def subscribe(self, client: Client, from_seq: int) -> int: ...
+    def subscribe(self, client: Client, from_seq: int, snapshot: str | None = None) -> int: ...
 
     async def relaunch(self, config: RunConfig, *, fresh: bool) -> int: ...
 
@@ -80,8 +80,11 @@ class Commands:
     async def carry_out(self, command: Command, client: Client) -> dict[str, Any]:
         """Carry out a command parse_command accepted; ValueError/ConfigError become err."""
         if isinstance(command, Subscribe):
-            next_seq = self.run.subscribe(client, command.from_seq)
-            return {"next_seq": next_seq, "run_id": self.run.run_id}
+            next_seq = self.run.subscribe(client, command.from_seq, command.snapshot)
+            reply: dict[str, Any] = {"next_seq": next_seq, "run_id": self.run.run_id}
+            if command.snapshot is not None:  # None: the format was not there, events follow
+                reply["snapshot_seq"] = client.snapshot_seq
+            return reply
         if isinstance(command, Status):
             return self.run.status_fields()
         async with self.lock:

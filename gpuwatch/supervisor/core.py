@@ -30,6 +30,7 @@ from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from gpuwatch.supervisor.hub import Client, ClientHub, TaskSet
+from gpuwatch.supervisor.snapshots import StateKeeper
 from gpuwatch.tboard import RunBoard
 from trainer_runtime.protocol import (
     LIVE_DEADLINE_S,
@@ -103,8 +104,12 @@ class Supervisor:
         self.config: RunConfig = load_config(self.config_path).config
         self.fresh = fresh  # the first attempt ignores existing checkpoints
         self.events = EventLog(run_dir)
+        # The run folded as a dashboard folds it, and its snapshots (fast attach).
+        self.keeper = StateKeeper(run_dir, self.events)
         self.commands = Commands(self)
-        self.hub = ClientHub(socket_path, self.events, self.commands.answer)
+        self.hub = ClientHub(
+            socket_path, self.events, self.commands.answer, snapshots=self.keeper.snapshot_for
+        )
         self.board = RunBoard(run_dir / "tensorboard")  # scalars, as events are recorded
         # A single-host run has one agent; a cluster one per worker. Agent 0 is the chief.
         # ClusterError (a ConfigError) when the cluster cannot be launched from here.
@@ -178,6 +183,7 @@ class Supervisor:
         Returns the event's time (t: the sender's, default now).
         """
         seq, t, data = self.events.append(event, t)
+        self.keeper.fold(seq, event, t)
         self.hub.publish(seq, data)
         self.board.observe(event, t)
         return t
@@ -187,6 +193,7 @@ class Supervisor:
         event = StatusChange(attempt=self.attempt, status=status, **fields)
         t = self.record(event)
         self.events.write_state(event, t, self.last_step)
+        self.keeper.write()  # a dashboard attaching now starts from here
 
     def _set_exit_status(self, status: str, fields: dict[str, Any]) -> None:
         try:
@@ -416,8 +423,8 @@ class Supervisor:
 
     # -- what the commands ask (commands.Run) ---------------------------------------
 
-    def subscribe(self, client: Client, from_seq: int) -> int:
-        return self.hub.subscribe(client, from_seq)
+    def subscribe(self, client: Client, from_seq: int, snapshot: str | None = None) -> int:
+        return self.hub.subscribe(client, from_seq, snapshot)
 
     async def relaunch(self, config: RunConfig, *, fresh: bool) -> int:
         """Stop the trainers (not a terminal status), then start the next attempt."""
@@ -539,6 +546,8 @@ class Supervisor:
         self.loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             self.loop.add_signal_handler(sig, lambda: self._tasks.spawn(self.stop_run()))
+        if self.events.next_seq:  # restarted on a run directory: its fold so far, first
+            await asyncio.to_thread(self.keeper.restore)
         await self.hub.open()
         try:
             if self.events.next_seq == 0:
@@ -561,6 +570,7 @@ class Supervisor:
             while not self._finished.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._finished.wait(), 1.0)
+                self.keeper.tick()
                 idle = self.hub.idle_s
                 ended = not self.trainer_running and self.status in TERMINAL_STATUSES
                 if ended and idle > LINGER_S:
@@ -586,6 +596,7 @@ class Supervisor:
         await self.hub.wait_closed(1.0)
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "supervisor.json").unlink()
+        self.keeper.write()
         self.events.close()
         self.board.close()
         for agent in self.agents:

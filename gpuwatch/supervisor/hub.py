@@ -3,6 +3,8 @@
 Only the run's owner may connect (SO_PEERCRED). Each connection reads command
 frames (answered by whoever the hub was given) and, once subscribed, gets the
 recorded events from its from_seq, then the live ones: no gap, no duplicate.
+A client that asks for a snapshot in a format the hub has gets it first (the
+run's state after event S), then the events from S + 1 (the log seeks there).
 Each client has a bounded outgoing queue; one that falls too far behind is cut
 off rather than let the supervisor's memory grow.
 """
@@ -22,7 +24,14 @@ from typing import Any
 
 from gpuwatch import runs
 from gpuwatch.supervisor.eventlog import EventLog
-from trainer_runtime.protocol import MAX_FRAME_BYTES, FrameBuffer, ProtocolError, encode
+from gpuwatch.supervisor.snapshots import Snapshot
+from trainer_runtime.protocol import (
+    MAX_FRAME_BYTES,
+    FrameBuffer,
+    ProtocolError,
+    encode,
+    snapshot_frames,
+)
 
 log = logging.getLogger("gpuwatch.supervisor")
 
@@ -65,6 +74,7 @@ class Client:
         self.queued_bytes = 0
         self.queue_max_bytes = queue_max_bytes
         self.subscribed_from: int | None = None
+        self.snapshot_seq: int | None = None  # the seq of the snapshot it was sent first
         self.replay_done = asyncio.Event()
         self.closed = False
 
@@ -81,6 +91,8 @@ class Client:
 
 # What the hub does with each frame a client sends: the reply to write back.
 Answer = Callable[[dict[str, Any], Client], Awaitable[bytes]]
+# The latest snapshot in a format (a schema id), if there is one.
+SnapshotSource = Callable[[str], Snapshot | None]
 
 
 class ClientHub:
@@ -93,10 +105,12 @@ class ClientHub:
         answer: Answer,
         *,
         queue_max_bytes: int = CLIENT_QUEUE_MAX_BYTES,
+        snapshots: SnapshotSource | None = None,
     ) -> None:
         self.socket_path = socket_path
         self.events = events
         self._answer = answer
+        self._snapshots = snapshots
         self.queue_max_bytes = queue_max_bytes
         self.clients: dict[int, Client] = {}
         self._client_ids = 0
@@ -153,26 +167,42 @@ class ClientHub:
             if not client.send(data):
                 self.drop(client, "too far behind")
 
-    def subscribe(self, client: Client, from_seq: int) -> int:
+    def subscribe(self, client: Client, from_seq: int, snapshot: str | None = None) -> int:
         """Replay [from_seq, next_seq) from the log, then go live; return next_seq.
 
-        Nothing awaits between taking next_seq and marking the client subscribed, so
-        every later event is queued for it: no gap, no duplicate.
+        With `snapshot` (a format) and a snapshot of that format at a seq S >= from_seq,
+        the snapshot is sent first and the replay starts at S + 1 (client.snapshot_seq
+        says S). Nothing awaits between taking next_seq and marking the client
+        subscribed, so every later event is queued for it: no gap, no duplicate.
         """
         if client.subscribed_from is not None:
             raise ValueError("subscribe: this connection is already subscribed")
         until_seq = self.events.next_seq
+        found = None
+        if snapshot is not None and self._snapshots is not None:
+            found = self._snapshots(snapshot)
+            if found is not None and not from_seq <= found.seq < until_seq:
+                found = None
         client.subscribed_from = from_seq
-        self._tasks.spawn(self._replay(client, from_seq, until_seq))
+        client.snapshot_seq = found.seq if found is not None else None
+        start = found.seq + 1 if found is not None else from_seq
+        self._tasks.spawn(self._replay(client, start, until_seq, found))
         return until_seq
 
-    async def _replay(self, client: Client, from_seq: int, until_seq: int) -> None:
-        """Write recorded events [from_seq, until_seq) straight out, then let the queue go.
+    async def _replay(
+        self, client: Client, from_seq: int, until_seq: int, found: Snapshot | None = None
+    ) -> None:
+        """Write the snapshot, if any, and recorded events [from_seq, until_seq) straight
+        out, then let the queue go.
 
         Events recorded meanwhile (seq >= until_seq) wait in the client's queue, which
         its writer drains only once the replay is done.
         """
         try:
+            if found is not None:
+                for frame in snapshot_frames(found.seq, found.schema, found.text):
+                    if client.closed or not await self._write_now(client, frame):
+                        return
             async with contextlib.aclosing(self.events.replay(from_seq, until_seq)) as chunks:
                 async for data in chunks:
                     if client.closed or not await self._write_now(client, data):
