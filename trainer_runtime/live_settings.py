@@ -65,13 +65,19 @@ class LiveSettings:
             return None, [], f"settings are not valid: {_one_line(exc)}"
         live, relaunch = live_changes(trainer.cfg, new)
         if relaunch:
-            shown = ", ".join(relaunch[:5]) + (f" and {len(relaunch) - 5} more"
-                                               if len(relaunch) > 5 else "")
-            return None, live, (f"needs a relaunch: {shown} changed (live: "
-                                f"{', '.join(LIVE_KEYS)})")
+            shown = ", ".join(relaunch[:5]) + (
+                f" and {len(relaunch) - 5} more" if len(relaunch) > 5 else ""
+            )
+            return None, live, (f"needs a relaunch: {shown} changed (live: {', '.join(LIVE_KEYS)})")
         if live and trainer.cfg.data.factory is not None:
-            return None, live, ("needs a relaunch: a data factory's pipeline cannot be "
-                                "rebuilt in place without restarting its data order")
+            return (
+                None,
+                live,
+                (
+                    "needs a relaunch: a data factory's pipeline cannot be "
+                    "rebuilt in place without restarting its data order"
+                ),
+            )
         problem = divisibility_error(new, trainer.replicas)
         if problem:
             return None, live, problem
@@ -121,8 +127,10 @@ def reconfigure(trainer: Trainer, request: ReconfigureRequest) -> Reconfigured:
     t0 = time.monotonic()
     new, changed, message = trainer.live.check(request.settings)
     if trainer.agreement is not None and trainer.agreement.any(new is None) and new is not None:
-        new, message = None, ("another worker refused these settings "
-                              "(its reconfigured event says why)")
+        new, message = (
+            None,
+            ("another worker refused these settings (its reconfigured event says why)"),
+        )
     if new is not None:
         old = trainer.cfg
         failure = ""
@@ -135,19 +143,38 @@ def reconfigure(trainer: Trainer, request: ReconfigureRequest) -> Reconfigured:
             failed = trainer.agreement.any(failed)
         if failed:
             trainer.live.apply(old)  # if even this fails, the trainer fails as before
-            new, message = None, ((failure or "another worker could not apply them")
-                                  + "; back on the old settings")
+            new, message = (
+                None,
+                ((failure or "another worker could not apply them") + "; back on the old settings"),
+            )
     return _answer(trainer, request, new is not None, changed, message, t0)
 
 
-def _answer(trainer: Trainer, request: ReconfigureRequest, ok: bool, changed: list[str],
-            message: str, t0: float) -> Reconfigured:
-    event = Reconfigured(attempt=trainer.attempt, id=request.id, ok=ok, step=trainer.step,
-                         changed=changed, seconds=round(time.monotonic() - t0, 4),
-                         message=message, worker=trainer.worker)
+def _answer(
+    trainer: Trainer,
+    request: ReconfigureRequest,
+    ok: bool,
+    changed: list[str],
+    message: str,
+    t0: float,
+) -> Reconfigured:
+    event = Reconfigured(
+        attempt=trainer.attempt,
+        id=request.id,
+        ok=ok,
+        step=trainer.step,
+        changed=changed,
+        seconds=round(time.monotonic() - t0, 4),
+        message=message,
+        worker=trainer.worker,
+    )
     if event.ok:
-        log.info("reconfigured after step %d in %.2fs: %s", event.step, event.seconds,
-                 ", ".join(changed) or "nothing changed")
+        log.info(
+            "reconfigured after step %d in %.2fs: %s",
+            event.step,
+            event.seconds,
+            ", ".join(changed) or "nothing changed",
+        )
     else:
         log.warning("refused reconfigure %d after step %d: %s", request.id, event.step, message)
     trainer.emitter.emit(event)
@@ -157,8 +184,10 @@ def _answer(trainer: Trainer, request: ReconfigureRequest, ok: bool, changed: li
 def too_late(trainer: Trainer, request: ReconfigureRequest, here: bool) -> Reconfigured:
     """Refuse a request not applied within its deadline (here, or on another worker)."""
     if here:
-        message = (f"not applied: the trainer was not ready for it within its "
-                   f"{request.deadline_s:g} s (asked {request.age_s():.1f} s ago)")
+        message = (
+            f"not applied: the trainer was not ready for it within its "
+            f"{request.deadline_s:g} s (asked {request.age_s():.1f} s ago)"
+        )
     else:
         message = "not applied: another worker was not ready for it in time"
     return _answer(trainer, request, False, [], message, time.monotonic())

@@ -137,8 +137,10 @@ class ExitPolicy:
         who = self.workers.who(index)
         self.fail(
             others[0],
-            {"message": f"still running {waited:.0f} s after {who} ended ({how}): "
-                        "stuck without it; stopped"},
+            {
+                "message": f"still running {waited:.0f} s after {who} ended ({how}): "
+                "stuck without it; stopped"
+            },
         )
 
     def _cancel_straggler_timer(self) -> None:

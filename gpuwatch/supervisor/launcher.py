@@ -117,8 +117,12 @@ class TrainerLauncher:
 
     def trainer_stepped(self) -> None:
         """A trainer has run a step: start the spare for the next relaunch (never two)."""
-        if (self._spare is None and self._spare_task is None and not self._closed
-                and spare_enabled()):
+        if (
+            self._spare is None
+            and self._spare_task is None
+            and not self._closed
+            and spare_enabled()
+        ):
             self._spare_task = asyncio.get_running_loop().create_task(self._spawn_spare())
 
     async def _spawn_spare(self) -> None:

@@ -94,8 +94,12 @@ class LiveChanges:
     def hold(self, index: int, event: Event, t: float | None) -> bool:
         """Keep a frame of a worker that switched before the others (True: held, not recorded)."""
         change = self.change
-        if (change is not None and not change.outcome.done() and index not in change.waiting
-                and not isinstance(event, Reconfigured)):
+        if (
+            change is not None
+            and not change.outcome.done()
+            and index not in change.waiting
+            and not isinstance(event, Reconfigured)
+        ):
             change.held.append((index, event, t))
             return True
         return False

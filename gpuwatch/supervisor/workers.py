@@ -112,8 +112,9 @@ class Workers:
     @property
     def live_capable(self) -> bool:
         """Every worker runs and its agent can send frames down to it."""
-        return all(getattr(agent, "live_capable", False) and agent.stoppable
-                   for agent in self.agents)
+        return all(
+            getattr(agent, "live_capable", False) and agent.stoppable for agent in self.agents
+        )
 
     @property
     def pids(self) -> list[int | None]:
