@@ -315,7 +315,7 @@ async def test_a_crashed_worker_names_itself_and_the_stubborn_ones_are_killed(
 ) -> None:
     # Worker 1 crashes at once; worker 0 ignores SIGTERM (blocked in a collective): SIGKILL.
     fake_env.setenv("GPUWATCH_FAKE_TRAINER", "stubborn,1=crash")
-    fake_env.setattr("gpuwatch.supervisor.core.WORKER_KILL_GRACE_S", 0.5)
+    fake_env.setattr("gpuwatch.supervisor.exit_policy.WORKER_KILL_GRACE_S", 0.5)
     sup = make_supervisor(short_dir, 2)
     running = asyncio.create_task(sup.run())
     await until(lambda: sup.status == "crashed", "the attempt to crash")
@@ -347,7 +347,7 @@ async def test_a_worker_that_finishes_while_another_hangs_past_the_timeout_fails
     short_dir: Path, fake_env: pytest.MonkeyPatch
 ) -> None:
     fake_env.setenv("GPUWATCH_FAKE_TRAINER", "finish,1=stubborn")
-    fake_env.setattr("gpuwatch.supervisor.core.WORKER_KILL_GRACE_S", 0.5)
+    fake_env.setattr("gpuwatch.supervisor.exit_policy.WORKER_KILL_GRACE_S", 0.5)
     sup = make_supervisor(short_dir, 2)  # cluster.timeout_s: 2
     running = asyncio.create_task(sup.run())
     await until(lambda: sup.status == "crashed", "the straggler to be given up on")
@@ -529,7 +529,7 @@ async def test_two_local_workers_apply_a_live_change_together_in_the_same_proces
     sup = make_supervisor(short_dir, 2)
     running = asyncio.create_task(sup.run())
     await until(lambda: sup.status == "running", "every worker to say hello")
-    await until(lambda: len(sup._worker_steps) == 2, "a step from each worker")
+    await until(lambda: len(sup.live.worker_steps) == 2, "a step from each worker")
     pids = [agent.pid for agent in sup.agents]
     async with RunClient(sup.socket_path) as client:
         reply = await client.command("relaunch", overrides={"data.prefetch": 2})

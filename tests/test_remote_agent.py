@@ -477,7 +477,7 @@ async def test_garbage_from_an_agent_is_counted_and_reads_as_a_lost_link(
         assert ended.link_lost is not None and "agent link to worker 1 lost" in ended.link_lost
         assert "bad frame from the agent: frame is not JSON" in ended.link_lost
         # The link's reader ended as it should: no exception escaped it.
-        task = agent._link_task
+        task = agent.link.task
         await until(lambda: task is not None and task.done(), "the link's reader to end")
         assert task is not None and task.exception() is None
     finally:

@@ -21,7 +21,7 @@ import pytest
 from gpuwatch.client import CommandError, ConnectionLost, RunClient
 from gpuwatch.config import load_config
 from gpuwatch.supervisor import Supervisor, eventlog
-from gpuwatch.supervisor import core as core_module
+from gpuwatch.supervisor import live as live_module
 from gpuwatch.supervisor.agent import LocalAgent
 from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.eventlog import EventLog
@@ -767,8 +767,8 @@ async def test_a_live_change_with_no_answer_times_out_and_changes_nothing(
 ) -> None:
     monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
     monkeypatch.setenv("GPUWATCH_FAKE_RECONFIGURE", "ignore")
-    monkeypatch.setattr(core_module, "LIVE_TIMEOUT_S", 0.5)
-    monkeypatch.setattr(core_module, "LIVE_ANSWER_GRACE_S", 0.5)
+    monkeypatch.setattr(live_module, "LIVE_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(live_module, "LIVE_ANSWER_GRACE_S", 0.5)
     running = await _running_core(core)
     async with RunClient(core.socket_path) as client:
         with pytest.raises(CommandError, match="did not answer within"):

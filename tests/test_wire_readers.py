@@ -63,7 +63,7 @@ def supervisor(short_dir: Path) -> Iterator[Supervisor]:
     shutil.copy(TINY, run_dir / "config.yaml")
     sup = Supervisor(run_dir, short_dir / "sock" / "r1.sock")
     yield sup
-    sup._events_file.close()
+    sup.events.close()
 
 
 # -- the supervisor's trainer side ------------------------------------------------------
@@ -76,7 +76,7 @@ async def test_trainer_reader_counts_a_deep_frame_and_closes_the_trainer_socket(
     with trainer_end:
         # Whole step events (the reader checks every field), with a deep frame between.
         trainer_end.sendall(encode_event(step(1, 1)) + DEEP + encode_event(step(1, 2)))
-        await asyncio.wait_for(supervisor._read_trainer(ours, 1), 10)
+        await asyncio.wait_for(supervisor.agents[0].read_frames(ours, 1), 10)
         trainer_end.settimeout(10)
         # The trainer sees its telemetry socket closed (it then checkpoints and exits).
         assert await asyncio.to_thread(trainer_end.recv, 16) == b""
@@ -93,11 +93,11 @@ async def serving(supervisor: Supervisor) -> AsyncIterator[Supervisor]:
     supervisor.loop = asyncio.get_running_loop()
     await supervisor._open_socket()
     yield supervisor
-    assert supervisor._server is not None
-    supervisor._server.close()
-    for client in list(supervisor.clients.values()):
-        supervisor._drop_client(client, "test over")
-    await supervisor._server.wait_closed()
+    assert supervisor.hub.server is not None
+    supervisor.hub.server.close()
+    for client in list(supervisor.hub.clients.values()):
+        supervisor.hub.drop(client, "test over")
+    await supervisor.hub.server.wait_closed()
 
 
 async def _exchange(path: Path, data: bytes) -> bytes:
@@ -146,7 +146,7 @@ async def test_a_malformed_relaunch_is_answered_err_and_starts_nothing(
     answer = decode(reply.splitlines()[0])
     assert answer["type"] == "err" and answer["id"] == echoed_id
     assert message in answer["message"]
-    assert serving.attempt == 0 and serving.trainer is None
+    assert serving.attempt == 0 and serving.agents[0].process is None
     assert not (serving.run_dir / "attempt-1.yaml").exists()
     assert serving.bad_frames == 0, "a refused command is answered, not a bad frame"
 

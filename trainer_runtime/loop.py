@@ -14,12 +14,9 @@ from (``cluster.Agreement``), so all run the same updates and save together.
 
 Live settings (``LIVE_KEYS``: the input pipeline's knobs, the global batch and
 accumulation) apply in this process at an execution boundary, when the supervisor
-sends a ``reconfigure`` frame: the input pipeline is rebuilt from the current data
-position, and for a new batch split the accumulators and the update graph too; the
-model, the optimizer, the step and the position carry on. Any other change is
-refused (it needs a relaunch), and so is any live change to a data factory's
-pipeline (rebuilt, it would restart the factory's data order). In a cluster every
-worker applies the same request after the same update, or none does.
+sends a ``reconfigure`` frame; ``live_settings.py`` checks and applies them (the
+Trainer's ``live`` part). In a cluster every worker applies the same request after
+the same update, or none does.
 """
 
 from __future__ import annotations
@@ -43,15 +40,10 @@ from trainer_runtime.cluster import Agreement
 from trainer_runtime.data import batch_mismatch, input_options, make_dataset_fn
 from trainer_runtime.devices import Devices
 from trainer_runtime.factories import FactoryError
+from trainer_runtime.live_settings import LiveSettings, reconfigure, too_late
 from trainer_runtime.models import build_model
-from trainer_runtime.protocol import Checkpoint, Reconfigured, Resume, Step
-from trainer_runtime.schema import (
-    LIVE_KEYS,
-    RunConfig,
-    divisibility_error,
-    live_changes,
-    per_replica_batch,
-)
+from trainer_runtime.protocol import Checkpoint, Resume, Step
+from trainer_runtime.schema import RunConfig, per_replica_batch
 from trainer_runtime.telemetry import NullEmitter, ReconfigureRequest, SocketEmitter
 from trainer_runtime.update_graph import UpdateGraph
 
@@ -224,9 +216,7 @@ class Trainer:
         self.dist_dataset: Any = None
         # train.max_steps given on the command line: kept over live settings.
         self.pinned_max_steps: int | None = None
-        # Update graphs of batch splits used before, by (accumulation, global batch):
-        # switching back reuses their traces and accumulators instead of adding more.
-        self._graphs: dict[tuple[int, int], UpdateGraph] = {}
+        self.live = LiveSettings(self)  # settings changed between two updates
         self._build()
 
     # ----------------------------------------------------------------- build
@@ -238,6 +228,17 @@ class Trainer:
         self.dist_dataset = self.strategy.distribute_datasets_from_function(
             dataset_fn, options=input_options(cfg.data, self.devices.kind, self.multi_worker))
         self._iterator = None
+
+    def drop_data(self) -> None:
+        """Forget the input pipeline: `iterator` makes it again, at the position then."""
+        self._iterator = None
+        self.dist_dataset = None
+
+    def restart_data(self) -> None:
+        """The input pipeline again from the current position, its iterator made now."""
+        self._make_data(self.position)
+        gc.collect()  # the old pipeline's iterator threads and buffers go now, not later
+        _ = self.iterator  # made now: a live switch's cost is counted in the switch
 
     @property
     def iterator(self) -> Any:
@@ -271,17 +272,8 @@ class Trainer:
             # Keras 3 needs its optimizer variables before the first tf.function
             # traces, or the step fails on an unfed placeholder (FACTS.md).
             self.optimizer.build(self.model.trainable_variables)
-            self.accumulators: list[tf.Variable] = []
-            if self.k > 1:
-                self.accumulators = [
-                    tf.Variable(tf.zeros(v.shape, dtype=v.dtype), trainable=False,
-                                synchronization=tf.VariableSynchronization.ON_READ,
-                                aggregation=tf.VariableAggregation.SUM,
-                                name=f"grad_accum_{i}")
-                    for i, v in enumerate(self.model.trainable_variables)
-                ]
-        self.graph = UpdateGraph(self.strategy, self.model, self.optimizer, self.accumulators,
-                                 self.k, self.global_batch, cfg.train.jit_compile)
+        self.graph = self.make_update_graph(cfg.train.jit_compile)
+        self.accumulators: list[tf.Variable] = self.graph.accumulators
         self.param_count = int(sum(np.prod(v.shape) for v in self.model.trainable_variables))
         self.param_bytes = int(sum(np.prod(v.shape) * np.dtype(v.dtype).itemsize
                                    for v in self.model.trainable_variables))
@@ -303,6 +295,21 @@ class Trainer:
             self.examples_per_epoch = cfg.data.examples
         else:
             self.examples_per_epoch = 0
+
+    def make_update_graph(self, jit_compile: bool) -> UpdateGraph:
+        """The update graph of the current batch split, with its own gradient accumulators."""
+        accumulators: list[tf.Variable] = []
+        if self.k > 1:
+            with self.strategy.scope():
+                accumulators = [
+                    tf.Variable(tf.zeros(v.shape, dtype=v.dtype), trainable=False,
+                                synchronization=tf.VariableSynchronization.ON_READ,
+                                aggregation=tf.VariableAggregation.SUM,
+                                name=f"grad_accum_{i}")
+                    for i, v in enumerate(self.model.trainable_variables)
+                ]
+        return UpdateGraph(self.strategy, self.model, self.optimizer, accumulators,
+                           self.k, self.global_batch, jit_compile)
 
     # --------------------------------------------------------------- running
     def concrete_update_fn(self) -> Any:
@@ -354,76 +361,6 @@ class Trainer:
             shown = int(got) if got == int(got) else round(got, 2)
             raise FactoryError(batch_mismatch(self.cfg.data.factory, shown,  # type: ignore[arg-type]
                                               self.per_replica_batch))
-
-    # ------------------------------------------------------- live settings
-    def check_settings(self, settings: dict[str, Any]) -> tuple[RunConfig | None, list[str], str]:
-        """(the new config or None if refused, the live keys that change, why refused).
-
-        Pure: no TensorFlow, no collective; every worker of a cluster runs it.
-        """
-        try:
-            new = RunConfig.model_validate(settings)
-            if self.pinned_max_steps is not None:
-                new.train.max_steps = self.pinned_max_steps
-            if new.cluster is not None and self.worker < new.cluster.count:
-                # This worker's own input pipeline, as at start-up.
-                given = new.cluster.workers[self.worker].data.given()
-                if given:
-                    new.data = type(new.data).model_validate({**new.data.model_dump(), **given})
-        except Exception as exc:
-            return None, [], f"settings are not valid: {_one_line(exc)}"
-        live, relaunch = live_changes(self.cfg, new)
-        if relaunch:
-            shown = ", ".join(relaunch[:5]) + (f" and {len(relaunch) - 5} more"
-                                               if len(relaunch) > 5 else "")
-            return None, live, (f"needs a relaunch: {shown} changed (live: "
-                                f"{', '.join(LIVE_KEYS)})")
-        if live and self.cfg.data.factory is not None:
-            return None, live, ("needs a relaunch: a data factory's pipeline cannot be "
-                                "rebuilt in place without restarting its data order")
-        problem = divisibility_error(new, self.replicas)
-        if problem:
-            return None, live, problem
-        return new, live, ""
-
-    def apply_settings(self, new: RunConfig) -> None:
-        """Switch to checked live settings (check_settings) between two updates.
-
-        The model, optimizer, step and data position carry on; the input pipeline
-        restarts at the position; a new batch split gets new accumulators and a
-        new update graph. The old ones are dropped (nothing grows per switch).
-        """
-        old = self.cfg
-        self.cfg = new
-        self._iterator = None
-        self.dist_dataset = None
-        if (new.train.global_batch_size, new.train.accumulation_steps) != (
-                old.train.global_batch_size, old.train.accumulation_steps):
-            self.k = new.train.accumulation_steps
-            self.global_batch = new.train.global_batch_size
-            self.per_replica_batch = per_replica_batch(new, self.replicas)
-            self._graphs[(old.train.accumulation_steps, old.train.global_batch_size)] = (
-                self.graph)
-            key = (self.k, self.global_batch)
-            graph = self._graphs.pop(key, None)
-            if graph is None:
-                # A split not seen before: its accumulators and its own traces.
-                with self.strategy.scope():
-                    accumulators = [
-                        tf.Variable(tf.zeros(v.shape, dtype=v.dtype), trainable=False,
-                                    synchronization=tf.VariableSynchronization.ON_READ,
-                                    aggregation=tf.VariableAggregation.SUM,
-                                    name=f"grad_accum_{i}")
-                        for i, v in enumerate(self.model.trainable_variables)
-                    ] if self.k > 1 else []
-                graph = UpdateGraph(self.strategy, self.model, self.optimizer, accumulators,
-                                    self.k, self.global_batch, new.train.jit_compile)
-            self.graph = graph
-            self.accumulators = graph.accumulators
-        self._make_data(self.position)
-        gc.collect()  # the old pipeline's iterator threads and buffers go now, not later
-        _ = self.iterator  # made now: the switch's cost is counted in the switch
-        self.reset_timing()
 
     def reset_timing(self) -> None:
         """Forget the last end time (after a pause that is not training time)."""
@@ -539,66 +476,6 @@ def step_limit(cfg: RunConfig, examples_per_epoch: int, step: int = 0,
         if limit is None or by_epochs < limit:
             limit, reason = by_epochs, "epochs"
     return limit, reason
-
-
-def _one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
-    return text if len(text) <= 300 else text[:297] + "..."
-
-
-def reconfigure(trainer: Trainer, request: ReconfigureRequest) -> Reconfigured:
-    """Check and apply a live-settings request now (every worker at once); emit the event.
-
-    In a cluster the workers agree on the verdict: one that refuses makes all refuse,
-    before anything changes, and one that fails while applying makes all go back to
-    the settings they had. A failure while applying (say, no memory for the new
-    pipeline) is a refusal, not a crash: the old settings are rebuilt and training
-    goes on.
-    """
-    t0 = time.monotonic()
-    new, changed, message = trainer.check_settings(request.settings)
-    if trainer.agreement is not None and trainer.agreement.any(new is None) and new is not None:
-        new, message = None, ("another worker refused these settings "
-                              "(its reconfigured event says why)")
-    if new is not None:
-        old = trainer.cfg
-        failure = ""
-        try:
-            trainer.apply_settings(new)
-        except Exception as exc:  # any failure: back to the old settings
-            failure = f"could not apply them: {_one_line(exc)}"
-        failed = bool(failure)
-        if trainer.agreement is not None:
-            failed = trainer.agreement.any(failed)
-        if failed:
-            trainer.apply_settings(old)  # if even this fails, the trainer fails as before
-            new, message = None, ((failure or "another worker could not apply them")
-                                  + "; back on the old settings")
-    return _answer(trainer, request, new is not None, changed, message, t0)
-
-
-def _answer(trainer: Trainer, request: ReconfigureRequest, ok: bool, changed: list[str],
-            message: str, t0: float) -> Reconfigured:
-    event = Reconfigured(attempt=trainer.attempt, id=request.id, ok=ok, step=trainer.step,
-                         changed=changed, seconds=round(time.monotonic() - t0, 4),
-                         message=message, worker=trainer.worker)
-    if event.ok:
-        log.info("reconfigured after step %d in %.2fs: %s", event.step, event.seconds,
-                 ", ".join(changed) or "nothing changed")
-    else:
-        log.warning("refused reconfigure %d after step %d: %s", request.id, event.step, message)
-    trainer.emitter.emit(event)
-    return event
-
-
-def too_late(trainer: Trainer, request: ReconfigureRequest, here: bool) -> Reconfigured:
-    """Refuse a request not applied within its deadline (here, or on another worker)."""
-    if here:
-        message = (f"not applied: the trainer was not ready for it within its "
-                   f"{request.deadline_s:g} s (asked {request.age_s():.1f} s ago)")
-    else:
-        message = "not applied: another worker was not ready for it in time"
-    return _answer(trainer, request, False, [], message, time.monotonic())
 
 
 def _local_stop(trainer: Trainer, flags: StopFlags) -> str | None:

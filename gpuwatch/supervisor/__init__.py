@@ -15,13 +15,21 @@ The parts, each usable alone:
   eventlog.py   events.jsonl (seq = line number), events.idx (seek), replay in chunks,
                 state.json
   snapshots.py  the run folded as a dashboard folds it (RunState), snapshot.json
+  recorder.py   one order for every event: event log, fold, dashboards, TensorBoard
   agent.py      one trainer process and its host's device sampler
+  launcher.py   starting a trainer here: trainer.log, its command, a spare or cold start
+  spare.py      a trainer process waiting with TensorFlow imported, for the next attempt
+  remote.py     an agent on another host (ssh, srun): the agent process and RemoteAgent
+  link.py       the supervisor's end of a remote agent's stdio link
   cluster.py    pure: a cluster run's workers, their launchers and TF_CONFIG / Slurm env
   launch.py     pure: what one worker's trainer needs to join its cluster
+  workers.py    the run's agents as one group: made, started chief first, stopped
   exits.py      pure: how a trainer's exit becomes the run's status
+  exit_policy.py  an attempt's workers' exits as one status; a failure stops them all
+  live.py       live settings changes: sent to every trainer, held frames, the answers
   hub.py        the socket: connections, peer uid, subscribe, fan-out, back-pressure
   commands.py   typed commands (parse_command) carried out and answered
-  core.py       the Supervisor: life cycle, signals, linger; holds the agents
+  core.py       the Supervisor: life cycle, signals, linger; orchestrates the parts
 """
 
 from gpuwatch.supervisor.agent import AgentStartError, LocalAgent

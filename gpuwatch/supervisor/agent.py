@@ -1,9 +1,9 @@
 """The trainer side of a run: one agent is one trainer process and its host's device sampler.
 
-A single-host run has one local agent. The agent starts the trainer in its own
-process group with a socketpair for telemetry, reads and checks its frames,
-stops the whole group, and when the trainer exits hands the supervisor a
-TrainerExit (exits.py says what status that is). Every frame and sample it
+A single-host run has one local agent. The agent starts the trainer (launcher.py:
+its own process group, a socketpair for telemetry, trainer.log, a spare), reads
+and checks its frames, stops the whole group, and when the trainer exits hands
+the supervisor a TrainerExit (exits.py says what status that is). Every frame and sample it
 passes up carries its index, so the supervisor knows which worker spoke; what
 is recorded on the wire is unchanged.
 """
@@ -16,17 +16,16 @@ import logging
 import os
 import signal
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from gpuwatch.supervisor.exits import TrainerExit
-from gpuwatch.supervisor.launch import CLUSTER_ENV, WorkerLaunch
-from gpuwatch.supervisor.spare import SpareTrainer, spare_enabled
+from gpuwatch.supervisor.launch import WorkerLaunch
+from gpuwatch.supervisor.launcher import AgentStartError, TrainerLauncher
 from trainer_runtime.protocol import (
     LIVE_DEADLINE_S,
     MAX_FRAME_BYTES,
@@ -47,8 +46,6 @@ from trainer_runtime.protocol import (
 log = logging.getLogger("gpuwatch.supervisor")
 
 SAMPLE_INTERVAL_S = float(os.environ.get("GPUWATCH_SAMPLE_INTERVAL_S", "1.0"))
-# How much of trainer.log an exit reads back for its cause (the end of this attempt's part).
-LOG_READ_BYTES = 256 * 1024
 
 # (agent index, frame type, fields): a trainer frame with v and seq taken off, attempt put on.
 OnFrame = Callable[[int, Event, float | None], None]
@@ -56,10 +53,6 @@ OnFrame = Callable[[int, Event, float | None], None]
 OnExit = Callable[[int, TrainerExit], None]
 # (agent index, sample fields): called on the event loop, once per sample.
 OnSample = Callable[[int, dict[str, Any]], None]
-
-
-class AgentStartError(Exception):
-    """The trainer could not be started; the message says why, in one line."""
 
 
 class LocalAgent:
@@ -82,15 +75,13 @@ class LocalAgent:
         trainer_args: Sequence[str] = (),
     ) -> None:
         self.index = index
-        self.trainer_module = trainer_module  # run as `python -m`; tests give a stand-in
         self.run_dir = run_dir
         # The trainer's own directory: the run's for worker 0 (its checkpoints are the
         # ones resumed), workers/<i>/ for the others (their scratch checkpoints, logs).
         self.worker_dir = worker_dir or run_dir
-        self.log_path = self.worker_dir / "trainer.log"
+        self.launcher = TrainerLauncher(trainer_module, self.worker_dir, trainer_args)
+        self.log_path = self.launcher.log_path
         self.sample = sample  # workers on one host: only one of them samples it
-        # More arguments for every attempt's trainer (a local worker's --chief-dir).
-        self.trainer_args = tuple(trainer_args)
         self.host = "localhost"
         self._reserved_port: socket.socket | None = None
         # Other local workers on this host: the sampler counts their processes as the run's.
@@ -103,20 +94,13 @@ class LocalAgent:
         self.bad_frames = 0
         self._done_reason: str | None = None
         self._error: str | None = None
-        self._log_offset = 0
         self._cgroup: Path | None = None
         self._oom_kills_at_start: int | None = None
         self._sampler = _SamplerThread(index, self._run_pids, on_sample)
         # Down the trainer's socket: reconfigure frames (None while no trainer reads it).
         self._writer: asyncio.StreamWriter | None = None
         # The attempt stamped on the trainer's frames: a live change moves it on.
-        self._attempt = 0
-        # (request id, the attempt its frames belong to once it says it applied it).
-        self._pending: tuple[int, int] | None = None
-        # A trainer-to-be with TensorFlow imported, for the next relaunch (spare.py).
-        self._spare: SpareTrainer | None = None
-        self._spare_task: asyncio.Task[None] | None = None
-        self._closed = False  # the run is over: no more spares
+        self._stamp = AttemptStamp(0)
 
     @property
     def running(self) -> bool:
@@ -128,9 +112,18 @@ class LocalAgent:
         return self.process.pid if self.process is not None else None
 
     @property
+    def trainer_module(self) -> str:
+        """Run as `python -m`; tests give a stand-in."""
+        return self.launcher.trainer_module
+
+    @trainer_module.setter
+    def trainer_module(self, module: str) -> None:
+        self.launcher.trainer_module = module
+
+    @property
     def spare_pid(self) -> int | None:
         """The waiting spare trainer's pid (None: none waits now)."""
-        return self._spare.proc.pid if self._spare is not None and self._spare.alive else None
+        return self.launcher.spare_pid
 
     @property
     def stoppable(self) -> bool:
@@ -172,102 +165,22 @@ class LocalAgent:
         if self.process is not None:
             raise AgentStartError(f"worker {self.index}'s trainer (pid {self.pid}) still runs")
         self._release_port()
-        try:
-            self.worker_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.log_path, "ab") as log_file:  # noqa: ASYNC230 - one short line
-                log_file.write(
-                    f"=== gpuwatch: attempt {attempt} starting at "
-                    f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode()
-                )
-                self._log_offset = log_file.tell()
-        except OSError as exc:  # not writable, disk full: the attempt cannot start
-            raise AgentStartError(f"could not write {self.log_path}: {exc}") from None
-        args = ["--run-dir", str(self.worker_dir), "--config", str(config_path)]
-        args += ["--attempt", str(attempt)]
-        if launch is not None:
-            args += ["--worker", str(launch.index)]
-        args += self.trainer_args
-        if fresh:
-            args.append("--fresh")
-        env = _trainer_env(launch)
-        spare, self._spare = self._spare, None
-        claimed = await spare.claim(args, env, self.worker_dir) if spare is not None else None
-        if claimed is not None:
-            proc, parent_sock = claimed
-            log.info("attempt %d: the spare trainer takes it", attempt)
-        else:
-            proc, parent_sock = await self._start_cold(args, env)
+        proc, parent_sock = await self.launcher.launch(
+            attempt, config_path, fresh=fresh, launch=launch
+        )
         log.info("attempt %d: trainer pid %d", attempt, proc.pid)
         self.process = proc
         self._cgroup = memory_cgroup(proc.pid)
         self._oom_kills_at_start = oom_kills(self._cgroup)
         self._done_reason = None
         self._error = None
-        self._attempt = attempt
-        self._pending = None
+        self._stamp.attempt = attempt
+        self._stamp.pending = None
         self._watcher = asyncio.create_task(self._watch(proc, parent_sock, attempt))
-
-    async def _start_cold(
-        self, args: list[str], env: dict[str, str]
-    ) -> tuple[asyncio.subprocess.Process, socket.socket]:
-        """A new interpreter: ``python -m MODULE *args --telemetry-fd N``."""
-        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd = [sys.executable, "-m", self.trainer_module, *args]
-        cmd += ["--telemetry-fd", str(child_sock.fileno())]
-        try:
-            log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        except OSError as exc:
-            parent_sock.close()
-            child_sock.close()
-            raise AgentStartError(f"could not open {self.log_path}: {exc}") from None
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *cmd,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=log_fd,
-                stderr=log_fd,
-                pass_fds=(child_sock.fileno(),),
-                start_new_session=True,  # its own process group: stop signals all of it
-                cwd=str(self.worker_dir),
-                env=env,
-            )
-        except OSError as exc:
-            parent_sock.close()
-            raise AgentStartError(f"could not start the trainer: {exc}") from None
-        finally:
-            os.close(log_fd)
-            child_sock.close()
-        return proc, parent_sock
-
-    def _wants_spare(self) -> bool:
-        return (
-            self._spare is None
-            and self._spare_task is None
-            and not self._closed
-            and spare_enabled()
-        )
-
-    async def _spawn_spare(self) -> None:
-        """Start the spare for the next relaunch (once a trainer runs; never two)."""
-        try:
-            spare = await SpareTrainer.spawn(
-                self.trainer_module, self.log_path, self.worker_dir, _trainer_env(None)
-            )
-        finally:
-            self._spare_task = None
-        if spare is None:
-            return
-        if self._spare is not None or self._closed:
-            spare.discard()
-            return
-        self._spare = spare
 
     def release_spare(self) -> None:
         """The run is over: no relaunch will claim the spare."""
-        self._closed = True
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            spare.discard()
+        self.launcher.release_spare()
 
     async def _watch(
         self, proc: asyncio.subprocess.Process, sock: socket.socket, attempt: int
@@ -288,7 +201,7 @@ class LocalAgent:
             returncode=returncode,
             done_reason=self._done_reason,
             error=self._error,
-            log_lines=tuple(self._log_lines()) if returncode != 0 else (),
+            log_lines=tuple(self.launcher.log_lines()) if returncode != 0 else (),
             oom_killed=oom is not None and at_start is not None and oom > at_start,
         )
         self._on_exit(self.index, ended)
@@ -311,24 +224,13 @@ class LocalAgent:
         # Anything the trainer left behind in its group goes too.
         signal_group(proc.pid, signal.SIGKILL)
 
-    def _log_lines(self) -> list[str]:
-        """This attempt's lines of trainer.log (its last LOG_READ_BYTES at most)."""
-        try:
-            with open(self.log_path, "rb") as fh:
-                size = fh.seek(0, os.SEEK_END)
-                fh.seek(max(self._log_offset, size - LOG_READ_BYTES))
-                data = fh.read()
-        except OSError:
-            return []
-        return data.decode("utf-8", "replace").splitlines()
-
     # -- its frames ----------------------------------------------------------------
 
     async def read_frames(self, sock: socket.socket, attempt: int) -> None:
         """Pass every frame up until EOF; a frame that does not decode ends the reading."""
         reader, writer = await asyncio.open_unix_connection(sock=sock, limit=MAX_FRAME_BYTES)
         self._writer = writer
-        self._attempt = attempt
+        self._stamp.attempt = attempt
         frames = FrameBuffer()
         try:
             while True:
@@ -350,7 +252,7 @@ class LocalAgent:
                         log.warning("attempt %d: dropped a trainer frame: %s", attempt, exc)
         finally:
             self._writer = None
-            self._pending = None
+            self._stamp.pending = None
             writer.close()
 
     async def send(self, data: bytes) -> None:
@@ -375,34 +277,30 @@ class LocalAgent:
         deadline_s: float = LIVE_DEADLINE_S,
     ) -> None:
         """Ask the trainer to apply settings live; once it has, its frames are new_attempt's."""
-        self._pending = (request_id, new_attempt)
+        self._stamp.pending = (request_id, new_attempt)
         try:
             await self.send(reconfigure_frame(request_id, settings, at_step, deadline_s))
         except AgentStartError:
-            self._pending = None
+            self._stamp.pending = None
             raise
 
     def cancel_reconfigure(self, attempt: int) -> None:
         """The change was abandoned (refused elsewhere, or too late): frames are attempt's again."""
-        self._pending = None
-        self._attempt = attempt
+        self._stamp.cancel(attempt)
 
     def _take_frame(self, frame: dict[str, Any], attempt: int) -> None:
-        envelope, event = relayed_event(frame, self._attempt, self.index)
+        attempt_now = cast(int, self._stamp.attempt)  # a local agent's is never None
+        envelope, event = relayed_event(frame, attempt_now, self.index)
         if isinstance(event, Reconfigured):
-            pending = self._pending
-            if pending is not None and event.id == pending[0]:
-                self._pending = None
-                if event.ok:  # this one still carries the old attempt, what follows the new
-                    self._attempt = pending[1]
+            self._stamp.answered(event)
         elif isinstance(event, Hello):
             self.replicas = event.replicas
         elif isinstance(event, Done):
             self._done_reason = event.reason
         elif isinstance(event, Error):
             self._error = event.message
-        elif isinstance(event, Step) and self._wants_spare():
-            self._spare_task = asyncio.get_running_loop().create_task(self._spawn_spare())
+        elif isinstance(event, Step):
+            self.launcher.trainer_stepped()
         self._on_frame(self.index, event, envelope.t)
 
     # -- its host's devices --------------------------------------------------------
@@ -438,6 +336,32 @@ class LocalAgent:
         except Exception:
             pass
         return pids
+
+
+class AttemptStamp:
+    """The attempt an agent stamps on its trainer's frames, and the live change that moves it on.
+
+    attempt: None while no trainer runs (a remote agent's). The trainer's `reconfigured`
+    ok for the pending request still carries the old attempt; every frame after it the new.
+    """
+
+    def __init__(self, attempt: int | None) -> None:
+        self.attempt = attempt
+        # (request id, the attempt its frames belong to once it says it applied it).
+        self.pending: tuple[int, int] | None = None
+
+    def answered(self, event: Reconfigured) -> None:
+        pending = self.pending
+        if pending is not None and event.id == pending[0]:
+            self.pending = None
+            if event.ok:  # this one still carries the old attempt, what follows the new
+                self.attempt = pending[1]
+
+    def cancel(self, attempt: int) -> None:
+        """The change was abandoned: the frames are attempt's again."""
+        self.pending = None
+        if self.attempt is not None:
+            self.attempt = attempt
 
 
 def relayed_event(frame: Any, attempt: int, worker: int) -> tuple[Envelope, Event]:
@@ -498,19 +422,6 @@ class _SamplerThread:
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self.on_sample, self.index, fields)
-
-
-def _trainer_env(launch: WorkerLaunch | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in CLUSTER_ENV}
-    if launch is not None:
-        env.update(launch.env)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env["PYTHONUNBUFFERED"] = "1"
-    user_cwd = os.environ.get("GPUWATCH_USER_CWD")
-    if user_cwd:
-        # As `python -m` would: the person's working directory comes first on the path.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [user_cwd, env.get("PYTHONPATH")]))
-    return env
 
 
 def signal_group(pid: int, sig: int) -> None:

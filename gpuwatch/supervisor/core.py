@@ -24,21 +24,19 @@ from typing import Any
 
 from gpuwatch import runs
 from gpuwatch.config import ConfigError, dump_config, expected_replicas, load_config
-from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
-from gpuwatch.supervisor.cluster import WorkerPlan, plan_workers, worker_launches
+from gpuwatch.supervisor.agent import AgentStartError
 from gpuwatch.supervisor.commands import Commands
-from gpuwatch.supervisor.eventlog import EventLog
-from gpuwatch.supervisor.exits import TrainerExit, exit_status
-from gpuwatch.supervisor.hub import Client, ClientHub, TaskSet
-from gpuwatch.supervisor.snapshots import StateKeeper
-from gpuwatch.tboard import RunBoard
+from gpuwatch.supervisor.exit_policy import ExitPolicy
+from gpuwatch.supervisor.exits import TrainerExit
+from gpuwatch.supervisor.hub import Client, TaskSet
+from gpuwatch.supervisor.live import LiveChange, LiveChanges
+from gpuwatch.supervisor.recorder import Recorder
+from gpuwatch.supervisor.workers import Workers, WorkerStartError
 from trainer_runtime.protocol import (
-    LIVE_DEADLINE_S,
     TERMINAL_STATUSES,
     Attempt,
     Event,
     Hello,
-    ProtocolError,
     Reconfigured,
     Resume,
     Run,
@@ -53,41 +51,14 @@ log = logging.getLogger("gpuwatch.supervisor")
 STOP_GRACE_S = float(os.environ.get("GPUWATCH_STOP_GRACE_S", "30"))
 # After the run ends, stay up this long with no dashboard attached (relaunch stays possible).
 LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "600"))
-# A cluster's attempt that failed: how long the other workers get between SIGTERM and
-# SIGKILL (a trainer blocked in a collective never reaches its SIGTERM check).
-WORKER_KILL_GRACE_S = float(os.environ.get("GPUWATCH_WORKER_KILL_GRACE_S", "5"))
-# How long every worker has to answer a live change before it is abandoned.
-# A live change must begin in the trainer within this (the trainer's own deadline: past
-# it the trainer refuses the change, so no "applied" can come after we gave up) ...
-LIVE_TIMEOUT_S = float(os.environ.get("GPUWATCH_LIVE_TIMEOUT_S", str(LIVE_DEADLINE_S)))
-# ... and its answer arrive within this much more (a rebuild; a slow boundary's refusal).
-LIVE_ANSWER_GRACE_S = 30.0
-# A cluster's live change applies this many updates past the furthest worker's last step.
-LIVE_STEP_MARGIN = 3
-
-
-class _LiveChange:
-    """A live settings change sent to every worker, waiting for their `reconfigured`."""
-
-    def __init__(self, attempt: int, config: RunConfig, path: Path, workers: int) -> None:
-        self.attempt = attempt  # the attempt it becomes (also the request's id)
-        self.config = config
-        self.path = path
-        self.waiting = set(range(workers))
-        # Frames of workers that switched while others have not said so yet: recorded
-        # after the new attempt's event (or, if the change is abandoned, as the old one's).
-        self.held: list[tuple[int, Event, float | None]] = []
-        self.started = time.monotonic()
-        # None: applied on every worker; else the one-line reason it was not.
-        self.outcome: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
-
-    def settle(self, outcome: str | None) -> None:
-        if not self.outcome.done():
-            self.outcome.set_result(outcome)
 
 
 class Supervisor:
-    """One run: its record, its dashboards, and its agents (one per trainer host)."""
+    """One run: its record, its dashboards, and its agents (one per trainer host).
+
+    It orchestrates its parts: the agents as one group (workers.py), how their exits
+    become the run's status (exit_policy.py), live settings changes (live.py).
+    """
 
     def __init__(
         self,
@@ -103,104 +74,44 @@ class Supervisor:
         self.config_path = run_dir / "config.yaml"
         self.config: RunConfig = load_config(self.config_path).config
         self.fresh = fresh  # the first attempt ignores existing checkpoints
-        self.events = EventLog(run_dir)
-        # The run folded as a dashboard folds it, and its snapshots (fast attach).
-        self.keeper = StateKeeper(run_dir, self.events)
         self.commands = Commands(self)
-        self.hub = ClientHub(
-            socket_path, self.events, self.commands.answer, snapshots=self.keeper.snapshot_for
-        )
-        self.board = RunBoard(run_dir / "tensorboard")  # scalars, as events are recorded
+        self.recorder = Recorder(run_dir, socket_path, self.commands.answer)
+        recorder = self.recorder  # its parts, by the names tests and the commands use
+        self.events, self.keeper, self.hub = recorder.events, recorder.keeper, recorder.hub
         # A single-host run has one agent; a cluster one per worker. Agent 0 is the chief.
         # ClusterError (a ConfigError) when the cluster cannot be launched from here.
-        self.plans = plan_workers(self.config, run_dir, env=os.environ)
-        self.agents: list[Any] = [self._make_agent(plan, trainer_module) for plan in self.plans]
-        for agent in self.agents:  # one sampler per host counts all the run's processes there
-            if isinstance(agent, LocalAgent) and agent.sample:
-                agent.host_peers = [
-                    a for a in self.agents if isinstance(a, LocalAgent) and a is not agent
-                ]
-        self._hosts = [plan.host for plan in self.plans]  # a worker's host, for messages
+        self.workers = Workers(self.config, run_dir, trainer_module=trainer_module,
+                               on_frame=self.on_trainer_frame, on_exit=self._on_trainer_exit,
+                               on_sample=self._on_sample)
+        self.plans = self.workers.plans
+        self.agents = self.workers.agents
         self.status = "starting"
         self.attempt = 0
         self.last_step = 0
         self.stop_requested = False
-        self._relaunching = False
-        # This attempt, in a cluster: who said hello, who exited how, the worker that failed.
-        self._hellos: set[int] = set()
-        self._exits: dict[int, TrainerExit] = {}
-        self._failed_worker: int | None = None
-        self._straggler_timer: asyncio.TimerHandle | None = None
+        self._tasks = TaskSet()
+        self.exit_policy = ExitPolicy(self, self.workers, self._tasks)
+        self.live = LiveChanges(self, self.workers)
+        self._hellos: set[int] = set()  # this attempt's workers that said hello
         self._last_step_before = 0  # the chief's step when the attempt started
-        self._worker_steps: dict[int, int] = {}  # each worker's last step (live changes)
-        self._live: _LiveChange | None = None
         self._finished = asyncio.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
-        self._tasks = TaskSet()
 
     @property
     def clustered(self) -> bool:
         return self.config.cluster is not None
 
-    def _make_agent(self, plan: WorkerPlan, trainer_module: str) -> Any:
-        """A LocalAgent for a worker on this host, a RemoteAgent (ssh, srun) for the others."""
-        if plan.kind == "local":
-            clustered = self.config.cluster is not None
-            return LocalAgent(
-                plan.index,
-                self.run_dir,
-                on_frame=self._on_trainer_frame,
-                on_exit=self._on_trainer_exit,
-                on_sample=self._on_sample,
-                trainer_module=trainer_module,
-                worker_dir=plan.worker_dir,
-                sample=plan.sample,
-                # A local worker finds the chief's checkpoints in the run directory.
-                trainer_args=("--chief-dir", str(self.run_dir)) if clustered else (),
-            )
-        from gpuwatch.supervisor.remote import RemoteAgent  # a cluster over ssh or srun
-
-        cluster = self.config.cluster
-        assert cluster is not None
-        return RemoteAgent(
-            plan.index,
-            self.run_dir,  # it finds its worker's directory there, as the plan does
-            argv_prefix=list(plan.argv_prefix),
-            python=cluster.python or sys.executable,
-            on_frame=self._on_trainer_frame,
-            on_exit=self._on_trainer_exit,
-            on_sample=self._on_sample,
-            sample=plan.sample,
-            trainer_module=trainer_module,
-            host=plan.host,
-        )
-
     # -- the record ---------------------------------------------------------------
 
     def record(self, event: Event, t: float | None = None) -> float:
-        """Append an event to events.jsonl, then fan it out to subscribed dashboards.
-
-        Returns the event's time (t: the sender's, default now).
-        """
-        seq, t, data = self.events.append(event, t)
-        self.keeper.fold(seq, event, t)
-        self.hub.publish(seq, data)
-        self.board.observe(event, t)
-        return t
+        """Record an event (recorder.py); returns its time (t: the sender's, default now)."""
+        return self.recorder.record(event, t)
 
     def set_status(self, status: str, **fields: Any) -> None:
         self.status = status
-        event = StatusChange(attempt=self.attempt, status=status, **fields)
-        t = self.record(event)
-        self.events.write_state(event, t, self.last_step)
-        self.keeper.write()  # a dashboard attaching now starts from here
-
-    def _set_exit_status(self, status: str, fields: dict[str, Any]) -> None:
-        try:
-            self.set_status(status, **fields)
-        except ProtocolError:  # it cannot be too big (exits.py bounds it); never lose a status
-            short = {"message": str(fields.get("message"))[:500], "worker": fields.get("worker")}
-            self.set_status(status, **short)
+        self.recorder.record_status(
+            StatusChange(attempt=self.attempt, status=status, **fields), self.last_step
+        )
 
     def status_fields(self) -> dict[str, Any]:
         return {
@@ -210,7 +121,7 @@ class Supervisor:
             "step": self.last_step,
             "trainer_pid": self.agents[0].pid,
             "workers": len(self.agents),
-            "worker_pids": [agent.pid for agent in self.agents],
+            "worker_pids": self.workers.pids,
             "supervisor_pid": os.getpid(),
             "bad_frames": self.bad_frames,
             "dropped_clients": self.hub.dropped_clients,
@@ -219,15 +130,12 @@ class Supervisor:
     @property
     def bad_frames(self) -> int:
         """Frames refused from dashboards and from trainers, together."""
-        return self.hub.bad_frames + sum(agent.bad_frames for agent in self.agents)
+        return self.hub.bad_frames + self.workers.bad_frames
 
     # -- what the agents report -----------------------------------------------------
 
-    def _on_trainer_frame(self, index: int, event: Event, t: float | None) -> None:
-        live = self._live
-        if (live is not None and not live.outcome.done() and index not in live.waiting
-                and not isinstance(event, Reconfigured)):
-            live.held.append((index, event, t))
+    def on_trainer_frame(self, index: int, event: Event, t: float | None) -> None:
+        if self.live.hold(index, event, t):
             return
         if isinstance(event, Hello):
             self.record(event, t)
@@ -238,10 +146,10 @@ class Supervisor:
             return
         if isinstance(event, Reconfigured):
             self.record(event, t)
-            self._live_answer(index, event)
+            self.live.answer(index, event)
             return
         if isinstance(event, Step):
-            self._worker_steps[index] = event.step
+            self.live.worker_steps[index] = event.step
             if index == 0:  # the run's step is the chief's
                 self.last_step = event.step
         elif isinstance(event, Resume):
@@ -251,79 +159,8 @@ class Supervisor:
         self.record(event, t)
 
     def _on_trainer_exit(self, index: int, ended: TrainerExit) -> None:
-        if self._live is not None:
-            self._live.settle(f"{self._who(index)}'s trainer exited before applying the change")
-        status, fields = exit_status(
-            ended, relaunching=self._relaunching, stop_requested=self.stop_requested
-        )
-        if not self.clustered:
-            self._set_exit_status(status, fields)
-            return
-        self._exits[index] = ended
-        if self._failed_worker is not None:
-            return  # the attempt has its status: the worker that failed first
-        asked = self._relaunching or self.stop_requested
-        if status == "crashed" and not asked:
-            self._fail(index, fields)
-            return
-        others = [agent.index for agent in self.agents if agent.running and agent.index != index]
-        if others:
-            if not asked and self._straggler_timer is None and self.loop is not None:
-                # A finished or stopped worker: the others should end at the same step. Those
-                # still up after the collective timeout are stuck without it.
-                cluster = self.config.cluster
-                assert cluster is not None
-                self._straggler_timer = self.loop.call_later(
-                    cluster.timeout_s, self._stragglers, index, ended
-                )
-            return
-        # The last worker out: the run's status is the chief's ending (one status).
-        self._cancel_straggler_timer()
-        chief = self._exits.get(0, ended)
-        status, fields = exit_status(
-            chief, relaunching=self._relaunching, stop_requested=self.stop_requested
-        )
-        if status == "crashed":
-            fields = {**fields, "worker": 0, "message": f"{self._who(0)}: {fields['message']}"}
-        self._set_exit_status(status, fields)
-
-    def _who(self, index: int) -> str:
-        return f"worker {index} ({self._hosts[index]})"
-
-    def _fail(self, index: int, fields: dict[str, Any]) -> None:
-        """One worker failed: the attempt is over (crashed, naming it) and the others stop."""
-        self._failed_worker = index
-        self._cancel_straggler_timer()
-        message = f"{self._who(index)}: {fields.get('message') or 'failed'}"
-        self._set_exit_status("crashed", {**fields, "message": message, "worker": index})
-        self._tasks.spawn(self._stop_workers(WORKER_KILL_GRACE_S))
-
-    def _stragglers(self, index: int, ended: TrainerExit) -> None:
-        self._straggler_timer = None
-        others = [agent.index for agent in self.agents if agent.running]
-        asked = self._relaunching or self.stop_requested
-        if not others or asked or self._failed_worker is not None:
-            return
-        how = ended.done_reason or f"code {ended.returncode}"
-        cluster = self.config.cluster
-        waited = cluster.timeout_s if cluster is not None else 0.0
-        # The stuck one is to blame: it did not end at the step the others ended at.
-        self._fail(
-            others[0],
-            {
-                "message": f"still running {waited:.0f} s after {self._who(index)} ended "
-                f"({how}): stuck without it; stopped",
-            },
-        )
-
-    def _cancel_straggler_timer(self) -> None:
-        if self._straggler_timer is not None:
-            self._straggler_timer.cancel()
-            self._straggler_timer = None
-
-    async def _stop_workers(self, grace_s: float) -> None:
-        """Stop every worker still up: SIGTERM, then SIGKILL after grace_s."""
-        await asyncio.gather(*(agent.stop(grace_s) for agent in self.agents))
+        self.live.trainer_exited(index)
+        self.exit_policy.on_exit(index, ended)
 
     def _on_sample(self, index: int, fields: dict[str, Any]) -> None:
         # A finished run lingering for a relaunch records no more samples: the record
@@ -335,7 +172,7 @@ class Supervisor:
 
     @property
     def trainer_running(self) -> bool:
-        return any(agent.running for agent in self.agents)
+        return self.workers.running
 
     def replicas_for(self, config: RunConfig) -> int:
         """Replicas the trainers reported, or what the config asks for before they have."""
@@ -353,21 +190,10 @@ class Supervisor:
         except OSError as exc:
             self.set_status("crashed", message=f"could not write {attempt_path}: {exc}")
             return attempt
-        self.record(
-            Attempt(
-                attempt=attempt,
-                settings=config.model_dump(mode="json"),
-                fresh=fresh,
-                reason=reason,
-                config_path=str(attempt_path),
-            )
-        )
+        self._record_attempt(attempt_path, reason, fresh=fresh)
         self.set_status("starting")
         self._hellos = set()
-        self._exits = {}
-        self._failed_worker = None
-        self._cancel_straggler_timer()
-        self._last_step_before = self.last_step
+        self.exit_policy.new_attempt()
         if not self.clustered:
             try:
                 await self.agents[0].start(attempt, attempt_path, fresh=fresh)
@@ -377,49 +203,36 @@ class Supervisor:
         await self._start_workers(attempt, attempt_path, fresh=fresh)
         return attempt
 
-    async def _start_workers(self, attempt: int, attempt_path: Path, *, fresh: bool) -> None:
-        """Prepare every agent (fresh ports), then start each worker with its launch, chief first.
+    def _record_attempt(self, path: Path, reason: str, *, fresh: bool = False) -> None:
+        """Attempt self.attempt begins with self.config: recorded before any of its frames."""
+        self._last_step_before = self.last_step
+        settings = self.config.model_dump(mode="json")
+        attempt = Attempt(attempt=self.attempt, settings=settings, fresh=fresh, reason=reason,
+                          config_path=str(path))
+        self.record(attempt)
 
-        A worker that cannot be prepared or started fails the attempt: the ones already
-        started are stopped.
-        """
-        index = 0
+    async def _start_workers(self, attempt: int, attempt_path: Path, *, fresh: bool) -> None:
+        """Start every worker, chief first; one that cannot start fails the attempt (the ones
+        already started are stopped)."""
+        policy = self.exit_policy
         try:
-            results = await asyncio.gather(
-                *(agent.prepare() for agent in self.agents), return_exceptions=True
+            await self.workers.start(
+                self.config, attempt, attempt_path, fresh=fresh,
+                # One already started has failed, or a stop came: start no more.
+                go_on=lambda: policy.failed_worker is None and not self.stop_requested,
             )
-            prepared: list[tuple[str, int]] = []
-            for i, result in enumerate(results):
-                if isinstance(result, BaseException):
-                    index = i  # the worker the failure names
-                    raise result
-                prepared.append(result)
-            for plan, (host, _) in zip(self.plans, prepared, strict=True):
-                if plan.kind == "remote":
-                    self._hosts[plan.index] = host  # e.g. the slurm node's own name
-            launches = worker_launches(
-                self.config, self.plans, prepared, env=os.environ, this_host=socket.getfqdn()
-            )
-            for index, agent in enumerate(self.agents):
-                if self._failed_worker is not None or self.stop_requested:
-                    break  # one already started has failed, or a stop came: start no more
-                await agent.start(attempt, attempt_path, fresh=fresh, launch=launches[index])
-        except (AgentStartError, OSError) as exc:
-            if self._failed_worker is None:
-                self._failed_worker = index
-                self._set_exit_status(
-                    "crashed", {"message": f"{self._who(index)}: {exc}", "worker": index}
-                )
-        if self._failed_worker is not None:
-            await self._stop_workers(WORKER_KILL_GRACE_S)
+        except WorkerStartError as exc:
+            policy.start_failed(exc.index, str(exc))
+        if policy.failed_worker is not None:
+            await policy.stop_workers()
         elif self.stop_requested and self.trainer_running:
             await self.stop_trainers()
 
     async def stop_trainers(self, grace_s: float = STOP_GRACE_S) -> None:
         """Stop every agent's trainer (SIGTERM, then SIGKILL after grace_s); return when gone."""
-        if any(agent.stoppable for agent in self.agents) and self.status not in TERMINAL_STATUSES:
+        if self.workers.stoppable and self.status not in TERMINAL_STATUSES:
             self.set_status("stopping")
-        await asyncio.gather(*(agent.stop(grace_s) for agent in self.agents))
+        await self.workers.stop(grace_s)
 
     # -- what the commands ask (commands.Run) ---------------------------------------
 
@@ -434,11 +247,11 @@ class Supervisor:
                 "change on a relaunch (the agents are this run's); start a new run with "
                 "gpuwatch train"
             )
-        self._relaunching = True
+        self.exit_policy.relaunching = True
         try:
             await self.stop_trainers()
         finally:
-            self._relaunching = False
+            self.exit_policy.relaunching = False
         if self.stop_requested:  # a stop (a signal) came while the old attempt stopped
             if self.status not in TERMINAL_STATUSES:
                 self.set_status("stopped", message="stopped on request")
@@ -446,85 +259,18 @@ class Supervisor:
         return await self.start_attempt(config, fresh=fresh, reason="relaunch")
 
     def can_reconfigure(self) -> bool:
-        """A change may be applied live: every worker runs and its agent can send frames down."""
-        return (
-            self.status == "running"
-            and self._live is None
-            and not self.stop_requested
-            and all(getattr(agent, "live_capable", False) and agent.stoppable
-                    for agent in self.agents)
-        )
+        return self.live.possible()
 
     async def reconfigure(self, config: RunConfig) -> dict[str, Any]:
-        """Apply config in the running trainers (live keys only): the next attempt, same processes.
+        """Apply config in the running trainers (live.py): the next attempt, same processes."""
+        return await self.live.apply(config)
 
-        Nothing is recorded unless every worker applied it; ValueError (training goes on with
-        the old settings) if one refuses, is not reached, or does not answer in time.
-        """
-        attempt = self.attempt + 1
-        attempt_path = self.run_dir / f"attempt-{attempt}.yaml"
-        try:
-            attempt_path.write_text(dump_config(config))
-        except OSError as exc:
-            raise ValueError(f"could not write {attempt_path}: {exc}") from None
-        # One worker: its next update boundary. Several: an update every worker has yet to
-        # reach, so all switch after the same one.
-        at_step = 0
-        if self.clustered:
-            at_step = max(self._worker_steps.values(), default=0) + LIVE_STEP_MARGIN
-        live = self._live = _LiveChange(attempt, config, attempt_path, len(self.agents))
-        settings = config.model_dump(mode="json")
-        try:
-            for agent in self.agents:
-                await agent.reconfigure(attempt, attempt, settings, at_step, LIVE_TIMEOUT_S)
-            outcome = await asyncio.wait_for(
-                asyncio.shield(live.outcome), LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S
-            )
-        except AgentStartError as exc:
-            outcome = str(exc)
-        except TimeoutError:
-            waited = LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S
-            outcome = f"the trainer did not answer within {waited:.0f} s"
-        finally:
-            self._live = None
-        if outcome is not None:
-            for agent in self.agents:
-                agent.cancel_reconfigure(self.attempt)
-            for index, event, t in live.held:  # they stay the old attempt's
-                self._on_trainer_frame(index, replace(event, attempt=self.attempt), t)  # type: ignore[call-arg]
-            raise ValueError(f"not applied live: {outcome}; training goes on with the old settings")
-        return {"attempt": attempt, "live": True, "seconds": time.monotonic() - live.started}
-
-    def _live_answer(self, index: int, event: Reconfigured) -> None:
-        live = self._live
-        if live is None or event.id != live.attempt or live.outcome.done():
-            return
-        if not event.ok:
-            message = event.message or "refused"
-            if self.clustered:
-                message = f"{self._who(index)}: {message}"
-            live.settle(message)
-            return
-        live.waiting.discard(index)
-        if live.waiting:
-            return
-        # Every worker runs the new settings: the new attempt begins now, before its steps.
-        self.attempt = live.attempt
-        self.config = live.config
-        self._last_step_before = self.last_step
-        self.record(
-            Attempt(
-                attempt=live.attempt,
-                settings=live.config.model_dump(mode="json"),
-                reason="live",
-                config_path=str(live.path),
-            )
-        )
+    def begin_live_attempt(self, change: LiveChange) -> None:
+        """Every worker runs change's settings: its attempt begins now, before any of its steps."""
+        self.attempt = change.attempt
+        self.config = change.config
+        self._record_attempt(change.path, "live")
         self.set_status("running")  # the new attempt's, and state.json's for `gpuwatch ls`
-        live.settle(None)
-        held, live.held = live.held, []
-        for index, held_event, held_t in held:
-            self._on_trainer_frame(index, held_event, held_t)
 
     async def stop_run(self) -> None:
         self.stop_requested = True
@@ -546,9 +292,7 @@ class Supervisor:
         self.loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             self.loop.add_signal_handler(sig, lambda: self._tasks.spawn(self.stop_run()))
-        if self.events.next_seq:  # restarted on a run directory: its fold so far, first
-            await asyncio.to_thread(self.keeper.restore)
-        await self.hub.open()
+        await self.recorder.open()  # restarted on a run directory: its fold so far, first
         try:
             if self.events.next_seq == 0:
                 self.record(
@@ -562,8 +306,7 @@ class Supervisor:
                     )
                 )
             self._write_info()  # after the socket exists: `gpuwatch train` waits on this file
-            for agent in self.agents:
-                agent.start_sampling(self.loop)
+            self.workers.start_sampling(self.loop)
             async with self.commands.lock:  # a relaunch waits until these trainers started
                 if not self.stop_requested:
                     await self.start_attempt(self.config, fresh=self.fresh, reason="start")
@@ -584,50 +327,19 @@ class Supervisor:
         if self.trainer_running:
             self.stop_requested = True
             await self.stop_trainers()
-        # Remote links end now (their agents stop anything left and exit), not at exit.
-        closing = [close() for agent in self.agents if (close := getattr(agent, "close", None))]
-        await asyncio.gather(*closing, return_exceptions=True)
+        await self.workers.close_links()
         await self.hub.flush(2.0)  # a moment for dashboards to receive the final status
-        for agent in self.agents:
-            agent.stop_sampling()
-            if release := getattr(agent, "release_spare", None):
-                release()
-        self.hub.close()
-        await self.hub.wait_closed(1.0)
+        self.workers.stop_sampling()
+        await self.recorder.close_hub()
         with contextlib.suppress(FileNotFoundError):
             (self.run_dir / "supervisor.json").unlink()
-        self.keeper.write()
-        self.events.close()
-        self.board.close()
-        for agent in self.agents:
-            agent.join_sampling(3.0)
+        self.recorder.close()
+        self.workers.join_sampling(3.0)
 
-    # -- names tests written against the one-class supervisor still use ---------------
-
-    @property
-    def trainer(self) -> asyncio.subprocess.Process | None:
-        return self.agents[0].process
-
-    @property
-    def clients(self) -> dict[int, Client]:
-        return self.hub.clients
-
-    @property
-    def _server(self) -> asyncio.AbstractServer | None:
-        return self.hub.server
-
-    @property
-    def _events_file(self) -> EventLog:
-        return self.events  # close() closes events.jsonl
+    # -- a name tests and bench/bench_attach.py written against the one-class supervisor use
 
     async def _open_socket(self) -> None:
         await self.hub.open()
-
-    def _drop_client(self, client: Client, why: str) -> None:
-        self.hub.drop(client, why)
-
-    async def _read_trainer(self, sock: socket.socket, attempt: int) -> None:
-        await self.agents[0].read_frames(sock, attempt)
 
 
 def topology(config: RunConfig) -> tuple[Any, ...] | None:

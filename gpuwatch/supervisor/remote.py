@@ -10,10 +10,12 @@ Two halves of one link:
   When stdin reaches EOF (the ssh link dropped, the supervisor went away) it
   stops its trainer (SIGTERM, grace, SIGKILL) and exits: nothing stays behind.
 * RemoteAgent, on the supervisor's side: LocalAgent's interface, backed by that
-  process. The agent is as untrusted as a trainer: every relayed event is
-  re-checked with parse_event (trainer events only; attempt and worker are
-  re-stamped here), bad frames are counted, and a link that ends while a
-  trainer runs becomes a TrainerExit that says the link was lost.
+  process through an AgentLink (link.py: the launcher process, reading and
+  writing its stdio, replies, the log copy). The agent is as untrusted as a
+  trainer: every relayed event is re-checked with parse_event (trainer events
+  only; attempt and worker are re-stamped here), bad frames are counted, and a
+  link that ends while a trainer runs becomes a TrainerExit that says the link
+  was lost.
 
 No port of ours listens anywhere and nothing is authenticated here: the link is
 whatever ``ssh``/``srun`` gives (their keys, config, ProxyJump).
@@ -39,7 +41,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import contextlib
 import logging
 import os
@@ -47,22 +48,23 @@ import secrets
 import signal
 import socket
 import sys
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from gpuwatch.supervisor.agent import (
     AgentStartError,
+    AttemptStamp,
     LocalAgent,
     OnExit,
     OnFrame,
     OnSample,
     relayed_event,
-    signal_group,
 )
 from gpuwatch.supervisor.cluster import remote_argv, through_a_shell
 from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
+from gpuwatch.supervisor.link import REPLY_TIMEOUT_S, AgentLink, frames_of
 from trainer_runtime.protocol import (
     LIVE_DEADLINE_S,
     MAX_FRAME_BYTES,
@@ -89,10 +91,6 @@ EXIT_LOG_LINES = 200
 MAX_UNSENT_BYTES = 32 * 1024 * 1024
 # How long the agent waits for its trainer to stop when its link ends.
 LINK_LOST_GRACE_S = 10.0
-# How long a reply to prepare/start may take (ssh connecting, python starting).
-REPLY_TIMEOUT_S = 60.0
-# The last lines of the launcher's stderr kept for the lost-link message.
-STDERR_LINES = 20
 MARKER_NAME = ".gpuwatch-agent"
 
 
@@ -299,20 +297,6 @@ class _AgentProcess:
         self.agent.join_sampling()
 
 
-def frames_of(frames: FrameBuffer, chunk: bytes) -> Iterator[dict[str, Any]]:
-    """The frames a chunk completes, one line at a time: the frames before a bad line
-    are all yielded before its ProtocolError is raised (FrameBuffer.feed of the whole
-    chunk would raise before returning any of them)."""
-    start = 0
-    while True:
-        newline = chunk.find(b"\n", start)
-        if newline < 0:
-            yield from frames.feed(chunk[start:])
-            return
-        yield from frames.feed(chunk[start : newline + 1])
-        start = newline + 1
-
-
 def _launch(fields: Any) -> WorkerLaunch | None:
     if fields is None:
         return None
@@ -472,24 +456,16 @@ class RemoteAgent:
         self._on_exit = on_exit
         self._on_sample = on_sample
         self.replicas: int | None = None
-        self.bad_frames = 0
-        self.process: asyncio.subprocess.Process | None = None
-        self._link_task: asyncio.Task[None] | None = None
-        self._stderr_task: asyncio.Task[None] | None = None
-        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_LINES)
-        self._link_error: str | None = None  # why we ended the link, if we did
-        self._lost: str | None = None  # why the last link ended
-        self._replies: dict[str, asyncio.Future[dict[str, Any]]] = {}
-        self._attempt: int | None = None  # the attempt whose trainer runs, till its exit
-        # A live change sent: (request id, the attempt once the trainer says it applied it).
-        self._live_pending: tuple[int, int] | None = None
+        self.link = AgentLink(
+            self, index=index, host=self.host, argv_prefix=self.argv_prefix,
+            log_path=self.log_path,
+        )
+        # The attempt whose trainer runs (None: none, or its exit was handed up), and a live
+        # change sent to it.
+        self._stamp = AttemptStamp(None)
         self._trainer_pid: int | None = None
         self._exited = asyncio.Event()
         self._sampling = False
-        # The agent's directory is this one (the same host, or a shared filesystem): its
-        # trainer.log is already here, so log frames are not appended (they would double).
-        self._shared_dir = False
-        self._prepared = False  # this link has answered prepare
         self.tf_host: str | None = None
         self.tf_port: int | None = None
 
@@ -498,11 +474,11 @@ class RemoteAgent:
     @property
     def running(self) -> bool:
         """A trainer was started and its exit has not been handed up yet."""
-        return self._attempt is not None
+        return self._stamp.attempt is not None
 
     @property
     def stoppable(self) -> bool:
-        return self.running and self._link_up and not self._exited.is_set()
+        return self.running and self.link.up and not self._exited.is_set()
 
     @property
     def pid(self) -> int | None:
@@ -510,8 +486,13 @@ class RemoteAgent:
         return self._trainer_pid if self.running else None
 
     @property
-    def _link_up(self) -> bool:
-        return self._link_task is not None and not self._link_task.done()
+    def process(self) -> asyncio.subprocess.Process | None:
+        """The launcher's process (ssh, srun) of the last link."""
+        return self.link.process
+
+    @property
+    def bad_frames(self) -> int:
+        return self.link.bad_frames
 
     def command(self) -> list[str]:
         """The full argv that starts the agent there."""
@@ -525,21 +506,22 @@ class RemoteAgent:
 
     async def prepare(self) -> tuple[str, int]:
         """Open the link (if it is not open) and ask the agent for a host and a free port."""
-        await self._open_link()
-        reply = await self._request("ready", encode("prepare"))
+        link = self.link
+        await link.open(self.command())
+        reply = await link.request("ready", encode("prepare"))
         host, port = reply.get("host"), reply.get("port")
         if not isinstance(host, str) or not host or type(port) is not int or not 0 < port < 65536:
-            self.bad_frames += 1
+            link.bad_frames += 1
             raise AgentStartError(f"agent on {self.host} answered prepare with {reply!r:.200}")
         marker = reply.get("marker")
         try:
-            self._shared_dir = isinstance(marker, str) and bool(marker) and (
+            link.shared_dir = isinstance(marker, str) and bool(marker) and (
                 (self.worker_dir / MARKER_NAME).read_text() == marker
             )
         except OSError:
-            self._shared_dir = False
+            link.shared_dir = False
         self.tf_host, self.tf_port = host, port
-        self._prepared = True
+        link.prepared = True
         return host, port
 
     async def start(
@@ -555,22 +537,22 @@ class RemoteAgent:
             config_text = config_path.read_text()  # noqa: ASYNC240 - one small file
         except OSError as exc:
             raise AgentStartError(f"could not read {config_path}: {exc}") from None
-        if not self._prepared:  # the marker says whether to copy its log here
+        if not self.link.prepared:  # the marker says whether to copy its log here
             await self.prepare()
         launch_fields = None if launch is None else {
             "index": launch.index, "workers": launch.workers, "env": dict(launch.env)
         }
         self._exited.clear()
-        self._attempt = attempt
+        self._stamp.attempt = attempt
         try:
-            reply = await self._request("started", encode(
+            reply = await self.link.request("started", encode(
                 "start", attempt=attempt, config_text=config_text, fresh=fresh,
                 launch=launch_fields,
             ))
         except BaseException:
             # No trainer runs, and no exit will be handed up for this attempt: the agent
             # refused, or the link ended (or went silent and was ended) before it answered.
-            self._attempt = None
+            self._stamp.attempt = None
             self._exited.set()
             raise
         pid = reply.get("pid")
@@ -589,19 +571,17 @@ class RemoteAgent:
         """Send a live change through the link; its trainer's answer comes back as an event."""
         if not self.stoppable:
             raise AgentStartError(f"worker {self.index}'s trainer on {self.host} is not running")
-        self._live_pending = (request_id, new_attempt)
+        self._stamp.pending = (request_id, new_attempt)
         try:
-            self._write(encode("reconfigure", id=request_id, attempt=new_attempt,
-                               settings=settings, at_step=at_step, deadline_s=deadline_s))
+            self.link.write(encode("reconfigure", id=request_id, attempt=new_attempt,
+                                   settings=settings, at_step=at_step, deadline_s=deadline_s))
         except (RuntimeError, OSError, ProtocolError) as exc:
-            self._live_pending = None
+            self._stamp.pending = None
             raise AgentStartError(f"could not reach the agent on {self.host}: {exc}") from None
 
     def cancel_reconfigure(self, attempt: int) -> None:
         """The change was abandoned: this trainer's frames are attempt's again."""
-        self._live_pending = None
-        if self._attempt is not None:
-            self._attempt = attempt
+        self._stamp.cancel(attempt)
 
     async def stop(self, grace_s: float) -> None:
         """Ask the agent to stop its trainer; kill the link if it does not answer in grace+5 s."""
@@ -609,29 +589,17 @@ class RemoteAgent:
             return
         if self.stoppable:
             with contextlib.suppress(OSError, RuntimeError):
-                self._write(encode("stop", grace_s=grace_s))
+                self.link.write(encode("stop", grace_s=grace_s))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._exited.wait(), grace_s + 5.0)
         if not self._exited.is_set():
             log.warning("agent on %s did not answer stop; ending its link", self.host)
-            self._kill_link()
+            self.link.kill()
             await self._exited.wait()
 
     async def close(self, grace_s: float = 10.0) -> None:
         """End the link: the agent sees EOF, stops anything it runs, and exits."""
-        proc = self.process
-        if proc is None:
-            return
-        if proc.stdin is not None:
-            with contextlib.suppress(Exception):
-                proc.stdin.close()
-        try:
-            await asyncio.wait_for(proc.wait(), grace_s + 5.0)
-        except TimeoutError:
-            self._kill_link()
-        if self._link_task is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(asyncio.shield(self._link_task), 5.0)
+        await self.link.close(grace_s)
 
     def start_sampling(self, loop: asyncio.AbstractEventLoop) -> None:
         self._sampling = self.sample  # the agent samples its host; we pass its samples on
@@ -642,170 +610,22 @@ class RemoteAgent:
     def join_sampling(self, timeout_s: float = 3.0) -> None:
         pass
 
-    # -- the link ------------------------------------------------------------------
+    # -- what the link brings (link.LinkListener) --------------------------------------
 
-    async def _open_link(self) -> None:
-        if self._link_up:
-            return
-        cmd = self.command()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *cmd,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                start_new_session=True,  # its own group: killing the link kills all of it
-                limit=MAX_FRAME_BYTES,
-            )
-        except OSError as exc:
-            raise AgentStartError(f"could not start {cmd[0]} for {self.host}: {exc}") from None
-        self.process = proc
-        self._stderr_tail.clear()
-        self._link_error = None
-        self._prepared = False
-        self._stderr_task = asyncio.create_task(self._read_stderr(proc))
-        self._link_task = asyncio.create_task(self._read_link(proc))
-
-    def _write(self, data: bytes) -> None:
-        proc = self.process
-        if proc is None or proc.stdin is None or proc.stdin.is_closing():
-            raise RuntimeError("the link is not open")
-        proc.stdin.write(data)
-
-    async def _request(self, reply_type: str, data: bytes) -> dict[str, Any]:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[dict[str, Any]] = loop.create_future()
-        self._replies[reply_type] = future
-        try:
-            try:
-                self._write(data)
-            except (RuntimeError, OSError):
-                # The link is ending: its end answers the future, with ssh's own words.
-                task = self._link_task
-                if task is None or task.done():
-                    raise AgentStartError(self._lost or self._lost_message()) from None
-            return await asyncio.wait_for(future, REPLY_TIMEOUT_S)
-        except TimeoutError:
-            # An agent that does not answer is of no use, and may yet start something: end it.
-            self._kill_link()
-            raise AgentStartError(
-                f"agent on {self.host} did not answer within {REPLY_TIMEOUT_S:.0f} s"
-            ) from None
-        except asyncio.CancelledError:
-            self._kill_link()
-            raise
-        finally:
-            self._replies.pop(reply_type, None)
-
-    def _kill_link(self) -> None:
-        proc = self.process
-        if proc is not None and proc.returncode is None:
-            signal_group(proc.pid, signal.SIGKILL)
-
-    async def _read_stderr(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stderr is not None
-        while True:
-            try:
-                line = await proc.stderr.readline()
-            except (ValueError, asyncio.LimitOverrunError):  # a line over the limit
-                continue
-            if not line:
-                return
-            text = line.decode("utf-8", "replace").rstrip()[:MAX_LINE_CHARS]
-            if text:
-                self._stderr_tail.append(text)
-                log.debug("agent %d: %s", self.index, text)
-
-    async def _read_link(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
-        frames = FrameBuffer()
-        try:
-            while True:
-                chunk = await proc.stdout.read(1 << 16)
-                if not chunk:
-                    break
-                try:
-                    for frame in frames_of(frames, chunk):
-                        try:
-                            self._take(frame)
-                        except (ProtocolError, ValueError, TypeError, KeyError) as exc:
-                            self.bad_frames += 1
-                            log.warning("agent on %s: dropped a frame: %s", self.host, exc)
-                except ProtocolError as exc:
-                    # The stream is not frames any more: nothing after this can be trusted.
-                    self.bad_frames += 1
-                    self._link_error = f"bad frame from the agent: {exc}"
-                    log.warning("agent on %s: bad frame: %s; ending the link", self.host, exc)
-                    self._kill_link()
-                    break
-        finally:
-            try:
-                await asyncio.wait_for(proc.wait(), 5.0)
-            except TimeoutError:
-                self._kill_link()
-                await proc.wait()
-            if self._stderr_task is not None:
-                with contextlib.suppress(Exception):
-                    await asyncio.wait_for(self._stderr_task, 2.0)
-            self._link_ended(proc)
-
-    def _link_ended(self, proc: asyncio.subprocess.Process) -> None:
-        message = self._lost = self._lost_message(proc.returncode)
-        starting = False
-        for reply_type, future in self._replies.items():
-            if not future.done():
-                future.set_exception(AgentStartError(message))
-                starting = starting or reply_type == "started"
+    def link_ended(self, message: str, starting: bool) -> None:
         # A start still waiting for its answer raises this; it is not also an exit.
-        if self._attempt is not None and not self._exited.is_set() and not starting:
+        if self._stamp.attempt is not None and not self._exited.is_set() and not starting:
             log.warning("%s", message)
             self._hand_up(TrainerExit(returncode=1, link_lost=message))
 
-    def _lost_message(self, returncode: int | None = None) -> str:
-        launcher = os.path.basename(self.argv_prefix[0]) if self.argv_prefix else "agent"
-        if returncode is None:
-            how = f"{launcher} is gone"
-        elif returncode < 0:
-            how = f"{launcher} killed by signal {-returncode}"
-        else:
-            how = f"{launcher} exited {returncode}"
-        last = self._link_error or (self._stderr_tail[-1] if self._stderr_tail else "")
-        return f"agent link to {self.host} lost: {how}" + (f": {last}" if last else "")
-
     def _hand_up(self, ended: TrainerExit) -> None:
-        self._attempt = None
+        self._stamp.attempt = None
         self._trainer_pid = None
         self._exited.set()
         self._on_exit(self.index, ended)
 
-    # -- what the agent says -------------------------------------------------------
-
-    def _take(self, frame: dict[str, Any]) -> None:
-        kind = frame["type"]
-        future = self._replies.get(kind)
-        if kind in ("ready", "started"):
-            if future is None or future.done():
-                raise ProtocolError(f"unasked-for {kind!r} frame")
-            future.set_result(frame)
-        elif kind == "event":
-            self._take_event(frame.get("frame"))
-        elif kind == "sample":
-            self._take_sample(frame.get("fields"))
-        elif kind == "log":
-            self._take_log(frame.get("lines"))
-        elif kind == "exit":
-            self._take_exit(frame)
-        elif kind == "error":
-            message = str(frame.get("message"))[:MAX_LINE_CHARS]
-            log.warning("agent on %s: %s", self.host, message)
-            pending = self._replies.get("started") or self._replies.get("ready")
-            if pending is not None and not pending.done():
-                pending.set_exception(AgentStartError(f"{self.host}: {message}"))
-        else:
-            raise ProtocolError(f"unknown link frame {kind!r}")
-
-    def _take_event(self, frame: Any) -> None:
-        attempt = self._attempt
+    def take_event(self, frame: Any) -> None:
+        attempt = self._stamp.attempt
         if attempt is None:
             raise ProtocolError("event while no trainer runs")
         envelope, event = relayed_event(frame, attempt, self.index)
@@ -813,14 +633,10 @@ class RemoteAgent:
             self.replicas = event.replicas
             self._trainer_pid = event.pid
         elif isinstance(event, Reconfigured):
-            pending = self._live_pending
-            if pending is not None and event.id == pending[0]:
-                self._live_pending = None
-                if event.ok:  # this one still carries the old attempt, what follows the new
-                    self._attempt = pending[1]
+            self._stamp.answered(event)
         self._on_frame(self.index, event, envelope.t)
 
-    def _take_sample(self, fields: Any) -> None:
+    def take_sample(self, fields: Any) -> None:
         if not isinstance(fields, dict):
             raise ProtocolError("sample: fields must be an object")
         fields = {k: v for k, v in fields.items() if k != "worker"}
@@ -828,21 +644,8 @@ class RemoteAgent:
         if self._sampling:
             self._on_sample(self.index, fields)
 
-    def _take_log(self, lines: Any) -> None:
-        if not isinstance(lines, list) or not all(isinstance(line, str) for line in lines):
-            raise ProtocolError("log: lines must be a list of strings")
-        if self._shared_dir or not lines:  # the agent's own file is this one
-            return
-        text = "".join(line[:MAX_LINE_CHARS] + "\n" for line in lines)
-        try:
-            self.worker_dir.mkdir(parents=True, exist_ok=True)
-            with open(self.log_path, "a", encoding="utf-8") as fh:
-                fh.write(text)
-        except OSError as exc:
-            log.warning("could not append to %s: %s", self.log_path, exc)
-
-    def _take_exit(self, frame: dict[str, Any]) -> None:
-        if self._attempt is None:
+    def take_exit(self, frame: dict[str, Any]) -> None:
+        if self._stamp.attempt is None:
             raise ProtocolError("exit while no trainer runs")
         returncode, done_reason = frame.get("returncode"), frame.get("done_reason")
         error, lines, oom = frame.get("error"), frame.get("log_lines"), frame.get("oom_killed")
@@ -855,7 +658,7 @@ class RemoteAgent:
             or type(oom) is not bool
         ):
             # The trainer has ended, however it ended; what the agent says of it is unreadable.
-            self.bad_frames += 1
+            self.link.bad_frames += 1
             self._hand_up(TrainerExit(
                 returncode=1, link_lost=f"agent on {self.host} sent an unreadable exit frame"
             ))

@@ -1,0 +1,172 @@
+"""Starting one worker's trainer on this host: its log file, its command, a spare or a cold start.
+
+The trainer is ``python -m trainer_runtime --run-dir DIR --config ... --attempt N
+--telemetry-fd FD`` (launch.py says what a cluster worker adds), in its own process
+group (start_new_session: a stop signals all of it), with stdout and stderr appended
+to the worker's trainer.log after one header line per attempt and the child end of
+a socketpair as its telemetry fd. Once a trainer has run a step, a spare (spare.py:
+an interpreter with TensorFlow imported, waiting) is started for the next attempt,
+which claims it instead of starting cold; when the run is over it is discarded.
+The launcher also reads back this attempt's part of trainer.log (a crash's cause).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from gpuwatch.supervisor.launch import CLUSTER_ENV, WorkerLaunch
+from gpuwatch.supervisor.spare import SpareTrainer, spare_enabled
+
+log = logging.getLogger("gpuwatch.supervisor")
+
+# How much of trainer.log an exit reads back for its cause (the end of this attempt's part).
+LOG_READ_BYTES = 256 * 1024
+
+
+class AgentStartError(Exception):
+    """The trainer could not be started; the message says why, in one line."""
+
+
+class TrainerLauncher:
+    """Starts a worker's trainers in its directory, and keeps a spare one ready for the next."""
+
+    def __init__(self, trainer_module: str, worker_dir: Path, trainer_args: Sequence[str]) -> None:
+        self.trainer_module = trainer_module  # run as `python -m`; tests give a stand-in
+        self.worker_dir = worker_dir
+        self.log_path = worker_dir / "trainer.log"
+        # More arguments for every attempt's trainer (a local worker's --chief-dir).
+        self.trainer_args = tuple(trainer_args)
+        self._log_offset = 0  # where this attempt's part of trainer.log begins
+        # A trainer-to-be with TensorFlow imported, for the next relaunch (spare.py).
+        self._spare: SpareTrainer | None = None
+        self._spare_task: asyncio.Task[None] | None = None
+        self._closed = False  # the run is over: no more spares
+
+    @property
+    def spare_pid(self) -> int | None:
+        """The waiting spare trainer's pid (None: none waits now)."""
+        return self._spare.proc.pid if self._spare is not None and self._spare.alive else None
+
+    async def launch(
+        self, attempt: int, config_path: Path, *, fresh: bool, launch: WorkerLaunch | None
+    ) -> tuple[asyncio.subprocess.Process, socket.socket]:
+        """This attempt's trainer and our end of its telemetry socket; AgentStartError if not."""
+        try:
+            self.worker_dir.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path, "ab") as log_file:  # noqa: ASYNC230 - one short line
+                log_file.write(
+                    f"=== gpuwatch: attempt {attempt} starting at "
+                    f"{time.strftime('%Y-%m-%d %H:%M:%S')} ===\n".encode()
+                )
+                self._log_offset = log_file.tell()
+        except OSError as exc:  # not writable, disk full: the attempt cannot start
+            raise AgentStartError(f"could not write {self.log_path}: {exc}") from None
+        args = ["--run-dir", str(self.worker_dir), "--config", str(config_path)]
+        args += ["--attempt", str(attempt)]
+        if launch is not None:
+            args += ["--worker", str(launch.index)]
+        args += self.trainer_args
+        if fresh:
+            args.append("--fresh")
+        env = trainer_env(launch)
+        spare, self._spare = self._spare, None
+        claimed = await spare.claim(args, env, self.worker_dir) if spare is not None else None
+        if claimed is not None:
+            log.info("attempt %d: the spare trainer takes it", attempt)
+            return claimed
+        return await self._start_cold(args, env)
+
+    async def _start_cold(
+        self, args: list[str], env: dict[str, str]
+    ) -> tuple[asyncio.subprocess.Process, socket.socket]:
+        """A new interpreter: ``python -m MODULE *args --telemetry-fd N``."""
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        cmd = [sys.executable, "-m", self.trainer_module, *args]
+        cmd += ["--telemetry-fd", str(child_sock.fileno())]
+        try:
+            log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        except OSError as exc:
+            parent_sock.close()
+            child_sock.close()
+            raise AgentStartError(f"could not open {self.log_path}: {exc}") from None
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *cmd,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                pass_fds=(child_sock.fileno(),),
+                start_new_session=True,  # its own process group: stop signals all of it
+                cwd=str(self.worker_dir),
+                env=env,
+            )
+        except OSError as exc:
+            parent_sock.close()
+            raise AgentStartError(f"could not start the trainer: {exc}") from None
+        finally:
+            os.close(log_fd)
+            child_sock.close()
+        return proc, parent_sock
+
+    def trainer_stepped(self) -> None:
+        """A trainer has run a step: start the spare for the next relaunch (never two)."""
+        if (
+            self._spare is None
+            and self._spare_task is None
+            and not self._closed
+            and spare_enabled()
+        ):
+            self._spare_task = asyncio.get_running_loop().create_task(self._spawn_spare())
+
+    async def _spawn_spare(self) -> None:
+        try:
+            spare = await SpareTrainer.spawn(
+                self.trainer_module, self.log_path, self.worker_dir, trainer_env(None)
+            )
+        finally:
+            self._spare_task = None
+        if spare is None:
+            return
+        if self._spare is not None or self._closed:
+            spare.discard()
+            return
+        self._spare = spare
+
+    def release_spare(self) -> None:
+        """The run is over: no relaunch will claim the spare."""
+        self._closed = True
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            spare.discard()
+
+    def log_lines(self) -> list[str]:
+        """This attempt's lines of trainer.log (its last LOG_READ_BYTES at most)."""
+        try:
+            with open(self.log_path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                fh.seek(max(self._log_offset, size - LOG_READ_BYTES))
+                data = fh.read()
+        except OSError:
+            return []
+        return data.decode("utf-8", "replace").splitlines()
+
+
+def trainer_env(launch: WorkerLaunch | None = None) -> dict[str, str]:
+    """The trainer's environment: ours without a cluster's variables, then launch's own."""
+    env = {k: v for k, v in os.environ.items() if k not in CLUSTER_ENV}
+    if launch is not None:
+        env.update(launch.env)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    env["PYTHONUNBUFFERED"] = "1"
+    user_cwd = os.environ.get("GPUWATCH_USER_CWD")
+    if user_cwd:
+        # As `python -m` would: the person's working directory comes first on the path.
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [user_cwd, env.get("PYTHONPATH")]))
+    return env
