@@ -11,6 +11,7 @@ from textual.widgets import Sparkline, Static
 
 from gpuwatch.advisor import Advice, Straggler
 from gpuwatch.app import fmt
+from gpuwatch.app.widgets.state_panel import StatePanel, show_title
 from gpuwatch.runstate import WARMUP_STEPS, RunState, WorkerSummary
 from trainer_runtime.protocol import Hello
 from trainer_runtime.schema import prefetch_word
@@ -25,26 +26,6 @@ STATUS_STYLE = {
     "lost": "bold white on red",
 }
 LEVEL_STYLE = {"high": "bold red", "moderate": "bold yellow", "none": "green", "unknown": "dim"}
-
-
-class StatePanel(Static):
-    """A Static that repaints only when its text really changed (repaints cost over SSH)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__("", *args, **kwargs)
-        self._last_plain: tuple[str, tuple[Any, ...]] | None = None
-
-    def set_text(self, text: Text) -> None:
-        key = (text.plain, tuple((s.start, s.end, str(s.style)) for s in text.spans))
-        if key == self._last_plain:
-            return
-        self._last_plain = key
-        self.update(text)
-
-    @property
-    def plain(self) -> str:
-        """The text shown now, without styles (for tests and screen readers)."""
-        return self._last_plain[0] if self._last_plain else ""
 
 
 class HeaderBar(StatePanel):
@@ -319,7 +300,7 @@ class WorkersPanel(StatePanel):
             text.append("\nno worker has said hello yet", style="dim")
         if straggler is not None and not crashed_short:
             text.append("\n" + straggler.message, style="bold yellow")
-        self.border_title = f"workers: {len(rows)}, slowest first"
+        show_title(self, f"workers: {len(rows)}, slowest first")
         self.set_text(text)
 
 
@@ -342,7 +323,7 @@ class HistoryPanel(Vertical):
         for point in state.window:
             if point.warmup:
                 continue
-            rate, wait = point.examples_per_s, point.input_wait_pct
+            rate, wait = point.event.examples_per_s, point.event.input_wait_pct
             if rate is not None and wait is not None:
                 rates.append(rate)
                 waits.append(wait)
@@ -361,7 +342,7 @@ class HistoryPanel(Vertical):
         else:
             rate_value.set_text(Text("no steps yet", style="dim"))
             wait_value.set_text(Text(""))
-        self.border_title = f"history: last {len(rates)} steps after warm-up, all attempts"
+        show_title(self, f"history: last {len(rates)} steps after warm-up, all attempts")
 
 
 class AttemptsPanel(StatePanel):
@@ -458,7 +439,7 @@ class CrashPanel(StatePanel):
             # The last lines matter most (the exception): show as many as the screen allows.
             keep = 16 if self.app.size.height >= 40 else 5
             shown = min(keep, len(state.log_tail))
-            self.border_title = f"trainer ended · last {shown} lines of trainer.log"
+            show_title(self, f"trainer ended · last {shown} lines of trainer.log")
             for line in state.log_tail[-keep:]:
                 text.append("\n  " + line)
         self.set_text(text)
