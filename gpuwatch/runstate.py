@@ -24,6 +24,7 @@ and describing what a relaunch would change.
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -106,6 +107,40 @@ def _median(values: list[float]) -> float | None:
     if len(ordered) % 2:
         return ordered[mid]
     return (ordered[mid - 1] + ordered[mid]) / 2.0
+
+
+class RunningMedian:
+    """The median of every value added so far, kept as values arrive (O(log n) each).
+
+    An attempt's median examples/s is shown while it runs: sorting all its steps at
+    every repaint would cost more the longer it runs.
+    """
+
+    def __init__(self) -> None:
+        self._low: list[float] = []  # the smaller half, negated (a max-heap)
+        self._high: list[float] = []  # the larger half (a min-heap)
+
+    def __len__(self) -> int:
+        return len(self._low) + len(self._high)
+
+    def add(self, value: float) -> None:
+        if self._low and value > -self._low[0]:
+            heapq.heappush(self._high, value)
+        else:
+            heapq.heappush(self._low, -value)
+        # Keep the halves even, the low one holding the extra value of an odd count.
+        if len(self._low) > len(self._high) + 1:
+            heapq.heappush(self._high, -heapq.heappop(self._low))
+        elif len(self._high) > len(self._low):
+            heapq.heappush(self._low, -heapq.heappop(self._high))
+
+    @property
+    def median(self) -> float | None:
+        if not self._low:
+            return None
+        if len(self._low) > len(self._high):
+            return -self._low[0]
+        return (-self._low[0] + self._high[0]) / 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +237,7 @@ class AttemptSummary:
     sum_step_time_ms: float = 0.0
     sum_input_wait_ms: float = 0.0
     sum_grad_sync_bytes: float = 0.0
-    rates: list[float] = field(default_factory=list)
+    rates: RunningMedian = field(default_factory=lambda: RunningMedian())
     end: str | None = None  # "done: max_steps", "crashed: exit 1", ...
     resume: Resume | None = None  # where it resumed: step, data position, data order
     workers: int = 1  # the cluster size its chief's hello gave (1: one host)
@@ -227,7 +262,7 @@ class AttemptSummary:
 
     @property
     def median_examples_per_s(self) -> float | None:
-        return _median(self.rates)
+        return self.rates.median
 
     @property
     def grad_sync_bytes_per_s(self) -> float | None:
@@ -402,16 +437,16 @@ class RunState:
         self.dropped = event.dropped or self.dropped
         summary.steps_seen += 1
         if summary.first_step is None:
-            summary.first_step = point.step
-        summary.last_step = point.step
-        if summary.steps_seen > WARMUP_STEPS and point.step_time_ms > 0:
+            summary.first_step = event.step
+        summary.last_step = event.step
+        if summary.steps_seen > WARMUP_STEPS and event.step_time_ms > 0:
             summary.measured_steps += 1
-            summary.sum_step_time_ms += point.step_time_ms
-            summary.sum_input_wait_ms += point.input_wait_ms
-            summary.sum_grad_sync_bytes += point.grad_sync_bytes
-            rate = point.examples_per_s
+            summary.sum_step_time_ms += event.step_time_ms
+            summary.sum_input_wait_ms += event.input_wait_ms
+            summary.sum_grad_sync_bytes += event.grad_sync_bytes
+            rate = event.examples_per_s
             if rate is not None:
-                summary.rates.append(rate)
+                summary.rates.add(rate)
             self.changed.add("attempts")
         self.changed.update(("metrics", "history"))
 
@@ -528,9 +563,15 @@ class RunState:
         return self.attempts.get(self.attempt)
 
     def recent_steps(self, count: int = CURRENT_STEPS) -> list[StepPoint]:
-        """The latest steps of the current attempt, warm-up steps left out."""
-        points = [p for p in self.window if p.attempt == self.attempt and not p.warmup]
-        return points[-count:]
+        """The latest steps of the current attempt, warm-up steps left out (oldest first)."""
+        points: list[StepPoint] = []
+        for point in reversed(self.window):  # newest first: usually `count` looks suffice
+            if len(points) >= count:
+                break
+            if point.event.attempt == self.attempt and not point.warmup:
+                points.append(point)
+        points.reverse()
+        return points
 
     def recent_input_wait_pct(self, count: int = CURRENT_STEPS) -> float | None:
         return steps_input_wait_pct(self.recent_steps(count))
