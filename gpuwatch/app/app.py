@@ -1,8 +1,11 @@
 """The gpuwatch dashboard: a Textual app that follows one run through a RunLink.
 
 A long-lived worker reads batches from the link and folds them into a RunState
-(pure); repaints are throttled (about 4 Hz) and touch only the panels whose
-part of the state changed, inside one ``batch_update``. Keys change *pending*
+(pure); the ``Repainter`` (``painters.py``) then repaints only the parts whose areas
+of the state changed, each at its own rate: figures with each batch (the socket is
+read at most every 0.4 s, so a busy run wakes the dashboard per batch, not per frame,
+and the screen is current within half a second), views that move every 2 s. A panel
+repaints only the cells that changed (``StatePanel.set_text``). Keys change *pending*
 settings; nothing restarts until ``r`` sends ``relaunch``.
 
 The app's return value says what happened to the run:
@@ -25,13 +28,12 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.reactive import var
-from textual.timer import Timer
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
-from gpuwatch.advisor import advise, find_straggler
 from gpuwatch.app import keys
 from gpuwatch.app.link import RunLink
+from gpuwatch.app.painters import RENDER_INTERVAL_S, Repainter
 from gpuwatch.app.screens.modals import (
     ConfirmStopScreen,
     KeysScreen,
@@ -90,7 +92,7 @@ class GpuwatchApp(App[str]):
         run_id: str | None = None,
         link_for: Callable[[RunInfo], RunLink] | None = None,
         clock: Callable[[], float] = time.time,
-        render_interval_s: float = 0.25,
+        render_interval_s: float = RENDER_INTERVAL_S,
     ) -> None:
         super().__init__()
         self.link = link
@@ -98,11 +100,8 @@ class GpuwatchApp(App[str]):
         self.run_id = run_id
         self.link_for = link_for
         self.clock = clock
-        self.render_interval_s = render_interval_s
         self.state = RunState()
-        self.renders = 0
-        self._last_render = 0.0
-        self._render_timer: Timer | None = None
+        self.repainter = Repainter(self, render_interval_s)
         self._stopped_by_person = False
 
     # ---- layout ---------------------------------------------------------
@@ -135,13 +134,13 @@ class GpuwatchApp(App[str]):
 
     @work(exclusive=True, exit_on_error=False, group="link")
     async def follow_link(self) -> None:
-        """Fold every batch from the link into the state; repaint at most ~4 Hz."""
+        """Fold every batch from the link into the state; repaints follow at their own rates."""
         link = self.link
         async for batch in link.events():
             if link is not self.link:  # switched runs while waiting
                 return
             self.state.apply_many(batch)
-            self._schedule_render()
+            self.repainter.schedule_paint()
             # A replay arrives faster than we fold it: let input and repaints in.
             await asyncio.sleep(0)
 
@@ -152,60 +151,19 @@ class GpuwatchApp(App[str]):
 
     def _tick(self) -> None:
         if not self.state.terminal:
-            self.state.changed.add("header")
-            self._schedule_render()
-
-    def _schedule_render(self) -> None:
-        if self._render_timer is not None:
-            return
-        wait = self._last_render + self.render_interval_s - time.monotonic()
-        if wait <= 0:
-            self.refresh_view()
-        else:
-            self._render_timer = self.set_timer(wait, self._timed_render)
-
-    def _timed_render(self) -> None:
-        self._render_timer = None
-        self.refresh_view()
+            self.repainter.tick()
 
     def refresh_view(self) -> None:
-        """Repaint the panels whose part of the state changed (all of them the first time)."""
-        self._last_render = time.monotonic()
-        changes = self.state.take_changes()
-        if not changes:
-            return
-        self.renders += 1
-        state = self.state
-        with self.batch_update():
-            if changes & {"header", "link"}:
-                self.query_one(HeaderBar).show_state(state, self.clock())
-            if changes & {"metrics", "attempts"}:
-                self.query_one(MetricsPanel).show_state(state)
-            cluster = state.workers > 1
-            self.screen.set_class(cluster, "-cluster")
-            straggler = find_straggler(state.worker_summaries()) if cluster else None
-            if changes & {"metrics", "devices", "attempts", "workers"}:
-                steps = state.recent_steps()
-                current = state.current
-                settings = current.settings if current and current.settings else state.settings
-                self.query_one(AdvicePanel).show_advice(
-                    advise(steps, settings, state.sample, state.replicas, straggler)
-                )
-            if cluster and changes & {"workers", "devices", "metrics", "status"}:
-                self.query_one(WorkersPanel).show_state(state, straggler)
-            if changes & {"devices", "metrics"}:
-                self.query_one(DevicesPanel).show_state(state)
-            if "history" in changes:
-                self.query_one(HistoryPanel).show_state(state)
-            if "attempts" in changes or "status" in changes:
-                self.query_one(AttemptsPanel).show_state(state)
-            if "status" in changes:
-                self.query_one(CrashPanel).show_state(state)
-                self.screen.set_class(state.failed, "-crashed")
-            if "pending" in changes:
-                self._show_pending()
+        """Repaint now every part whose state changed (all of them the first time)."""
+        self.repainter.paint_now()
 
-    def _show_pending(self) -> None:
+    @property
+    def renders(self) -> int:
+        """Repaints so far that painted something."""
+        return self.repainter.passes
+
+    def show_pending(self) -> None:
+        """The pending bar, and the keys that act on it."""
         live = pending_applies_live(
             self.state.settings, self.pending, running=self.state.status == "running"
         )
@@ -215,7 +173,7 @@ class GpuwatchApp(App[str]):
         self.refresh_bindings()
 
     def watch_pending(self) -> None:
-        self._show_pending()
+        self.show_pending()
 
     # ---- pending settings --------------------------------------------
 

@@ -36,7 +36,7 @@ def make_app(name: str, **kwargs: Any) -> tuple[GpuwatchApp, ReplayLink]:
 
 
 async def settle(app: GpuwatchApp, link: ReplayLink, pilot: Any) -> None:
-    """Until every batch was folded, then paint what changed (not waiting on the 4 Hz timer)."""
+    """Until every batch was folded, then paint what changed (not waiting on the render timer)."""
     await link.wait_idle()
     await pilot.pause()
     app.refresh_view()
