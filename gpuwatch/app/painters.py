@@ -91,6 +91,12 @@ class Repainter:
             Painter("pending", {"pending": now}, self.app.show_pending),
         ]
 
+    def add(self, painter: Painter) -> None:
+        """Another part of the screen (a widget the app adds): it paints at the next pass,
+        then whenever an area it reads changes, at its rate."""
+        self.schedule.add(painter)
+        self.schedule_paint()
+
     # ---- when --------------------------------------------------------------
 
     def schedule_paint(self) -> None:
