@@ -54,9 +54,7 @@ async def test_an_added_part_repaints_only_when_an_area_it_reads_changes():
     painted: list[int] = []
     async with app.run_test(size=SIZE, message_hook=waiter.hook):
         await link.wait_idle()
-        app.repainter.add(
-            Painter("gpu history", {"devices": Rate(0.1)}, lambda: painted.append(1))
-        )
+        app.repainter.add(Painter("gpu history", {"devices": Rate(0.1)}, lambda: painted.append(1)))
         await waiter.until(lambda: len(painted) == 1, "its first paint")
         steps = later_steps(events, 2)
         link.push(steps)
