@@ -12,12 +12,21 @@ behind, the reader stops reading the socket until there is room, so the kernel's
 buffers fill and the supervisor slows its replay to our pace (or, live, cuts us
 off once too far behind; the link then resubscribes from the last seq). Nothing
 is dropped here and memory does not grow with the run.
+
+A reader that shows events at a fixed rate (the dashboard) passes ``read_interval_s``.
+While the stream is light (under BULK_BYTES in an interval: a live run, even a large
+cluster), once it has caught up (a read shorter than a full chunk) it leaves the socket
+unread for the rest of the interval, so a busy run's frames arrive as one batch per
+interval instead of one wake-up per frame; the kernel holds them meanwhile. A replay
+is read at full speed, and the first event after a quiet spell at once. Replies to
+commands share the socket: they may wait up to an interval too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
+import time
 from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -40,6 +49,9 @@ from trainer_runtime.protocol import (
 READ_CHUNK = 1 << 16
 # Events read but not yet taken: past this the reader waits (back-pressure, no loss).
 INBOX_MAX_EVENTS = 4096
+# More than this read in one read interval is a bulk transfer (a replay): no pauses.
+# Under what the kernel holds for an unread Unix socket (about 208 KiB), above a live run.
+BULK_BYTES = 1 << 17
 
 
 class ClientError(Exception):
@@ -105,8 +117,11 @@ class Inbox:
 class RunClient:
     """One connection to one run's supervisor."""
 
-    def __init__(self, socket_path: Path | str) -> None:
+    def __init__(self, socket_path: Path | str, *, read_interval_s: float = 0.0) -> None:
         self.socket_path = Path(socket_path)
+        self.read_interval_s = read_interval_s
+        self._window_start = -float("inf")  # the current read interval, and what it read
+        self._window_bytes = 0
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._events = Inbox()
@@ -142,6 +157,7 @@ class RunClient:
                 chunk = await self._reader.read(READ_CHUNK)
                 if not chunk:
                     break
+                self._count_read(len(chunk))
                 for frame in frames.feed(chunk):
                     kind = frame["type"]
                     # type() is int: a reply with "id": true is not the reply to command 1.
@@ -156,6 +172,8 @@ class RunClient:
                             continue
                         frame = joined
                     await self._events.put(frame)
+                if len(chunk) < READ_CHUNK and 0 < self._window_bytes < BULK_BYTES:
+                    await self._rest_until(self._window_start + self.read_interval_s)
         except ProtocolError as exc:
             failure = ConnectionLost(f"bad frame from the supervisor: {exc}")
         except (OSError, asyncio.IncompleteReadError) as exc:
@@ -171,6 +189,27 @@ class RunClient:
                     future.set_exception(ConnectionLost("connection lost before the reply"))
             self._pending.clear()
             self._events.end(failure)
+
+    def _count_read(self, size: int) -> None:
+        """Count a read against the current read interval (none without an interval)."""
+        if self.read_interval_s <= 0:
+            return
+        now = time.monotonic()
+        if now - self._window_start >= self.read_interval_s:
+            self._window_start, self._window_bytes = now, 0
+        self._window_bytes += size
+
+    async def _rest_until(self, until: float) -> None:
+        """Leave the socket unread until then: what arrives meanwhile waits in the kernel."""
+        transport = self._writer.transport if self._writer is not None else None
+        if not isinstance(transport, asyncio.Transport) or transport.is_closing():
+            return
+        transport.pause_reading()
+        try:
+            await asyncio.sleep(max(0.0, until - time.monotonic()))
+        finally:
+            if not transport.is_closing():
+                transport.resume_reading()
 
     async def command(
         self, frame_type: str, timeout_s: float = 60.0, **fields: Any

@@ -602,9 +602,15 @@ class RunState:
         return self.attempts.get(self.attempt)
 
     def recent_steps(self, count: int = CURRENT_STEPS) -> list[StepPoint]:
-        """The latest steps of the current attempt, warm-up steps left out."""
-        points = [p for p in self.window if p.attempt == self.attempt and not p.warmup]
-        return points[-count:]
+        """The latest steps of the current attempt, warm-up steps left out (oldest first)."""
+        points: list[StepPoint] = []
+        for point in reversed(self.window):  # newest first: usually `count` looks suffice
+            if len(points) >= count:
+                break
+            if point.event.attempt == self.attempt and not point.warmup:
+                points.append(point)
+        points.reverse()
+        return points
 
     def recent_input_wait_pct(self, count: int = CURRENT_STEPS) -> float | None:
         return steps_input_wait_pct(self.recent_steps(count))

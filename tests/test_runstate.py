@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from gpuwatch.config import apply_overrides
@@ -212,3 +214,23 @@ def test_warmup_steps_are_flagged_per_attempt():
     state.apply_many(step(8 + i, 2, 9 + i, 100, 10) for i in range(7))
     flags = [(p.attempt, p.warmup) for p in state.window]
     assert flags == [(1, True)] * 5 + [(1, False)] * 3 + [(2, True)] * 5 + [(2, False)] * 2
+
+
+def test_recent_steps_are_the_last_measured_steps_of_the_current_attempt():
+    rnd = random.Random(5)
+    state = RunState()
+    events, seq, number = [], 0, 0
+    for attempt in (1, 2, 3):
+        events.append({"type": "attempt", "seq": seq, "attempt": attempt, "settings": SETTINGS})
+        seq += 1
+        for _ in range(rnd.randint(1, 30)):
+            number += 1
+            events.append(step(seq, attempt, number, 100.0, 10.0))
+            seq += 1
+        if attempt == 3:  # a late step of an older attempt lands in the window too
+            events.append(step(seq, 2, number, 100.0, 10.0))
+            seq += 1
+    state.apply_many(events)
+    for count in (1, 5, 20, 500):
+        want = [p for p in state.window if p.attempt == state.attempt and not p.warmup]
+        assert state.recent_steps(count) == want[-count:]

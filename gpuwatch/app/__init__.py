@@ -13,11 +13,16 @@ def run_dashboard(home: Path, run_id: str, socket_path: Path) -> str:
     """
     from gpuwatch.app.app import GpuwatchApp
     from gpuwatch.app.link import SocketLink
+    from gpuwatch.app.painters import READ_INTERVAL_S
     from gpuwatch.runs import RunInfo, socket_path_for
 
-    def link_for(info: RunInfo) -> SocketLink:
-        return SocketLink(info.socket_path or socket_path_for(info.run_id, home))
+    def link(path: Path) -> SocketLink:
+        # Frames are read once per repaint: a busy run wakes the dashboard per batch.
+        return SocketLink(path, read_interval_s=READ_INTERVAL_S)
 
-    app = GpuwatchApp(SocketLink(socket_path), home=home, run_id=run_id, link_for=link_for)
+    def link_for(info: RunInfo) -> SocketLink:
+        return link(info.socket_path or socket_path_for(info.run_id, home))
+
+    app = GpuwatchApp(link(socket_path), home=home, run_id=run_id, link_for=link_for)
     result = app.run()
     return result or "detach"

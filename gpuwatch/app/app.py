@@ -1,10 +1,13 @@
 """The gpuwatch dashboard: a Textual app that follows one run through a RunLink.
 
 A long-lived worker reads batches from the link and folds them into a RunState
-(pure); repaints are throttled (about 4 Hz) and touch only the panels whose
-part of the state changed, inside one ``batch_update``. The history areas (the
-per-GPU sparklines, the plots screen) repaint at most once a second. Keys change *pending*
-settings; nothing restarts until ``r`` sends ``relaunch``.
+(pure); the ``Repainter`` (``painters.py``) then repaints only the parts whose areas
+of the state changed, each at its own rate: figures with each batch (the socket is
+read at most every 0.4 s, so a busy run wakes the dashboard per batch, not per frame,
+and the screen is current within half a second), views that move every 2 s, the
+per-GPU history and the plots screen (``g``) at most once a second. A panel repaints
+only the cells that changed (``StatePanel.set_text``). Keys change *pending* settings
+(``e`` opens a screen to type them); nothing restarts until ``r`` sends ``relaunch``.
 
 The app's return value says what happened to the run:
   "detach"   the dashboard closed, the run was left as it was;
@@ -26,13 +29,12 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.reactive import var
-from textual.timer import Timer
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
-from gpuwatch.advisor import advise, find_straggler
 from gpuwatch.app import keys
 from gpuwatch.app.link import RunLink
+from gpuwatch.app.painters import HISTORY_INTERVAL_S, RENDER_INTERVAL_S, Repainter
 from gpuwatch.app.screens.modals import (
     ConfirmStopScreen,
     KeysScreen,
@@ -69,9 +71,6 @@ from gpuwatch.runstate import (
     toggle_prefetch,
 )
 
-# Areas that draw history: repainted at most once per history interval (1 s).
-HISTORY_AREAS = frozenset({"gpu_history", "plots"})
-
 
 class GpuwatchApp(App[str]):
     """Live dashboard of one training run (and a switcher between the live runs)."""
@@ -99,8 +98,8 @@ class GpuwatchApp(App[str]):
         run_id: str | None = None,
         link_for: Callable[[RunInfo], RunLink] | None = None,
         clock: Callable[[], float] = time.time,
-        render_interval_s: float = 0.25,
-        history_interval_s: float = 1.0,
+        render_interval_s: float = RENDER_INTERVAL_S,
+        history_interval_s: float = HISTORY_INTERVAL_S,
     ) -> None:
         super().__init__()
         self.link = link
@@ -108,14 +107,8 @@ class GpuwatchApp(App[str]):
         self.run_id = run_id
         self.link_for = link_for
         self.clock = clock
-        self.render_interval_s = render_interval_s
-        self.history_interval_s = history_interval_s
         self.state = RunState()
-        self.renders = 0
-        self._last_render = 0.0
-        self._render_timer: Timer | None = None
-        self._last_history_render = float("-inf")
-        self._history_timer: Timer | None = None
+        self.repainter = Repainter(self, render_interval_s, history_interval_s)
         self._stopped_by_person = False
 
     # ---- layout ---------------------------------------------------------
@@ -142,20 +135,20 @@ class GpuwatchApp(App[str]):
         self.query_one("#attempts").border_title = "attempts (measured after warm-up)"
         self.query_one("#crash").border_title = "trainer ended"
         self.set_interval(1.0, self._tick)
-        self.refresh_view()
+        self.refresh_view(flush=True)
         self.follow_link()
 
     # ---- following the run ---------------------------------------------
 
     @work(exclusive=True, exit_on_error=False, group="link")
     async def follow_link(self) -> None:
-        """Fold every batch from the link into the state; repaint at most ~4 Hz."""
+        """Fold every batch from the link into the state; repaints follow at their own rates."""
         link = self.link
         async for batch in link.events():
             if link is not self.link:  # switched runs while waiting
                 return
             self.state.apply_many(batch)
-            self._schedule_render()
+            self.repainter.schedule_paint()
             # A replay arrives faster than we fold it: let input and repaints in.
             await asyncio.sleep(0)
 
@@ -166,105 +159,28 @@ class GpuwatchApp(App[str]):
 
     def _tick(self) -> None:
         if not self.state.terminal:
-            self.state.changed.add("header")
-            self._schedule_render()
+            self.repainter.tick()
 
-    def _schedule_render(self) -> None:
-        if self._render_timer is not None:
-            return
-        wait = self._last_render + self.render_interval_s - time.monotonic()
-        if wait <= 0:
-            self.refresh_view()
+    def refresh_view(self, *, flush: bool = False) -> None:
+        """Repaint the parts that are due now; flush: every part whose state changed, whatever
+        its rate (the first paint, back from the plots, tests)."""
+        if flush:
+            self.repainter.paint_now()
         else:
-            self._render_timer = self.set_timer(wait, self._timed_render)
-
-    def _timed_render(self) -> None:
-        self._render_timer = None
-        self.refresh_view()
-
-    def _timed_history(self) -> None:
-        self._history_timer = None
-        self.refresh_view()
-
-    def _hold_history(self, changes: set[str], now: float, flush: bool) -> None:
-        """Take out of `changes` the history areas whose turn has not come (once a second):
-        they stay changed in the state, and a timer repaints them when it comes."""
-        if not isinstance(self.screen, PlotsScreen):
-            changes.discard("plots")  # closed: nothing to draw
-        due = changes & HISTORY_AREAS
-        if not due:
-            return
-        wait = self._last_history_render + self.history_interval_s - now
-        if wait > 0 and not flush:
-            self.state.changed |= due
-            changes -= due
-            if self._history_timer is None:
-                self._history_timer = self.set_timer(wait, self._timed_history)
-            return
-        self._last_history_render = now
+            self.repainter.schedule_paint()
 
     def on_resize(self) -> None:
         """The per-GPU panel picks its form from the terminal's size: repaint it now."""
         self.state.changed.add("gpu_history")
         self.call_after_refresh(self.refresh_view, flush=True)
 
-    def refresh_view(self, *, flush: bool = False) -> None:
-        """Repaint the panels whose part of the state changed (all of them the first time).
+    @property
+    def renders(self) -> int:
+        """Repaints so far that painted something."""
+        return self.repainter.passes
 
-        flush: repaint the history areas too even if they did less than a second ago.
-        """
-        if not self.screen_stack:  # a timer that fires as the app closes: nothing to paint
-            return
-        now = time.monotonic()
-        self._last_render = now
-        changes = self.state.take_changes()
-        self._hold_history(changes, now, flush)
-        if isinstance(self.screen, PlotsScreen):
-            # The dashboard is hidden: its areas wait for it to come back. (Textual repaints
-            # a pushed screen wherever the screen below it changed, visible or not.)
-            self.state.changed |= changes - {"plots"}
-            if "plots" in changes:
-                self.screen.show_state(self.state)
-            return
-        if not changes:
-            return
-        self.renders += 1
-        state = self.state
-        main = self.default_screen  # the dashboard, even while another screen is on top
-        with self.batch_update():
-            if changes & {"header", "link"}:
-                self.query_one(HeaderBar).show_state(state, self.clock())
-            if changes & {"metrics", "attempts"}:
-                self.query_one(MetricsPanel).show_state(state)
-            cluster = state.workers > 1
-            main.set_class(cluster, "-cluster")
-            straggler = find_straggler(state.worker_summaries()) if cluster else None
-            if changes & {"metrics", "devices", "attempts", "workers"}:
-                steps = state.recent_steps()
-                current = state.current
-                settings = current.settings if current and current.settings else state.settings
-                self.query_one(AdvicePanel).show_advice(
-                    advise(steps, settings, state.sample, state.replicas, straggler)
-                )
-            if cluster and changes & {"workers", "devices", "metrics", "status"}:
-                self.query_one(WorkersPanel).show_state(state, straggler)
-            gpus = bool((state.sample or {}).get("gpus"))
-            main.set_class(gpus, "-gpus")
-            if changes & {"devices", "metrics"} and not gpus:
-                self.query_one(DevicesPanel).show_state(state)
-            if "gpu_history" in changes and gpus:
-                self.query_one(GpuPanel).show_state(state)
-            if "history" in changes:
-                self.query_one(HistoryPanel).show_state(state)
-            if "attempts" in changes or "status" in changes:
-                self.query_one(AttemptsPanel).show_state(state)
-            if "status" in changes:
-                self.query_one(CrashPanel).show_state(state)
-                main.set_class(state.failed, "-crashed")
-            if "pending" in changes:
-                self._show_pending()
-
-    def _show_pending(self) -> None:
+    def show_pending(self) -> None:
+        """The pending bar, and the keys that act on it."""
         live = pending_applies_live(
             self.state.settings, self.pending, running=self.state.status == "running"
         )
@@ -274,7 +190,7 @@ class GpuwatchApp(App[str]):
         self.refresh_bindings()
 
     def watch_pending(self) -> None:
-        self._show_pending()
+        self.show_pending()
 
     # ---- pending settings --------------------------------------------
 
@@ -452,7 +368,7 @@ class GpuwatchApp(App[str]):
         self.pending = {}
         self.follow_link()  # exclusive: cancels the old follower
         self.run_worker(old.close(), group="close", exit_on_error=False)
-        self.refresh_view()
+        self.refresh_view(flush=True)
         self.notify(f"now following run {run_id}", title="switched")
 
     async def on_unmount(self) -> None:

@@ -58,8 +58,11 @@ class SocketLink:
         backoff_s: tuple[float, float] = (0.5, 10.0),
         connect_timeout_s: float = 5.0,
         snapshot: bool = True,
+        read_interval_s: float = 0.0,
     ) -> None:
+        """read_interval_s: read the socket at most this often once caught up (RunClient)."""
         self.socket_path = Path(socket_path)
+        self.read_interval_s = read_interval_s
         self.last_seq = -1
         self.subscriptions: list[int] = []  # from_seq of every subscribe, for tests and logs
         # The snapshot format asked for on the first subscription (None: replay it all).
@@ -74,7 +77,7 @@ class SocketLink:
         delay, longest = self._backoff_s
         attempt = 0
         while not self._closed:
-            client = RunClient(self.socket_path)
+            client = RunClient(self.socket_path, read_interval_s=self.read_interval_s)
             lost_message = ""
             try:
                 await client.connect(self._connect_timeout_s)

@@ -197,7 +197,7 @@ async def test_gpu_history_repaints_at_most_once_per_interval_and_numbers_do_not
         # The numbers moved on (the last step), the history waits for its turn.
         assert "step 160" in app.query_one(MetricsPanel).plain
         assert views(app)[0].plain == first
-        assert "gpu_history" in app.state.changed
+        assert "gpu_history" in app.repainter.pending_areas()
         app.refresh_view(flush=True)
         await pilot.pause()
         assert " 64%" in views(app)[0].plain

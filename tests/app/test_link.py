@@ -1,12 +1,15 @@
-"""SocketLink against a fake supervisor socket: resubscribe from last seq + 1 after a drop."""
+"""SocketLink against a fake supervisor socket: resubscribe after a drop, paced reads."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import time
+from pathlib import Path
 from typing import Any
 
 from gpuwatch.app.link import SocketLink
+from gpuwatch.client import BULK_BYTES, RunClient
 from trainer_runtime.protocol import decode, encode
 
 
@@ -127,6 +130,86 @@ async def test_socket_link_reports_lost_while_no_supervisor(tmp_path):
     await link.close()
     assert states[:4] == ["lost", "reconnecting", "lost", "reconnecting"]
     assert link.subscriptions == []
+
+
+async def serve_steps(socket_path: Path, send: Any) -> asyncio.Server:
+    """A fake supervisor: acks the subscribe, then `send(writer)` writes the events."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        frame = decode(await reader.readline())
+        writer.write(encode("ack", id=frame["id"]))
+        await send(writer)
+        await reader.read()  # open until the client closes
+
+    return await asyncio.start_unix_server(serve, path=str(socket_path))
+
+
+async def collect(link: SocketLink, total: int) -> list[tuple[float, list[int]]]:
+    """Every batch of step events until `total` arrived: (when, seqs)."""
+    batches: list[tuple[float, list[int]]] = []
+    count = 0
+    async for batch in link.events():
+        seqs = [e["seq"] for e in batch if e["type"] != "link"]
+        if seqs:
+            batches.append((time.monotonic(), seqs))
+            count += len(seqs)
+        if count >= total:
+            return batches
+    return batches
+
+
+async def test_a_paced_link_reads_a_busy_run_once_per_interval(tmp_path):
+    interval, total = 0.2, 60
+
+    async def send(writer: asyncio.StreamWriter) -> None:
+        for seq in range(total):  # one frame every 10 ms, as a busy trainer's steps
+            writer.write(encode("step", **step_fields(seq)))
+            await writer.drain()
+            await asyncio.sleep(0.01)
+
+    link = SocketLink(tmp_path / "run.sock", read_interval_s=interval)
+    async with await serve_steps(tmp_path / "run.sock", send):
+        batches = await asyncio.wait_for(collect(link, total), 20)
+        await link.close()
+    assert [seq for _, seqs in batches for seq in seqs] == list(range(total))
+    # One read per interval at most: a handful of batches, not one per frame.
+    span = batches[-1][0] - batches[0][0]
+    assert len(batches) <= span / interval + 2, [len(seqs) for _, seqs in batches]
+    assert len(batches) < total / 4
+
+
+async def test_a_replay_is_read_without_pauses(tmp_path, monkeypatch):
+    total = 20_000  # about 1.7 MB, many times BULK_BYTES: a bulk transfer
+    lines = b"".join(encode("step", **step_fields(seq)) for seq in range(total))
+    assert len(lines) > 8 * BULK_BYTES
+    received: list[int] = []
+    rested_at: list[int] = []  # events read so far, at each pause
+    rest = RunClient._rest_until
+
+    async def spy(self: RunClient, until: float) -> None:
+        rested_at.append(len(received) + self._events.qsize())
+        await rest(self, until)
+
+    monkeypatch.setattr(RunClient, "_rest_until", spy)
+
+    async def send(writer: asyncio.StreamWriter) -> None:
+        writer.write(lines)
+        await writer.drain()
+
+    async def consume(link: SocketLink) -> None:
+        async for batch in link.events():
+            received.extend(e["seq"] for e in batch if e["type"] != "link")
+            if len(received) >= total:
+                return
+
+    link = SocketLink(tmp_path / "run.sock", read_interval_s=0.5)
+    async with await serve_steps(tmp_path / "run.sock", send):
+        await asyncio.wait_for(consume(link), 20)
+        await link.close()
+    assert received == list(range(total))
+    # At most one pause before the replay had all been read (its very first read may be
+    # small); throttled, it would pause every interval for the kernel's 208 KiB.
+    assert len([n for n in rested_at if n < total]) <= 1, rested_at
 
 
 def test_fixtures_are_protocol_frames():

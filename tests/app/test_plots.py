@@ -115,7 +115,7 @@ async def test_the_plots_repaint_at_most_once_per_interval_and_not_when_closed(m
         await pilot.pause()
         app.refresh_view(flush=True)
         assert calls == [60, 119]  # closed: never drawn
-        assert "plots" not in app.state.changed
+        assert "plots" not in app.repainter.pending_areas()
 
 
 async def test_the_dashboard_waits_while_the_plots_are_open_and_catches_up_after():
@@ -130,7 +130,7 @@ async def test_the_dashboard_waits_while_the_plots_are_open_and_catches_up_after
         await settle(app, link, pilot)
         # Hidden, the dashboard is not repainted (it would repaint the plots over it).
         assert not app.query_one(CrashPanel).plain
-        assert "status" in app.state.changed
+        assert "status" in app.repainter.pending_areas()
         await pilot.press("escape")
         await pilot.pause()
         assert app.screen.has_class("-crashed")

@@ -12,6 +12,7 @@ from textual.widgets import Sparkline, Static
 
 from gpuwatch.advisor import Advice, Straggler
 from gpuwatch.app import fmt
+from gpuwatch.app.widgets.state_panel import StatePanel, show_title
 from gpuwatch.runstate import WARMUP_STEPS, RunState, WorkerSummary
 from trainer_runtime.protocol import Hello
 from trainer_runtime.schema import prefetch_word
@@ -38,26 +39,6 @@ def is_wide(widget: Widget) -> bool:
 
 def is_tall(widget: Widget) -> bool:
     return widget.app.size.height >= TALL_ROWS
-
-
-class StatePanel(Static):
-    """A Static that repaints only when its text really changed (repaints cost over SSH)."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__("", *args, **kwargs)
-        self._last_plain: tuple[str, tuple[Any, ...]] | None = None
-
-    def set_text(self, text: Text) -> None:
-        key = (text.plain, tuple((s.start, s.end, str(s.style)) for s in text.spans))
-        if key == self._last_plain:
-            return
-        self._last_plain = key
-        self.update(text)
-
-    @property
-    def plain(self) -> str:
-        """The text shown now, without styles (for tests and screen readers)."""
-        return self._last_plain[0] if self._last_plain else ""
 
 
 class HeaderBar(StatePanel):
@@ -298,7 +279,7 @@ class WorkersPanel(StatePanel):
             text.append("\nno worker has said hello yet", style="dim")
         if straggler is not None and not crashed_short:
             text.append("\n" + straggler.message, style="bold yellow")
-        self.border_title = f"workers: {len(rows)}, slowest first"
+        show_title(self, f"workers: {len(rows)}, slowest first")
         self.set_text(text)
 
 
@@ -321,7 +302,7 @@ class HistoryPanel(Vertical):
         for point in state.window:
             if point.warmup:
                 continue
-            rate, wait = point.examples_per_s, point.input_wait_pct
+            rate, wait = point.event.examples_per_s, point.event.input_wait_pct
             if rate is not None and wait is not None:
                 rates.append(rate)
                 waits.append(wait)
@@ -340,7 +321,7 @@ class HistoryPanel(Vertical):
         else:
             rate_value.set_text(Text("no steps yet", style="dim"))
             wait_value.set_text(Text(""))
-        self.border_title = f"history: last {len(rates)} steps after warm-up, all attempts"
+        show_title(self, f"history: last {len(rates)} steps after warm-up, all attempts")
 
 
 class AttemptsPanel(StatePanel):
@@ -437,7 +418,7 @@ class CrashPanel(StatePanel):
             # The last lines matter most (the exception): show as many as the screen allows.
             keep = 16 if is_tall(self) else 5
             shown = min(keep, len(state.log_tail))
-            self.border_title = f"trainer ended · last {shown} lines of trainer.log"
+            show_title(self, f"trainer ended · last {shown} lines of trainer.log")
             for line in state.log_tail[-keep:]:
                 text.append("\n  " + line)
         self.set_text(text)

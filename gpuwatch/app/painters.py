@@ -1,0 +1,234 @@
+"""The dashboard's painters: which part of the screen reads which areas, at what rate.
+
+``Repainter`` owns the app's ``RepaintSchedule`` (``repaint.py``, pure) and its one
+timer. The app tells it when the state changed (``schedule``: after each batch from
+the link, and on the clock's tick) and it paints the parts that are due, inside one
+``batch_update``; ``paint_now`` paints every part with changes at once (the first
+paint, a switch of runs, tests).
+
+The rates: the run's socket is read at most every READ_INTERVAL_S (SocketLink), so a
+busy run's frames arrive as one batch and each batch repaints the figures at once: the
+screen is never more than that (and a repaint) behind. Views that move rather than
+figures to read (the history, the running figures of the attempts table, the advice)
+repaint every SLOW_REPAINT_S, joining a repaint of the figures when they can. The
+per-GPU history and the plots screen (``g``) repaint at most every HISTORY_INTERVAL_S,
+the plots only while their screen is open. While it is, nothing else is painted (Textual
+would repaint a pushed screen wherever the screen below it changed): the dashboard's
+parts wait, and the app paints them all when it comes back.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING
+
+from gpuwatch.advisor import Straggler, advise, find_straggler
+from gpuwatch.app.repaint import Painter, Rate, RepaintSchedule
+from gpuwatch.app.screens.plots import PlotsScreen
+from gpuwatch.app.widgets.gpus import GpuPanel
+from gpuwatch.app.widgets.panels import (
+    AdvicePanel,
+    AttemptsPanel,
+    CrashPanel,
+    DevicesPanel,
+    HeaderBar,
+    HistoryPanel,
+    MetricsPanel,
+    WorkersPanel,
+)
+
+if TYPE_CHECKING:
+    from textual.timer import Timer
+
+    from gpuwatch.app.app import GpuwatchApp
+
+# The run's socket is read at most this often: with a repaint per batch, the screen is
+# current within half a second.
+READ_INTERVAL_S = 0.4
+# The least time between two repaints of a figure: a safety net for a link that is not
+# paced (a replay); under READ_INTERVAL_S, so a paced batch never waits for it.
+RENDER_INTERVAL_S = READ_INTERVAL_S / 2
+# Views that move rather than figures to read: every 2 s, waiting up to SLOW_LATE_S
+# more to join a repaint of the figures rather than make one of their own.
+SLOW_REPAINT_S = 2.0
+SLOW_LATE_S = 0.5
+# The elapsed clock (whole seconds): repainted with any repaint at most every half
+# second, and by the tick within a second; so it never skips a second.
+CLOCK = Rate(0.5, late_s=0.5)
+# The per-GPU history and the plots: at most once a second.
+HISTORY_INTERVAL_S = 1.0
+# A part due this soon paints with the others now: fewer, fuller repaints.
+SLACK_S = 0.05
+
+
+class Repainter:
+    """Paints the app's parts when the areas they read changed, each at its rate."""
+
+    def __init__(
+        self,
+        app: GpuwatchApp,
+        render_interval_s: float = RENDER_INTERVAL_S,
+        history_interval_s: float = HISTORY_INTERVAL_S,
+    ) -> None:
+        self.app = app
+        self.render_interval_s = render_interval_s
+        self.history_interval_s = history_interval_s
+        self.schedule = RepaintSchedule(self._painters())
+        self.passes = 0  # repaints that painted something
+        self._timer: Timer | None = None
+        self._timer_at = 0.0
+        self._straggler: tuple[Straggler | None] | None = None
+
+    def _painters(self) -> list[Painter]:
+        now = Rate(self.render_interval_s)  # figures a person reads as they change
+        slow = Rate(max(self.render_interval_s, SLOW_REPAINT_S), late_s=SLOW_LATE_S)
+        history = Rate(self.history_interval_s)
+        return [
+            Painter("header", {"header": now, "link": now, "clock": CLOCK}, self._header),
+            Painter("metrics", {"metrics": now, "attempts": now}, self._metrics),
+            # A judgement, not a figure to read: its figure is the metrics' input wait.
+            Painter(
+                "advice",
+                {"metrics": slow, "devices": slow, "attempts": slow, "workers": slow},
+                self._advice,
+            ),
+            Painter(
+                "workers",
+                {"workers": now, "devices": now, "metrics": now, "status": now},
+                self._workers,
+            ),
+            # A new sample at once; the gradient-sync estimate (from steps) slowly.
+            Painter("devices", {"devices": now, "metrics": slow}, self._devices),
+            Painter("gpus", {"gpu_history": history}, self._gpus),
+            Painter("plots", {"plots": history}, self._plots),
+            Painter("history", {"history": slow}, self._history),
+            # An attempt ending at once; its running figures slowly.
+            Painter("attempts", {"status": now, "attempts": slow}, self._attempts),
+            Painter("crash", {"status": now}, self._crash),
+            Painter("pending", {"pending": now}, self.app.show_pending),
+        ]
+
+    def add(self, painter: Painter) -> None:
+        """Another part of the screen (a widget the app adds): it paints at the next pass,
+        then whenever an area it reads changes, at its rate."""
+        self.schedule.add(painter)
+        self.schedule_paint()
+
+    # ---- when --------------------------------------------------------------
+
+    def schedule_paint(self) -> None:
+        """Take the state's changes; paint what is due now, and set a timer for the rest."""
+        if not self.app.screen_stack:
+            return  # shutting down: a timer may still fire after the screens are gone
+        self.schedule.note(self.app.state.take_changes())
+        due = self.schedule.next_deadline_s()
+        if due is not None and due - time.monotonic() <= SLACK_S:
+            self._paint(everything=False)
+            due = self.schedule.next_deadline_s()  # later than the slack: a timer
+        if due is None:
+            return
+        if self._timer is not None:
+            if self._timer_at <= due:
+                return
+            self._timer.stop()
+        self._timer_at = due
+        self._timer = self.app.set_timer(max(0.0, due - time.monotonic()), self._on_timer)
+
+    def tick(self) -> None:
+        """The clock moved on (once a second)."""
+        self.schedule.note(("clock",))
+        self.schedule_paint()
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self.schedule_paint()
+
+    def paint_now(self) -> None:
+        """Paint every part whose areas changed, whatever its rate."""
+        if self.app.screen_stack:
+            self._paint(everything=True)
+
+    def _paint(self, *, everything: bool) -> None:
+        self.schedule.note(self.app.state.take_changes())
+        self.schedule.note(("clock",))  # the clock rides along with any repaint
+        now = time.monotonic()
+        due = self.schedule.take_due(now, slack_s=SLACK_S, everything=everything)
+        app = self.app
+        if isinstance(app.screen, PlotsScreen):
+            # The dashboard is hidden: its parts wait (as changed) until it is back.
+            for painter in due:
+                if painter.name != "plots":
+                    painter.pending.update(painter.areas)
+                    painter.last_s = now
+            due = [painter for painter in due if painter.name == "plots"]
+        if not due:
+            return
+        self.passes += 1
+        self._straggler = None
+        main = app.default_screen  # the dashboard, even while a modal is on top
+        with app.batch_update():
+            main.set_class(app.state.workers > 1, "-cluster")
+            main.set_class(self.gpus_shown(), "-gpus")
+            for painter in due:
+                painter.paint()
+
+    def pending_areas(self) -> set[str]:
+        """The areas some part has not painted yet (tests, and what waits under the plots)."""
+        return set().union(*(painter.pending for painter in self.schedule.painters))
+
+    # ---- what ----------------------------------------------------------------
+
+    def straggler(self) -> Straggler | None:
+        """The cluster's straggler, worked out once per repaint (None on one host)."""
+        state = self.app.state
+        if state.workers <= 1:
+            return None
+        if self._straggler is None:
+            self._straggler = (find_straggler(state.worker_summaries()),)
+        return self._straggler[0]
+
+    def _header(self) -> None:
+        self.app.query_one(HeaderBar).show_state(self.app.state, self.app.clock())
+
+    def _metrics(self) -> None:
+        self.app.query_one(MetricsPanel).show_state(self.app.state)
+
+    def _advice(self) -> None:
+        state = self.app.state
+        current = state.current
+        settings = current.settings if current and current.settings else state.settings
+        advice = advise(
+            state.recent_steps(), settings, state.sample, state.replicas, self.straggler()
+        )
+        self.app.query_one(AdvicePanel).show_advice(advice)
+
+    def _workers(self) -> None:
+        if self.app.state.workers > 1:
+            self.app.query_one(WorkersPanel).show_state(self.app.state, self.straggler())
+
+    def gpus_shown(self) -> bool:
+        """GPU readings: the per-GPU history replaces the devices panel."""
+        return bool((self.app.state.sample or {}).get("gpus"))
+
+    def _devices(self) -> None:
+        if not self.gpus_shown():
+            self.app.query_one(DevicesPanel).show_state(self.app.state)
+
+    def _gpus(self) -> None:
+        if self.gpus_shown():
+            self.app.query_one(GpuPanel).show_state(self.app.state)
+
+    def _plots(self) -> None:
+        screen = self.app.screen
+        if isinstance(screen, PlotsScreen):  # closed: nothing to draw
+            screen.show_state(self.app.state)
+
+    def _history(self) -> None:
+        self.app.query_one(HistoryPanel).show_state(self.app.state)
+
+    def _attempts(self) -> None:
+        self.app.query_one(AttemptsPanel).show_state(self.app.state)
+
+    def _crash(self) -> None:
+        self.app.query_one(CrashPanel).show_state(self.app.state)
+        self.app.default_screen.set_class(self.app.state.failed, "-crashed")

@@ -1,0 +1,154 @@
+"""StatePanel: a Static that repaints only the cells whose text or style changed.
+
+Over SSH every byte drawn counts, and Textual repaints a whole widget on ``update``:
+one changed figure would redraw its panel. ``set_text`` compares the new text with the
+one shown, line by line, and marks dirty only the changed span of each changed line
+(from the first changed cell to the last, or to the end of the longer line when what
+follows the change moved); the panel is laid out again only when its height could
+change (a line more or fewer, or one too long for the width, which wraps).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.cells import cell_len
+from rich.text import Text
+from textual.app import RenderResult
+from textual.geometry import Region
+from textual.widget import Widget
+from textual.widgets import Static
+
+# A line as the cells it paints: its text, and each span over it (start, end, style).
+LineKey = tuple[str, tuple[tuple[int, int, str], ...]]
+
+
+class StatePanel(Static):
+    """A Static that repaints only the cells whose text or style changed."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__("", *args, **kwargs)
+        self._shown = Text()
+        self._key: tuple[Any, ...] | None = None
+        self._lines: list[LineKey] = []
+
+    def render(self) -> RenderResult:
+        return self._shown
+
+    def set_text(self, text: Text) -> None:
+        spans = tuple((s.start, s.end, str(s.style)) for s in text.spans)
+        key = (text.plain, str(text.style), spans)
+        if key == self._key:
+            return
+        lines = line_keys(text.plain, spans)
+        same_base = self._key is not None and self._key[1] == key[1]  # a text-wide style
+        regions = self._changed_regions(lines) if same_base else None
+        self._shown, self._key, self._lines = text, key, lines
+        if regions is None:
+            self.refresh(layout=True)
+        elif regions:
+            self.refresh(*regions)
+
+    def _changed_regions(self, lines: list[LineKey]) -> list[Region] | None:
+        """The content regions to repaint, or None when the panel needs a new layout."""
+        width = self.size.width
+        declared = self.styles.width
+        if not width or len(lines) != len(self._lines):
+            return None
+        if declared is not None and declared.is_auto:
+            return None
+        whole_lines = self.styles.text_align not in ("left", "start")
+        regions = []
+        for y, (before, after) in enumerate(zip(self._lines, lines, strict=True)):
+            if before == after:
+                continue
+            if not (_fits(before[0], width) and _fits(after[0], width)):
+                return None  # it may wrap (or a wide character shifts cells): lay out again
+            if whole_lines:
+                regions.append(Region(0, y, width, 1))
+            else:
+                first, end = changed_span(before, after)
+                regions.append(Region(first, y, end - first, 1))
+        return regions
+
+    @property
+    def plain(self) -> str:
+        """The text shown now, without styles (for tests and screen readers)."""
+        return self._key[0] if self._key else ""
+
+
+def line_keys(plain: str, spans: tuple[tuple[int, int, str], ...]) -> list[LineKey]:
+    """Each line of a text with the spans over it (clipped, relative to the line, sorted)."""
+    keys: list[LineKey] = []
+    start = 0
+    for line in plain.split("\n"):
+        end = start + len(line)
+        over = sorted(
+            (max(a, start) - start, min(b, end) - start, style)
+            for a, b, style in spans
+            if a < end and b > start
+        )
+        keys.append((line, tuple(over)))
+        start = end + 1
+    return keys
+
+
+def changed_span(before: LineKey, after: LineKey) -> tuple[int, int]:
+    """[first, end) of the characters of a line that paint differently (one cell each).
+
+    Spans are sorted by start: up to the start of the first span that differs, every
+    character has the same spans over it in both, so only the text can differ there;
+    likewise from the end of the last span that differs (in order of their ends).
+    """
+    (old, old_spans), (new, new_spans) = before, after
+    first = _common_prefix(old, new)
+    differ = _first_difference(old_spans, new_spans)
+    if differ is not None:
+        first = min(
+            first, *(spans[differ][0] for spans in (old_spans, new_spans) if differ < len(spans))
+        )
+    if len(old) != len(new):
+        return first, max(len(old), len(new))  # what follows the change moved
+    end = len(new) - _common_prefix(old[::-1], new[::-1])
+    old_by_end = sorted(old_spans, key=lambda span: -span[1])
+    new_by_end = sorted(new_spans, key=lambda span: -span[1])
+    differ = _first_difference(old_by_end, new_by_end)
+    if differ is not None:
+        end = max(
+            end, *(spans[differ][1] for spans in (old_by_end, new_by_end) if differ < len(spans))
+        )
+    return first, max(first, end)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """How many leading characters two strings share."""
+    size = min(len(a), len(b))
+    if a[:size] == b[:size]:
+        return size
+    low, high = 0, size  # a[:low] == b[:low], a[:high] != b[:high]
+    while high - low > 1:
+        mid = (low + high) // 2
+        if a[:mid] == b[:mid]:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def _first_difference(a: list[Any] | tuple[Any, ...], b: list[Any] | tuple[Any, ...]) -> int | None:
+    """The index of the first item that differs (or that one list lacks); None if equal."""
+    for index, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return index
+    return None if len(a) == len(b) else min(len(a), len(b))
+
+
+def _fits(plain: str, width: int) -> bool:
+    """One cell per character (so characters are cells), and no wider than the panel."""
+    return len(plain) <= width and (plain.isascii() or cell_len(plain) == len(plain))
+
+
+def show_title(widget: Widget, title: str) -> None:
+    """Set a border title only when it changed (setting one repaints the whole widget)."""
+    if widget.border_title != title:
+        widget.border_title = title
