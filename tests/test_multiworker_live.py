@@ -110,9 +110,8 @@ def trainer_pids(run_dir: Path, attempt: int) -> dict[int, int]:
     return {e["worker"]: e["pid"] for e in of(run_dir, "hello", attempt=attempt)}
 
 
-def test_killing_one_worker_crashes_the_run_naming_it_and_a_relaunch_resumes_all(
-    home: Path, tmp_path: Path
-) -> None:
+def two_local_workers(home: Path, tmp_path: Path, steps: int) -> runs.RunInfo:
+    """`gpuwatch train` a two-worker drill (detached), once both workers ran `steps`."""
     config = tmp_path / "drill.yaml"
     config.write_text(CONFIG.format(
         max_steps=100000,
@@ -121,9 +120,16 @@ def test_killing_one_worker_crashes_the_run_naming_it_and_a_relaunch_resumes_all
     started = gpuwatch("train", str(config), "--detach")
     assert started.returncode == 0, started.stderr
     info = the_run(home)
+    wait_for(lambda: min(last_step(info.run_dir, w, 1) for w in (0, 1)) >= steps, 180,
+             f"{steps} steps on both workers")
+    return info
+
+
+def test_killing_one_worker_crashes_the_run_naming_it_and_a_relaunch_resumes_all(
+    home: Path, tmp_path: Path
+) -> None:
+    info = two_local_workers(home, tmp_path, steps=45)
     run_dir = info.run_dir
-    wait_for(lambda: min(last_step(run_dir, w, 1) for w in (0, 1)) >= 45, 180,
-             "45 steps on both workers")
     pids = trainer_pids(run_dir, 1)
     assert set(pids) == {0, 1}
     killed_at = time.monotonic()
@@ -164,17 +170,8 @@ def test_killing_one_worker_crashes_the_run_naming_it_and_a_relaunch_resumes_all
 def test_a_live_change_switches_both_workers_after_the_same_update(
     home: Path, tmp_path: Path
 ) -> None:
-    config = tmp_path / "live.yaml"
-    config.write_text(CONFIG.format(
-        max_steps=100000,
-        cluster=f"  workers: 2\n  timeout_s: {TIMEOUT_S}\n",
-    ))
-    started = gpuwatch("train", str(config), "--detach")
-    assert started.returncode == 0, started.stderr
-    info = the_run(home)
+    info = two_local_workers(home, tmp_path, steps=20)
     run_dir = info.run_dir
-    wait_for(lambda: min(last_step(run_dir, w, 1) for w in (0, 1)) >= 20, 180,
-             "20 steps on both workers")
     pids = trainer_pids(run_dir, 1)
 
     async def change() -> dict[str, Any]:

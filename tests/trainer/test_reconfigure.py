@@ -235,18 +235,26 @@ def test_many_live_switches_do_not_grow_memory_or_threads(tmp_path: Path) -> Non
     assert threads <= threads0 * 1.10, [t for _, t in levels]
 
 
-def test_two_workers_switch_after_the_same_update(tmp_path: Path) -> None:
-    base = {"model": {"hidden_units": [32]},
-            "data": {"examples": 4096, "input_shape": [16], "read_latency_ms": 2},
-            "train": {"global_batch_size": 48, "max_steps": 100000},
-            "checkpoint": {"every_steps": 100000, "keep": 1},
-            "cluster": {"workers": 2, "collective": "ring", "timeout_s": 10}}
+TWO_WORKERS = {"model": {"hidden_units": [32]},
+               "data": {"examples": 4096, "input_shape": [16], "read_latency_ms": 2},
+               "train": {"global_batch_size": 48, "max_steps": 100000},
+               "checkpoint": {"every_steps": 100000, "keep": 1},
+               "cluster": {"workers": 2, "collective": "ring", "timeout_s": 10}}
+
+
+def _two_workers(tmp_path: Path, base: dict[str, Any]) -> list[Trainer]:
+    """Two real workers of one cluster on loopback, sharing a run dir."""
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     path = run_dir / "cfg.json"
     path.write_text(json.dumps(base))
     ports = _free_ports(2)
-    workers = [Trainer(i, run_dir, path, ports) for i in range(2)]
+    return [Trainer(i, run_dir, path, ports) for i in range(2)]
+
+
+def test_two_workers_switch_after_the_same_update(tmp_path: Path) -> None:
+    base = TWO_WORKERS
+    workers = _two_workers(tmp_path, base)
     new = _settings(base, data={"prefetch": True}, train={"global_batch_size": 96})
     try:
         workers[0].step(5)
@@ -343,17 +351,8 @@ def test_a_change_that_fails_while_applying_goes_back_to_the_old_settings(
 def test_a_change_that_reaches_one_worker_only_is_refused_there_after_its_deadline(
     tmp_path: Path,
 ) -> None:
-    base = {"model": {"hidden_units": [32]},
-            "data": {"examples": 4096, "input_shape": [16], "read_latency_ms": 2},
-            "train": {"global_batch_size": 48, "max_steps": 100000},
-            "checkpoint": {"every_steps": 100000, "keep": 1},
-            "cluster": {"workers": 2, "collective": "ring", "timeout_s": 10}}
-    run_dir = tmp_path / "run"
-    run_dir.mkdir()
-    path = run_dir / "cfg.json"
-    path.write_text(json.dumps(base))
-    ports = _free_ports(2)
-    workers = [Trainer(i, run_dir, path, ports) for i in range(2)]
+    base = TWO_WORKERS
+    workers = _two_workers(tmp_path, base)
     try:
         workers[0].step(5)
         workers[0].send(4, _settings(base, data={"prefetch": True}), deadline_s=1.0)
