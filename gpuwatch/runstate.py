@@ -390,33 +390,6 @@ class RunState:
             self.attempts[number] = summary
         return summary
 
-    def _on_run(self, event: Run, t: float | None) -> None:
-        self.run_id = event.run_id or self.run_id
-        self.host = event.host or self.host
-        self.created_t = event.created or t or self.created_t
-        if not self.settings:
-            self.settings = dict(event.settings)
-        self.name = event.name or event.settings.get("name") or self.name
-        self.changed.update(("header", "pending"))
-
-    def _on_attempt(self, event: Attempt, t: float | None) -> None:
-        summary = self._attempt(event.attempt)
-        summary.settings = dict(event.settings)
-        self.settings = dict(event.settings)
-        self.name = event.settings.get("name") or self.name
-        summary.fresh = event.fresh
-        summary.reason = event.reason
-        summary.started_t = t
-        previous = self.attempts.get(event.attempt - 1)
-        if event.reason == "live" and previous is not None:
-            # The same trainer goes on with new settings: no hello of its own, and the
-            # attempt before it ended by this change (the attempts table says "live").
-            previous.end = previous.end or "live"
-            summary.hello = summary.hello or previous.hello
-            summary.workers = previous.workers
-        self.attempt = max(self.attempt, event.attempt)
-        self.changed.update(("header", "attempts", "pending", "metrics"))
-
     def _worker(self, worker: int, attempt: int) -> WorkerFigures | None:
         """The figures of `worker` for `attempt` (a newer attempt starts them over);
         None for an older attempt's late event or an index no cluster can have."""
@@ -432,129 +405,6 @@ class RunState:
             return None
         self.changed.add("workers")
         return figures
-
-    def _on_hello(self, event: Hello, t: float | None) -> None:
-        figures = self._worker(event.worker, event.attempt)
-        if figures is not None:
-            figures.hello = event
-            figures.host = event.host or figures.host
-            figures.status = "running"
-        if event.worker != CHIEF:
-            return
-        self.hello = event
-        summary = self._attempt(event.attempt)
-        summary.hello = event
-        summary.workers = max(1, event.workers)
-        self.attempt = max(self.attempt, event.attempt)
-        self.changed.update(("devices", "header", "pending", "metrics", "attempts"))
-
-    def _on_step(self, event: Step, t: float | None) -> None:
-        figures = self._worker(event.worker, event.attempt)
-        if figures is not None:
-            figures.steps_seen += 1
-            figures.last_step = event.step
-            if figures.status == "starting":
-                figures.status = "running"
-            if figures.steps_seen > WARMUP_STEPS and event.step_time_ms > 0:
-                figures.window.append(
-                    WorkerStep(
-                        event.step_time_ms, event.input_wait_ms, event.compute_ms, event.examples
-                    )
-                )
-        if event.worker != CHIEF:  # the headline is the chief's: nothing counted twice
-            return
-        summary = self._attempt(event.attempt)
-        point = StepPoint(event, t, warmup=summary.steps_seen < WARMUP_STEPS)
-        self.last_step = point
-        self.window.append(point)
-        self.dropped = event.dropped or self.dropped
-        summary.steps_seen += 1
-        # The event's fields, not the point's: StepPoint reads through a slow __getattr__,
-        # and the supervisor folds every step it records through here.
-        if summary.first_step is None:
-            summary.first_step = event.step
-        summary.last_step = event.step
-        self.run_history.add(event, warmup=point.warmup)
-        if summary.steps_seen > WARMUP_STEPS and event.step_time_ms > 0:
-            summary.measured_steps += 1
-            summary.sum_step_time_ms += event.step_time_ms
-            summary.sum_input_wait_ms += event.input_wait_ms
-            summary.sum_grad_sync_bytes += event.grad_sync_bytes
-            rate = event.examples_per_s
-            if rate is not None:
-                summary.rates.add(rate)
-            self.changed.add("attempts")
-        self.changed.update(("metrics", "history", "plots"))
-
-    def _on_reconfigured(self, event: Reconfigured, t: float | None) -> None:
-        # An applied change is its attempt event; a refused one changes nothing here (the
-        # relaunch command's err says why).
-        pass
-
-    def _on_sample(self, event: Sample, t: float | None) -> None:
-        # The widgets read the sample as its wire fields (host/gpus are plain objects).
-        sample = {"host": event.host, "gpus": event.gpus, "nvml": event.nvml, "t": t}
-        if 0 <= event.worker < MAX_WORKERS:
-            self.samples[event.worker] = sample
-        if event.worker == CHIEF:
-            self.sample = sample
-            self.changed.add("devices")  # the workers panel repaints on it too
-            if event.gpus or self.gpu_history.gpus:
-                self.gpu_history.add(event.gpus, t)
-                self.changed.add("gpu_history")
-        else:
-            self.changed.add("workers")
-
-    def _on_status(self, event: StatusChange, t: float | None) -> None:
-        self.status = event.status
-        number = event.attempt
-        if number > 0:
-            self.attempt = max(self.attempt, number)
-        self.status_message = event.message
-        self.status_worker = event.worker
-        self.exit_code = event.exit_code
-        self.signal = event.signal
-        if event.log_tail:
-            self.log_tail = event.log_tail[-LOG_TAIL_LINES:]
-        if self.status == "crashed" and number in self.attempts:
-            self.attempts[number].end = "crashed"
-            self.changed.add("attempts")
-        if self.status == "crashed" and event.worker is not None:
-            figures = self._worker(event.worker, number)
-            if figures is not None and figures.status != "error":
-                figures.status = "crashed"
-        self.changed.update(("header", "status", "pending"))
-
-    def _on_done(self, event: Done, t: float | None) -> None:
-        figures = self._worker(event.worker, event.attempt)
-        if figures is not None:
-            figures.status = "done"
-        if event.worker != CHIEF:
-            return
-        self.done = event
-        self._attempt(event.attempt).end = event.reason or "done"
-        self.changed.update(("header", "attempts"))
-
-    def _on_error(self, event: Error, t: float | None) -> None:
-        figures = self._worker(event.worker, event.attempt)
-        if figures is not None:
-            figures.status = "error"
-        # The first worker's error of the newest attempt is the cause: the others' that
-        # follow (a collective timing out on the chief) must not hide it.
-        known = self.error
-        if known is None or event.attempt > known.attempt or event.worker == known.worker:
-            self.error = event
-        self.changed.update(("header", "status"))
-
-    def _on_resume(self, event: Resume, t: float | None) -> None:
-        if event.worker != CHIEF:  # every worker resumes from the chief's checkpoint
-            return
-        self._attempt(event.attempt).resume = event
-        self.changed.add("attempts")
-
-    def _on_checkpoint(self, event: Checkpoint, t: float | None) -> None:
-        if event.worker == CHIEF:  # only the chief's checkpoint is the real one
-            self.last_checkpoint = event
 
     def _on_link(self, event: Mapping[str, Any]) -> None:
         self.link_state = event.get("state")
@@ -671,18 +521,182 @@ def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerS
     )
 
 
+# ---- folding: one function per event type (RunState.apply_event dispatches) ----------
+
+
+def _on_run(state: RunState, event: Run, t: float | None) -> None:
+    state.run_id = event.run_id or state.run_id
+    state.host = event.host or state.host
+    state.created_t = event.created or t or state.created_t
+    if not state.settings:
+        state.settings = dict(event.settings)
+    state.name = event.name or event.settings.get("name") or state.name
+    state.changed.update(("header", "pending"))
+
+
+def _on_attempt(state: RunState, event: Attempt, t: float | None) -> None:
+    summary = state._attempt(event.attempt)
+    summary.settings = dict(event.settings)
+    state.settings = dict(event.settings)
+    state.name = event.settings.get("name") or state.name
+    summary.fresh = event.fresh
+    summary.reason = event.reason
+    summary.started_t = t
+    previous = state.attempts.get(event.attempt - 1)
+    if event.reason == "live" and previous is not None:
+        # The same trainer goes on with new settings: no hello of its own, and the
+        # attempt before it ended by this change (the attempts table says "live").
+        previous.end = previous.end or "live"
+        summary.hello = summary.hello or previous.hello
+        summary.workers = previous.workers
+    state.attempt = max(state.attempt, event.attempt)
+    state.changed.update(("header", "attempts", "pending", "metrics"))
+
+
+def _on_hello(state: RunState, event: Hello, t: float | None) -> None:
+    figures = state._worker(event.worker, event.attempt)
+    if figures is not None:
+        figures.hello = event
+        figures.host = event.host or figures.host
+        figures.status = "running"
+    if event.worker != CHIEF:
+        return
+    state.hello = event
+    summary = state._attempt(event.attempt)
+    summary.hello = event
+    summary.workers = max(1, event.workers)
+    state.attempt = max(state.attempt, event.attempt)
+    state.changed.update(("devices", "header", "pending", "metrics", "attempts"))
+
+
+def _on_step(state: RunState, event: Step, t: float | None) -> None:
+    figures = state._worker(event.worker, event.attempt)
+    if figures is not None:
+        figures.steps_seen += 1
+        figures.last_step = event.step
+        if figures.status == "starting":
+            figures.status = "running"
+        if figures.steps_seen > WARMUP_STEPS and event.step_time_ms > 0:
+            figures.window.append(
+                WorkerStep(
+                    event.step_time_ms, event.input_wait_ms, event.compute_ms, event.examples
+                )
+            )
+    if event.worker != CHIEF:  # the headline is the chief's: nothing counted twice
+        return
+    summary = state._attempt(event.attempt)
+    point = StepPoint(event, t, warmup=summary.steps_seen < WARMUP_STEPS)
+    state.last_step = point
+    state.window.append(point)
+    state.dropped = event.dropped or state.dropped
+    summary.steps_seen += 1
+    # The event's fields, not the point's: StepPoint reads through a slow __getattr__,
+    # and the supervisor folds every step it records through here.
+    if summary.first_step is None:
+        summary.first_step = event.step
+    summary.last_step = event.step
+    state.run_history.add(event, warmup=point.warmup)
+    if summary.steps_seen > WARMUP_STEPS and event.step_time_ms > 0:
+        summary.measured_steps += 1
+        summary.sum_step_time_ms += event.step_time_ms
+        summary.sum_input_wait_ms += event.input_wait_ms
+        summary.sum_grad_sync_bytes += event.grad_sync_bytes
+        rate = event.examples_per_s
+        if rate is not None:
+            summary.rates.add(rate)
+        state.changed.add("attempts")
+    state.changed.update(("metrics", "history", "plots"))
+
+
+def _on_reconfigured(state: RunState, event: Reconfigured, t: float | None) -> None:
+    # An applied change is its attempt event; a refused one changes nothing here (the
+    # relaunch command's err says why).
+    pass
+
+
+def _on_sample(state: RunState, event: Sample, t: float | None) -> None:
+    # The widgets read the sample as its wire fields (host/gpus are plain objects).
+    sample = {"host": event.host, "gpus": event.gpus, "nvml": event.nvml, "t": t}
+    if 0 <= event.worker < MAX_WORKERS:
+        state.samples[event.worker] = sample
+    if event.worker == CHIEF:
+        state.sample = sample
+        state.changed.add("devices")  # the workers panel repaints on it too
+        if event.gpus or state.gpu_history.gpus:
+            state.gpu_history.add(event.gpus, t)
+            state.changed.add("gpu_history")
+    else:
+        state.changed.add("workers")
+
+
+def _on_status(state: RunState, event: StatusChange, t: float | None) -> None:
+    state.status = event.status
+    number = event.attempt
+    if number > 0:
+        state.attempt = max(state.attempt, number)
+    state.status_message = event.message
+    state.status_worker = event.worker
+    state.exit_code = event.exit_code
+    state.signal = event.signal
+    if event.log_tail:
+        state.log_tail = event.log_tail[-LOG_TAIL_LINES:]
+    if state.status == "crashed" and number in state.attempts:
+        state.attempts[number].end = "crashed"
+        state.changed.add("attempts")
+    if state.status == "crashed" and event.worker is not None:
+        figures = state._worker(event.worker, number)
+        if figures is not None and figures.status != "error":
+            figures.status = "crashed"
+    state.changed.update(("header", "status", "pending"))
+
+
+def _on_done(state: RunState, event: Done, t: float | None) -> None:
+    figures = state._worker(event.worker, event.attempt)
+    if figures is not None:
+        figures.status = "done"
+    if event.worker != CHIEF:
+        return
+    state.done = event
+    state._attempt(event.attempt).end = event.reason or "done"
+    state.changed.update(("header", "attempts"))
+
+
+def _on_error(state: RunState, event: Error, t: float | None) -> None:
+    figures = state._worker(event.worker, event.attempt)
+    if figures is not None:
+        figures.status = "error"
+    # The first worker's error of the newest attempt is the cause: the others' that
+    # follow (a collective timing out on the chief) must not hide it.
+    known = state.error
+    if known is None or event.attempt > known.attempt or event.worker == known.worker:
+        state.error = event
+    state.changed.update(("header", "status"))
+
+
+def _on_resume(state: RunState, event: Resume, t: float | None) -> None:
+    if event.worker != CHIEF:  # every worker resumes from the chief's checkpoint
+        return
+    state._attempt(event.attempt).resume = event
+    state.changed.add("attempts")
+
+
+def _on_checkpoint(state: RunState, event: Checkpoint, t: float | None) -> None:
+    if event.worker == CHIEF:  # only the chief's checkpoint is the real one
+        state.last_checkpoint = event
+
+
 _HANDLERS: dict[type[Event], Callable[[RunState, Any, float | None], None]] = {
-    Run: RunState._on_run,
-    Attempt: RunState._on_attempt,
-    Hello: RunState._on_hello,
-    Step: RunState._on_step,
-    Sample: RunState._on_sample,
-    StatusChange: RunState._on_status,
-    Done: RunState._on_done,
-    Error: RunState._on_error,
-    Checkpoint: RunState._on_checkpoint,
-    Resume: RunState._on_resume,
-    Reconfigured: RunState._on_reconfigured,
+    Run: _on_run,
+    Attempt: _on_attempt,
+    Hello: _on_hello,
+    Step: _on_step,
+    Sample: _on_sample,
+    StatusChange: _on_status,
+    Done: _on_done,
+    Error: _on_error,
+    Checkpoint: _on_checkpoint,
+    Resume: _on_resume,
+    Reconfigured: _on_reconfigured,
 }
 
 

@@ -317,32 +317,13 @@ class GpuwatchApp(App[str]):
 
     def key_rows(self) -> list[tuple[str, str]]:
         """(key, what it does) for every binding: the keys screen."""
-        return [
-            (self.get_key_display(binding), binding.tooltip or binding.description)
-            for binding in self.BINDINGS
-            if isinstance(binding, Binding)
-        ]
+        return keys.key_rows(self.BINDINGS, self.get_key_display)
 
     def settings_keys_hint(self) -> str:
-        """'p prefetch · a/A accumulation ×2/÷2 · ...': the keys that change a setting."""
-        groups: list[list[Binding]] = []
-        for binding in self.SETTING_BINDINGS:
-            if groups and binding.group is not None and groups[-1][0].group is binding.group:
-                groups[-1].append(binding)
-            else:
-                groups.append([binding])
-        return " · ".join(
-            "/".join(self.get_key_display(b) for b in group)
-            + " "
-            + keys.joined([b.description for b in group])
-            for group in groups
-        )
+        return keys.settings_hint(self.SETTING_BINDINGS, self.get_key_display)
 
     def pending_keys_hint(self) -> str:
-        """'press r to relaunch, c to discard': what to do with pending settings."""
-        return "press " + ", ".join(
-            f"{self.get_key_display(b)} to {b.description}" for b in self.PENDING_BINDINGS
-        )
+        return keys.pending_hint(self.PENDING_BINDINGS, self.get_key_display)
 
     # ---- switching runs ---------------------------------------------
 

@@ -6,7 +6,12 @@ lists; gpuwatch.app.app.GpuwatchApp takes them as its class bindings.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 from textual.binding import Binding, BindingType
+
+# How the app shows a key ("p", "?", "ctrl+c"): App.get_key_display.
+Display = Callable[[Binding], str]
 
 _ACCUMULATION = Binding.Group("accum", compact=True)
 _BATCH = Binding.Group("batch", compact=True)
@@ -18,6 +23,34 @@ def joined(descriptions: list[str]) -> str:
     if len(descriptions) > 1 and len(heads) == 1 and "" not in heads:
         return f"{heads.pop()} " + "/".join(text.rpartition(" ")[2] for text in descriptions)
     return "/".join(descriptions)
+
+
+def key_rows(bindings: Sequence[BindingType], display: Display) -> list[tuple[str, str]]:
+    """(key, what it does) for every binding: the keys screen (?)."""
+    return [
+        (display(binding), binding.tooltip or binding.description)
+        for binding in bindings
+        if isinstance(binding, Binding)
+    ]
+
+
+def settings_hint(bindings: Sequence[Binding], display: Display) -> str:
+    """'p prefetch · a/A accumulation ×2/÷2 · ...': the keys that change a setting."""
+    groups: list[list[Binding]] = []
+    for binding in bindings:
+        if groups and binding.group is not None and groups[-1][0].group is binding.group:
+            groups[-1].append(binding)
+        else:
+            groups.append([binding])
+    return " · ".join(
+        "/".join(display(b) for b in group) + " " + joined([b.description for b in group])
+        for group in groups
+    )
+
+
+def pending_hint(bindings: Sequence[Binding], display: Display) -> str:
+    """'press r to relaunch, c to discard': what to do with pending settings."""
+    return "press " + ", ".join(f"{display(b)} to {b.description}" for b in bindings)
 
 
 # The keys that change a pending setting; the pending bar's hint lists them.
