@@ -87,10 +87,6 @@ def _start(tmp_path: Path, cfg: dict[str, Any], *extra: str, name: str = "run") 
     return Trainer(0, run_dir, path, _free_ports(1), *extra)
 
 
-def _step_pcts(steps: list[Step]) -> list[float]:
-    return [100.0 * s.input_wait_ms / s.step_time_ms for s in steps]
-
-
 def _wait_pct(steps: list[Step]) -> float:
     return 100.0 * sum(s.input_wait_ms for s in steps) / sum(s.step_time_ms for s in steps)
 
@@ -128,8 +124,13 @@ def test_prefetch_switch_applies_live_without_a_new_process(tmp_path: Path) -> N
     # From once the new pipeline's buffers are full (a few steps) on.
     after = [s for s in steps if event.step + 15 <= s.step <= event.step + 55]
     assert _wait_pct(before) > 30.0, _wait_pct(before)
-    # The median step: a noisy 2-core box stalls the odd step whatever the input does.
-    assert median(_step_pcts(after)) < 5.0, _step_pcts(after)
+    # Against the injected latency (8 ms a batch, waited out in full before): the median
+    # step now waits under a quarter of it. Absolute, not a share of a ~3 ms step, which
+    # a busy 2-core box moves by whole points whatever the input does.
+    latency_ms = INPUT_BOUND["data"]["read_latency_ms"]
+    waits = [s.input_wait_ms for s in after]
+    assert median(waits) < latency_ms / 4, waits
+    assert median(s.input_wait_ms for s in before) > latency_ms / 2
     assert _wait_pct(after) < _wait_pct(before) / 3
     # The data position carries on: no example skipped or repeated.
     assert all(b.position == a.position + b.examples for a, b in itertools.pairwise(steps))
