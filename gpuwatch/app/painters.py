@@ -82,7 +82,9 @@ class Repainter:
     def _painters(self) -> list[Painter]:
         now = Rate(self.render_interval_s)  # figures a person reads as they change
         slow = Rate(max(self.render_interval_s, SLOW_REPAINT_S), late_s=SLOW_LATE_S)
-        history = Rate(self.history_interval_s)
+        # Joining a repaint of the figures too: a timer of its own would repaint the
+        # screen once more each second, out of step with the batches.
+        history = Rate(self.history_interval_s, late_s=SLOW_LATE_S)
         return [
             Painter("header", {"header": now, "link": now, "clock": CLOCK}, self._header),
             Painter("metrics", {"metrics": now, "attempts": now}, self._metrics),

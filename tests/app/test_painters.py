@@ -67,3 +67,35 @@ async def test_an_added_part_repaints_only_when_an_area_it_reads_changes():
         )
         link.push([sample])
         await waiter.until(lambda: len(painted) == 2, "a repaint for the new sample")
+
+
+def test_a_busy_run_repaints_once_per_batch_and_never_in_between():
+    """Batches every READ_INTERVAL_S with steps, a device sample every second, the clock
+    ticking: every part's repaint joins a batch's; no timer makes a pass of its own (each
+    pass repaints the screen: the costliest thing the dashboard does)."""
+    from types import SimpleNamespace
+
+    repainter = painters.Repainter(SimpleNamespace(show_pending=lambda: None))  # type: ignore[arg-type]
+    schedule = repainter.schedule
+    step_areas = ("header", "metrics", "attempts", "history", "plots")
+    painted: dict[str, int] = {}
+    between = 0
+    batch_s = painters.READ_INTERVAL_S
+    for k in range(1, 200):
+        now = k * batch_s
+        changed = list(step_areas)
+        if int(now) != int(now - batch_s):  # a sample arrived in this batch; the clock ticked
+            changed += ["devices", "gpu_history", "clock"]
+        schedule.note(changed)
+        for painter in schedule.take_due(now, slack_s=painters.SLACK_S):
+            painted[painter.name] = painted.get(painter.name, 0) + 1
+        deadline = schedule.next_deadline_s()
+        if deadline is not None and deadline < now + batch_s - painters.SLACK_S:
+            between += 1
+    assert between == 0
+    seconds = 199 * batch_s
+    # Each at its rate: figures with every batch, the GPUs about once a second, the
+    # history and advice about every 2 s.
+    assert painted["metrics"] == 199
+    assert seconds / 1.6 <= painted["gpus"] <= seconds / painters.HISTORY_INTERVAL_S + 1
+    assert seconds / 2.8 <= painted["history"] <= seconds / painters.SLOW_REPAINT_S + 1

@@ -8,6 +8,7 @@ from typing import Any
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.geometry import Region
+from textual.visual import Visual, visualize
 
 from gpuwatch.app.widgets.state_panel import LineKey, StatePanel, changed_span, line_keys
 
@@ -154,3 +155,46 @@ async def test_a_new_line_or_a_new_text_style_lays_out_again(monkeypatch):
         assert calls[-1] == ((), True)
         await pilot.pause()
         assert panel.size.height == 3
+
+
+def _random_text(rnd: random.Random, lines: int) -> Text:
+    """Figures-like lines: words and numbers in a few styles, some lines blank."""
+    text = Text()
+    for y in range(lines):
+        if y:
+            text.append("\n")
+        for _ in range(rnd.randint(0, 4)):
+            word = rnd.choice(["step", "loss", "ex/s", "wait", "•", "─"]) + " "
+            text.append(word, style=rnd.choice(["", "dim", "bold", "red", "bold yellow"]))
+            text.append(f"{rnd.randint(0, 10 ** rnd.randint(0, 4)):,} ", style="bold")
+    return text
+
+
+async def test_line_by_line_strips_equal_a_whole_render():
+    """Ground truth: after each change, the strips shown are those of rendering the whole
+    text afresh (what Static does); only the changed lines were rendered again."""
+    rnd = random.Random(11)
+    app = PanelApp()
+    async with app.run_test(size=(44, 8)) as pilot:
+        panel = app.query_one(StatePanel)
+        panel.set_text(_random_text(rnd, 5))
+        await pilot.pause()
+        partial = 0
+        for _ in range(150):
+            text = panel._shown.copy()
+            lines = text.split("\n", allow_blank=True)
+            y = rnd.randrange(len(lines))
+            lines[y] = _random_text(rnd, 1)
+            new = Text("\n").join(lines)
+            if rnd.random() < 0.1:
+                new = _random_text(rnd, rnd.randint(1, 6))  # a new shape: laid out again
+            panel.set_text(new)
+            partial += bool(panel._stale)
+            await pilot.pause()
+            width, height = panel.size
+            shown = [panel.render_line(y) for y in range(height)]
+            whole = Visual.to_strips(
+                panel, visualize(panel, new, markup=False), width, height, panel.visual_style
+            )
+            assert [list(s) for s in shown] == [list(s) for s in whole]
+        assert partial > 100  # most changes were rendered line by line

@@ -6,6 +6,12 @@ one shown, line by line, and marks dirty only the changed span of each changed l
 (from the first changed cell to the last, or to the end of the longer line when what
 follows the change moved); the panel is laid out again only when its height could
 change (a line more or fewer, or one too long for the width, which wraps).
+
+And CPU counts too: Textual renders a Static's whole text again for any dirty cell of
+it. ``render_line`` (Textual's line API) keeps the strips it rendered and renders
+again only the lines ``set_text`` changed; everything else that shapes the strips
+(the size, the style, a selection) is the cache's key, so any other change renders
+the whole text, as Static does.
 """
 
 from __future__ import annotations
@@ -13,9 +19,11 @@ from __future__ import annotations
 from typing import Any
 
 from rich.cells import cell_len
-from rich.text import Text
+from rich.text import Span, Text
 from textual.app import RenderResult
 from textual.geometry import Region
+from textual.strip import Strip
+from textual.visual import Visual, visualize
 from textual.widget import Widget
 from textual.widgets import Static
 
@@ -31,9 +39,38 @@ class StatePanel(Static):
         self._shown = Text()
         self._key: tuple[Any, ...] | None = None
         self._lines: list[LineKey] = []
+        self._strips: list[Strip] = []
+        self._strips_key: tuple[Any, ...] | None = None  # what the strips were rendered for
+        self._stale: set[int] = set()  # lines of the strips that set_text changed
 
     def render(self) -> RenderResult:
         return self._shown
+
+    def render_line(self, y: int) -> Strip:
+        size = self.size
+        style = self.visual_style
+        key = (size, style, self.text_selection)
+        if key != self._strips_key:
+            self._strips = Visual.to_strips(
+                self, visualize(self, self._shown, markup=False), size.width, size.height, style
+            )
+            self._strips_key = key
+            self._stale.clear()
+        elif self._stale:
+            lines = self._shown.split("\n", allow_blank=True)
+            for stale in self._stale:
+                if stale < len(self._strips) and stale < len(lines):
+                    # Below as many empty lines as it has above it: each cell's offset (which
+                    # a mouse selection reads) is the same as in a whole render.
+                    line = _below_blank_lines(lines[stale], stale)
+                    strips = Visual.to_strips(
+                        self, visualize(self, line, markup=False), size.width, stale + 1, style
+                    )
+                    self._strips[stale] = strips[stale]
+            self._stale.clear()
+        if y < len(self._strips):
+            return self._strips[y]
+        return Strip.blank(size.width, style.rich_style)
 
     def set_text(self, text: Text) -> None:
         spans = tuple((s.start, s.end, str(s.style)) for s in text.spans)
@@ -45,8 +82,10 @@ class StatePanel(Static):
         regions = self._changed_regions(lines) if same_base else None
         self._shown, self._key, self._lines = text, key, lines
         if regions is None:
+            self._strips_key = None  # the whole text again
             self.refresh(layout=True)
         elif regions:
+            self._stale.update(region.y for region in regions)
             self.refresh(*regions)
 
     def _changed_regions(self, lines: list[LineKey]) -> list[Region] | None:
@@ -75,6 +114,22 @@ class StatePanel(Static):
     def plain(self) -> str:
         """The text shown now, without styles (for tests and screen readers)."""
         return self._key[0] if self._key else ""
+
+
+def _below_blank_lines(line: Text, blank: int) -> Text:
+    """A line of a text with `blank` empty lines above it, styled as the text."""
+    if not blank:
+        return line
+    return Text(
+        "\n" * blank + line.plain,
+        style=line.style,
+        justify=line.justify,
+        overflow=line.overflow,
+        no_wrap=line.no_wrap,
+        end=line.end,
+        tab_size=line.tab_size,
+        spans=[Span(s.start + blank, s.end + blank, s.style) for s in line.spans],
+    )
 
 
 def line_keys(plain: str, spans: tuple[tuple[int, int, str], ...]) -> list[LineKey]:
