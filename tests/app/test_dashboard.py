@@ -14,7 +14,7 @@ from gpuwatch import runs
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink, link_event
 from gpuwatch.app.screens.modals import ConfirmStopScreen, KeysScreen, QuitScreen, RunsScreen
-from gpuwatch.app.widgets.gpus import GpuPanel, GpuView
+from gpuwatch.app.widgets.gpus import GpuPanel
 from gpuwatch.app.widgets.panels import (
     AdvicePanel,
     AttemptsPanel,
@@ -78,7 +78,7 @@ async def test_gpu_lines_show_rates_with_units_and_na():
         await settle(app, link, pilot)
         assert not app.query_one(DevicesPanel).display  # GPU readings: the GPU panel instead
         panel = app.query_one(GpuPanel)
-        gpu0, gpu1 = (view.plain for view in panel.query(GpuView))
+        gpu0, gpu1 = panel.texts()
         assert gpu0.split()[0] == "0" and gpu0.split()[-6:] == [
             "92%", "19.8/40.0", "GiB", "PCIe", "1.2G/3.4G", "NVLink", "18.7G/18.2G"
         ][-6:]

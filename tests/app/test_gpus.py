@@ -12,7 +12,7 @@ import pytest
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
-from gpuwatch.app.widgets.gpus import CELL_LINES, GpuPanel, GpuView
+from gpuwatch.app.widgets.gpus import CELL_LINES, GpuLines, GpuPanel, GpuView
 from gpuwatch.app.widgets.panels import (
     DevicesPanel,
     HistoryPanel,
@@ -39,7 +39,11 @@ def short_rate(value: float) -> str:
     return f"{value / 1e9:.1f}G" if value >= 1e9 else f"{value / 1e6:.1f}M"
 
 
-def views(app: GpuwatchApp) -> list[GpuView]:
+def texts(app: GpuwatchApp) -> list[str]:
+    return app.query_one(GpuPanel).texts()
+
+
+def cells(app: GpuwatchApp) -> list[GpuView]:
     return list(app.query_one(GpuPanel).query(GpuView))
 
 
@@ -49,11 +53,13 @@ async def test_eight_gpus_fit_at_80x24_one_line_each_with_the_latest_readings():
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)
         assert not app.query_one(DevicesPanel).display
-        lines = views(app)
+        panel = app.query_one(GpuLines)
+        assert panel.region.height == 8  # the compact form: a line each, no cells
+        assert not cells(app)
+        lines = texts(app)
         assert len(lines) == 8
-        for view, gpu in zip(lines, gpus, strict=True):
-            assert view.region.height == 1  # the compact form
-            words = view.plain.split()
+        for line, gpu in zip(lines, gpus, strict=True):
+            words = line.split()
             assert words[0] == str(gpu["index"])
             assert words[-7:] == [
                 f"{gpu['util_gpu_pct']:.0f}%",
@@ -65,9 +71,9 @@ async def test_eight_gpus_fit_at_80x24_one_line_each_with_the_latest_readings():
                 f"{short_rate(gpu['nvlink_tx_bytes_per_s'])}/"
                 f"{short_rate(gpu['nvlink_rx_bytes_per_s'])}",
             ]
-            assert len(view.plain) <= SIZE[0] - 2
+            assert len(line) <= SIZE[0] - 2
         # Everything fits on the screen: the last GPU, the panels below, the keys.
-        assert lines[-1].region.bottom <= app.query_one(HistoryPanel).region.y
+        assert panel.region.bottom <= app.query_one(HistoryPanel).region.y
         assert app.query_one(PendingBar).region.y == SIZE[1] - 2
         title = str(app.query_one(GpuPanel).border_title)
         # 4,687,942 bytes per 100 ms step = 46.9 MB/s, beside the links' tx/rx.
@@ -85,7 +91,7 @@ async def test_the_util_sparkline_is_on_a_fixed_scale_and_dips_where_the_samples
         gpu0 = history.gpus[0]
         expected = [(52.0 if k < 15 else 94.0) - (30.0 if k % 4 == 3 else 0.0) for k in range(40)]
         assert list(gpu0.util_pct) == expected
-        line = views(app)[0].plain
+        line = texts(app)[0]
         spark = line[3 : line.index(" 64%")].strip()
         # 40 samples in 17 cells at 80 columns: 3 a cell on fixed boundaries, so the last
         # cell is sample 39 alone (a dip: 64 %), the one before samples 36-38 (94 %).
@@ -103,11 +109,12 @@ async def test_at_160x48_each_gpu_is_a_cell_with_a_sparkline_per_reading():
     app, link = make_app("gpu_eight.jsonl")
     async with app.run_test(size=BIG) as pilot:
         await settle(app, link, pilot)
-        cells = views(app)
-        assert len(cells) == 8
-        assert {cell.region.height for cell in cells} == {1 + len(CELL_LINES)}
-        assert len({cell.region.y for cell in cells}) == 2  # two rows of four
-        for cell, gpu in zip(cells, gpus, strict=True):
+        shown = cells(app)
+        assert len(shown) == 8
+        assert not app.query_one(GpuLines).display
+        assert {cell.region.height for cell in shown} == {1 + len(CELL_LINES)}
+        assert len({cell.region.y for cell in shown}) == 2  # two rows of four
+        for cell, gpu in zip(shown, gpus, strict=True):
             lines = cell.plain.splitlines()
             assert lines[0].startswith(f"GPU {gpu['index']} {gpu['temperature_c']}°C")
             assert "NVIDIA H100 80GB HBM3" in lines[0]
@@ -127,19 +134,23 @@ async def test_resizing_switches_between_lines_and_cells():
     app, link = make_app("gpu_eight.jsonl")
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)
-        assert {view.region.height for view in views(app)} == {1}
+        assert app.query_one(GpuLines).region.height == 8 and not cells(app)
         await pilot.resize_terminal(*BIG)
         await pilot.pause()
-        assert {view.region.height for view in views(app)} == {7}
-        assert "NVLink rx" in views(app)[7].plain
+        assert not app.query_one(GpuLines).display
+        assert {view.region.height for view in cells(app)} == {7}
+        assert "NVLink rx" in cells(app)[7].plain
         await pilot.resize_terminal(120, 40)  # the smallest grid: three cells a row
         await pilot.pause()
-        assert len({view.region.x for view in views(app)}) == 3
+        assert len({view.region.x for view in cells(app)}) == 3
         assert "… and 2 more GPUs (6-7): util" in app.query_one("#gpu-more", StatePanel).plain
         await pilot.resize_terminal(*SIZE)
         await pilot.pause()
-        assert {view.region.height for view in views(app)} == {1}
-        assert len(views(app)) == 8
+        lines = app.query_one(GpuLines)
+        assert lines.region.height == 8 and not cells(app)
+        assert len(texts(app)) == 8
+        # Built for the width it has now: each line fills the panel's width.
+        assert {len(line) for line in texts(app)} == {lines.size.width}
         assert not app.query_one("#gpu-more").display
 
 
@@ -161,7 +172,7 @@ async def test_more_gpus_than_lines_are_summed_up_honestly():
     app = GpuwatchApp(link, clock=frozen_clock_for(events))
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)
-        assert [view.plain.split()[0] for view in views(app)] == [str(i) for i in range(7)]
+        assert [line.split()[0] for line in texts(app)] == [str(i) for i in range(7)]
         more = app.query_one("#gpu-more", StatePanel)
         assert more.display
         # GPUs 7-11: util 83 to 79 %; 21.3 GB used each (19.8 GiB).
@@ -187,7 +198,7 @@ async def test_gpu_history_repaints_at_most_once_per_interval_and_numbers_do_not
     app = GpuwatchApp(link, clock=frozen_clock_for(events), history_interval_s=3600.0)
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)  # settle flushes the history areas
-        first = views(app)[0].plain
+        first = texts(app)[0]
         assert " 22%" in first
         link.push(events[len(head) :])
         await link.wait_idle()
@@ -196,11 +207,11 @@ async def test_gpu_history_repaints_at_most_once_per_interval_and_numbers_do_not
         await pilot.pause()
         # The numbers moved on (the last step), the history waits for its turn.
         assert "step 160" in app.query_one(MetricsPanel).plain
-        assert views(app)[0].plain == first
+        assert texts(app)[0] == first
         assert "gpu_history" in app.repainter.pending_areas()
         app.refresh_view(flush=True)
         await pilot.pause()
-        assert " 64%" in views(app)[0].plain
+        assert " 64%" in texts(app)[0]
 
 
 async def test_the_held_history_repaints_on_its_own_timer():
@@ -214,7 +225,7 @@ async def test_the_held_history_repaints_on_its_own_timer():
         await settle(app, link, pilot)
         link.push(events[len(head) :])
         await link.wait_idle()
-        await waiter.until(lambda: " 64%" in views(app)[0].plain, "the history's timed repaint")
+        await waiter.until(lambda: " 64%" in texts(app)[0], "the history's timed repaint")
         assert app.state.gpu_history.samples_seen == 40
         assert DEVICE_HISTORY_SAMPLES >= 40
 

@@ -183,8 +183,8 @@ async def test_line_by_line_strips_equal_a_whole_render():
         for _ in range(150):
             text = panel._shown.copy()
             lines = text.split("\n", allow_blank=True)
-            y = rnd.randrange(len(lines))
-            lines[y] = _random_text(rnd, 1)
+            for y in rnd.sample(range(len(lines)), rnd.randint(1, min(3, len(lines)))):
+                lines[y] = _random_text(rnd, 1)
             new = Text("\n").join(lines)
             if rnd.random() < 0.1:
                 new = _random_text(rnd, rnd.randint(1, 6))  # a new shape: laid out again

@@ -6,7 +6,7 @@ from typing import Any
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
-from gpuwatch.app.widgets.gpus import GpuPanel, GpuView
+from gpuwatch.app.widgets.gpus import GpuPanel
 from gpuwatch.app.widgets.panels import (
     AdvicePanel,
     AttemptsPanel,
@@ -199,7 +199,7 @@ async def test_gpu_workers_show_per_host_gpus_and_traffic_when_wide():
             assert title.startswith(
                 "the chief's GPUs," if size == SIZE else "GPUs of gpu-box-3 (the chief's host),"
             )
-            shown = [view.plain.split() for view in gpus.query(GpuView)]
+            shown = [line.split() for line in gpus.texts()]
             # First word the index (line) or "GPU" (cell); the first % is its utilization.
             assert [(words[0], next(w for w in words if w.endswith("%"))) for words in shown] == (
                 [("0", "92%"), ("1", "85%")] if size == SIZE else

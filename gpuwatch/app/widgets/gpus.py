@@ -4,9 +4,11 @@ The chief's host's GPUs from ``RunState.gpu_history`` (gpuwatch/series.py):
 utilization and memory over the last samples, PCIe and NVLink TX/RX, beside the
 gradient-sync estimate (in the panel's title). The form follows the terminal: below
 WIDE_COLUMNS x TALL_ROWS one line per GPU (as many as fit, then "… and N more"); from
-there a cell per GPU with a sparkline for each reading. Each GPU is its own widget,
-repainted only when its text changed, and the app calls ``show_state`` at most once a
-second: history is coarser than the numbers.
+there a cell per GPU with a sparkline for each reading. The lines are one StatePanel
+(only changed lines are rendered and sent: one widget, not one per GPU, since each
+widget costs the compositor on every repaint of the screen); each cell is its own
+widget, repainted only when its text changed. The app calls ``show_state`` at most once
+a second: history is coarser than the numbers.
 
 Sparklines are drawn on fixed scales (utilization 0-100 %, memory 0-total, link rates
 0-the highest rate of that link on any GPU in the window, so the GPUs compare), each
@@ -22,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical
 from textual.geometry import Size
@@ -154,8 +157,33 @@ def full_cell(gpu: GpuHistory, scale: Scale, width: int) -> Text:
     return text
 
 
+class GpuLines(StatePanel):
+    """A line per GPU (the compact form), built again for the width it gets on a resize."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._gpus: list[GpuHistory] = []
+        self._scale = Scale(0, None, None)
+
+    def show(self, gpus: list[GpuHistory], scale: Scale) -> None:
+        self._gpus, self._scale = gpus, scale
+        self.set_text(self._build(self.size.width))
+
+    def _build(self, width: int) -> Text:
+        return Text("\n").join(compact_line(gpu, self._scale, width) for gpu in self._gpus)
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._gpus:
+            self.set_text(self._build(event.size.width))
+
+    @property
+    def lines(self) -> list[str]:
+        """Each GPU's line as shown (for tests)."""
+        return self.plain.split("\n") if self._gpus else []
+
+
 class GpuView(Widget):
-    """One GPU: a line (its CSS height is 1) or a cell (taller, on a big terminal)."""
+    """One GPU's cell in the grid (a big terminal)."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -168,9 +196,7 @@ class GpuView(Widget):
     def _build(self, size: Size) -> Text:
         if self._gpu is None:
             return Text()
-        if size.height > 1:
-            return full_cell(self._gpu, self._scale, size.width)
-        return compact_line(self._gpu, self._scale, size.width)
+        return full_cell(self._gpu, self._scale, size.width)
 
     def show(self, gpu: GpuHistory, scale: Scale) -> None:
         """Repaint only if the text at the current size changed."""
@@ -220,6 +246,7 @@ class GpuPanel(Vertical):
     """The chief's host's GPUs over the last minutes, in the form the terminal has room for."""
 
     def compose(self) -> ComposeResult:
+        yield GpuLines(id="gpu-lines")
         yield Container(id="gpu-views")
         yield StatePanel(id="gpu-more")
 
@@ -232,35 +259,44 @@ class GpuPanel(Vertical):
         history = state.gpu_history
         gpus = history.gpus
         views = self.query_one("#gpu-views", Container)
+        scale = Scale(
+            history.samples_seen,
+            _peak(gpus, "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"),
+            _peak(gpus, "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"),
+        )
         if self.full:
             columns = max(1, min(len(gpus), (self.app.size.width - 2) // CELL_MIN_WIDTH))
             views.styles.grid_size_columns = columns
             taller = self.app.size.height >= GRID_TALLER_FROM_ROWS
             rows = GRID_ROWS_TALLER if taller else GRID_ROWS
             shown = gpus[: columns * rows]
+            cells, lines = shown, []
         else:
-            lines = COMPACT_LINES_TALL if is_tall(self) else COMPACT_LINES_SHORT
-            shown = gpus if len(gpus) <= lines else gpus[: lines - 1]
+            room = COMPACT_LINES_TALL if is_tall(self) else COMPACT_LINES_SHORT
+            shown = gpus if len(gpus) <= room else gpus[: room - 1]
+            cells, lines = [], shown
+        self.query_one(GpuLines).show(lines, scale)
         existing = list(views.query_children(GpuView))
-        if len(existing) > len(shown):
-            for view in existing[len(shown) :]:
+        if len(existing) > len(cells):
+            for view in existing[len(cells) :]:
                 view.remove()
-        elif len(existing) < len(shown):
-            added = [GpuView() for _ in range(len(shown) - len(existing))]
+        elif len(existing) < len(cells):
+            added = [GpuView() for _ in range(len(cells) - len(existing))]
             views.mount(*added)
             existing += added
-        scale = Scale(
-            history.samples_seen,
-            _peak(gpus, "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"),
-            _peak(gpus, "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"),
-        )
-        for view, gpu in zip(existing, shown, strict=False):
+        for view, gpu in zip(existing, cells, strict=False):
             view.show(gpu, scale)
         more = self.query_one("#gpu-more", StatePanel)
         rest = gpus[len(shown) :]
         more.set_text(more_line(rest))
         more.display = bool(rest)
         self.border_title = self._title(state, history.span_s)
+
+    def texts(self) -> list[str]:
+        """Each shown GPU's text: its line, or its cell in the grid (tests, screen readers)."""
+        if self.full:
+            return [view.plain for view in self.query(GpuView)]
+        return self.query_one(GpuLines).lines
 
     def _title(self, state: RunState, span_s: float | None) -> str:
         chief = state.workers_seen.get(CHIEF)

@@ -57,17 +57,18 @@ class StatePanel(Static):
             self._strips_key = key
             self._stale.clear()
         elif self._stale:
-            lines = self._shown.split("\n", allow_blank=True)
-            for stale in self._stale:
-                if stale < len(self._strips) and stale < len(lines):
-                    # Below as many empty lines as it has above it: each cell's offset (which
-                    # a mouse selection reads) is the same as in a whole render.
-                    line = _below_blank_lines(lines[stale], stale)
-                    strips = Visual.to_strips(
-                        self, visualize(self, line, markup=False), size.width, stale + 1, style
-                    )
-                    self._strips[stale] = strips[stale]
+            # One render of the changed lines, each where it is (the others left empty):
+            # each cell's offset, which a mouse selection reads, is as in a whole render.
+            stale = {line for line in self._stale if line < len(self._strips)}
             self._stale.clear()
+            if stale:
+                sparse = _only_lines(self._shown, stale)
+                strips = Visual.to_strips(
+                    self, visualize(self, sparse, markup=False), size.width, max(stale) + 1, style
+                )
+                for changed in stale:
+                    if changed < len(strips):
+                        self._strips[changed] = strips[changed]
         if y < len(self._strips):
             return self._strips[y]
         return Strip.blank(size.width, style.rich_style)
@@ -116,19 +117,34 @@ class StatePanel(Static):
         return self._key[0] if self._key else ""
 
 
-def _below_blank_lines(line: Text, blank: int) -> Text:
-    """A line of a text with `blank` empty lines above it, styled as the text."""
-    if not blank:
-        return line
+def _only_lines(text: Text, keep: set[int]) -> Text:
+    """The text up to its last kept line, every other line empty, styled as the text."""
+    plain: list[str] = []
+    spans: list[Span] = []
+    start = position = 0  # where a line starts in the text, and in the new one
+    for y, line in enumerate(text.plain.split("\n")[: max(keep) + 1]):
+        end = start + len(line)
+        if y in keep:
+            plain.append(line)
+            spans.extend(
+                Span(max(a, start) - start + position, min(b, end) - start + position, style)
+                for a, b, style in text.spans
+                if a < end and b > start
+            )
+            position += len(line)
+        else:
+            plain.append("")
+        position += 1
+        start = end + 1
     return Text(
-        "\n" * blank + line.plain,
-        style=line.style,
-        justify=line.justify,
-        overflow=line.overflow,
-        no_wrap=line.no_wrap,
-        end=line.end,
-        tab_size=line.tab_size,
-        spans=[Span(s.start + blank, s.end + blank, s.style) for s in line.spans],
+        "\n".join(plain),
+        style=text.style,
+        justify=text.justify,
+        overflow=text.overflow,
+        no_wrap=text.no_wrap,
+        end=text.end,
+        tab_size=text.tab_size,
+        spans=spans,
     )
 
 
