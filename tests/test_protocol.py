@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import math
 import time
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from trainer_runtime.protocol import (
+    EVENTS,
     MAX_FRAME_BYTES,
     MAX_NESTING_DEPTH,
     PROTOCOL_VERSION,
@@ -272,3 +275,51 @@ def test_subscribe_takes_a_snapshot_format_or_null(value: object, ok: bool) -> N
     else:
         with pytest.raises(InvalidCommand, match="subscribe: snapshot must be a string"):
             parse_command(frame)
+
+
+_ANY_VALUE = st.one_of(
+    # The edges of each plain type first: what a fast path gets wrong.
+    st.sampled_from(
+        [math.inf, -math.inf, math.nan, -0.0, 0.0, 1e308, 2**53 + 1, 0, -1, True, False, ""]
+    ),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+    st.lists(st.one_of(st.text(max_size=3), st.integers()), max_size=3),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
+
+
+@settings(max_examples=400)
+@given(st.sampled_from(sorted(EVENTS)), st.data())
+def test_the_plain_type_fast_path_reads_every_value_as_the_full_check_does(
+    kind: str, data: st.DataObject
+) -> None:
+    """parse_event keeps a value of its field's exact type without the full check: for any
+    value of any field, the result (or the refusal) is the same as with the full check."""
+    from trainer_runtime import protocol
+
+    names = [f.name for f in dataclasses.fields(EVENTS[kind])]
+    frame: dict[str, object] = {"type": kind, "seq": 1, "t": 1.0}
+    for name in data.draw(st.lists(st.sampled_from(names), unique=True, max_size=3)):
+        frame[name] = data.draw(_ANY_VALUE)
+
+    def read() -> object:
+        try:
+            envelope, event = protocol.parse_event(frame)
+        except protocol.ProtocolError as exc:
+            return ("refused", str(exc))
+        return envelope, dataclasses.asdict(event), {
+            k: type(v) for k, v in dataclasses.asdict(event).items()
+        }
+
+    fast = read()
+    saved = protocol._PLAIN_FIELDS
+    protocol._PLAIN_FIELDS = {name: {} for name in saved}  # type: ignore[assignment]
+    try:
+        full = read()
+    finally:
+        protocol._PLAIN_FIELDS = saved
+    assert repr(fast) == repr(full)  # repr: nan == nan, and -0.0 apart from 0.0

@@ -972,9 +972,16 @@ def parse_event(frame: Mapping[str, Any]) -> tuple[Envelope, Event]:
     if t is not None and not _finite_number(t):
         raise ProtocolError(f"{cls.TYPE}: t must be a number (got {_show(t)})")
     checks = _EVENT_CHECKS[cls.TYPE]
+    plain = _PLAIN_FIELDS[cls.TYPE]
     values: dict[str, Any] = {}
     for key, value in frame.items():
         if key in ENVELOPE:
+            continue
+        # The common case first: a value already of its field's exact type (a finite float
+        # for a float), kept as it is; anything else takes the full check below.
+        exact = plain.get(key)
+        if type(value) is exact and (not isinstance(value, float) or math.isfinite(value)):
+            values[key] = value
             continue
         check = checks.get(key)
         if check is None:
@@ -1044,6 +1051,24 @@ def _type_check(annotation: Any) -> Callable[[Any], tuple[bool, Any]]:
 _EVENT_CHECKS: Mapping[str, Mapping[str, Callable[[Any], tuple[bool, Any]]]] = MappingProxyType(
     {
         name: MappingProxyType({f.name: _type_check(f.type) for f in fields(cls)})
+        for name, cls in EVENTS.items()
+    }
+)
+
+
+def _plain_type(annotation: Any) -> type | None:
+    """The type a field's value has when it needs no conversion (int, float, str, bool)."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    return {"int": int, "float": float, "str": str, "bool": bool}.get(
+        text.removesuffix(" | None")
+    )
+
+
+_PLAIN_FIELDS: Mapping[str, Mapping[str, type]] = MappingProxyType(
+    {
+        name: MappingProxyType(
+            {f.name: plain for f in fields(cls) if (plain := _plain_type(f.type)) is not None}
+        )
         for name, cls in EVENTS.items()
     }
 )
