@@ -89,6 +89,38 @@ def spark(levels: list[float | None], top: float | None, width: int) -> str:
     return "".join(chars).rjust(max(width, 0))
 
 
+def spark_rows(values: list[float], width: int, rows: int = 1) -> list[str]:
+    """A sparkline scaled from the values' least to their greatest, `rows` lines tall (top
+    line first), `width` columns: newest last, right-aligned while there are fewer values
+    than columns, else each column the greatest of an even share of them.
+
+    Unlike spark(), the scale is the data's range: it shows how examples/s or input wait
+    moved, not how far from zero they are. A flat series is a row of the lowest bar.
+    """
+    rows = max(rows, 1)
+    if width <= 0:
+        return [""] * rows
+    count = len(values)
+    if count <= width:
+        columns = list(values)
+    else:
+        columns = [max(values[i * count // width : (i + 1) * count // width]) for i in range(width)]
+    low, high = (min(columns), max(columns)) if columns else (0.0, 0.0)
+    steps = rows * len(BARS)
+    levels = [
+        int((value - low) / (high - low) * (steps - 1)) if high > low else 0 for value in columns
+    ]
+    lines = []
+    for row in range(rows):
+        floor = (rows - 1 - row) * len(BARS)  # the levels below this row's first bar
+        chars = [
+            " " if level < floor else "█" if level >= floor + len(BARS) else BARS[level - floor]
+            for level in levels
+        ]
+        lines.append("".join(chars).rjust(width))
+    return lines
+
+
 def rate_short(bytes_per_s: float | None) -> str:
     """A rate in a few characters, decimal, unit implied (B/s): '950M', '1.2G', '18.7G'."""
     if bytes_per_s is None:

@@ -5,10 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from rich.text import Text
-from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual import events
 from textual.widget import Widget
-from textual.widgets import Sparkline, Static
 
 from gpuwatch.advisor import Advice, Straggler
 from gpuwatch.app import fmt
@@ -283,18 +281,20 @@ class WorkersPanel(StatePanel):
         self.set_text(text)
 
 
-class HistoryPanel(Vertical):
-    """Sparklines of examples/s and input wait % over the recent steps."""
+class HistoryPanel(StatePanel):
+    """Sparklines of examples/s and input wait % over the recent steps, with their figures.
 
-    def compose(self) -> ComposeResult:
-        with Horizontal(classes="spark-row"):
-            yield Static("ex/s", classes="spark-label")  # examples per second
-            yield Sparkline([], id="spark-rate", classes="spark")
-            yield StatePanel(id="spark-rate-value", classes="spark-value")
-        with Horizontal(classes="spark-row"):
-            yield Static("wait %", classes="spark-label")
-            yield Sparkline([], id="spark-wait", classes="spark")
-            yield StatePanel(id="spark-wait-value", classes="spark-value")
+    One widget of text, not a row of label, sparkline and figure widgets: every widget
+    costs the compositor on each repaint of the screen. Built again for a new width.
+    """
+
+    LABEL_WIDTH = 7
+    VALUE_WIDTH = 30
+    TALL_LINES = 4  # the sparklines' height on a tall terminal
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._series: tuple[list[float], list[float]] = ([], [])
 
     def show_state(self, state: RunState) -> None:
         rates: list[float] = []
@@ -306,22 +306,37 @@ class HistoryPanel(Vertical):
             if rate is not None and wait is not None:
                 rates.append(rate)
                 waits.append(wait)
-        rate_line = self.query_one("#spark-rate", Sparkline)
-        wait_line = self.query_one("#spark-wait", Sparkline)
-        if rates != list(rate_line.data or []):
-            rate_line.data = rates
-            wait_line.data = waits
-        rate_value = self.query_one("#spark-rate-value", StatePanel)
-        wait_value = self.query_one("#spark-wait-value", StatePanel)
-        if rates:
-            rate_value.set_text(
-                Text(f"now {fmt.count(rates[-1])}, {fmt.count(min(rates))}–{fmt.count(max(rates))}")
-            )
-            wait_value.set_text(Text(f"now {waits[-1]:.1f}%, {min(waits):.1f}–{max(waits):.1f}%"))
-        else:
-            rate_value.set_text(Text("no steps yet", style="dim"))
-            wait_value.set_text(Text(""))
+        self._series = (rates, waits)
+        self.set_text(self._build(self.size.width))
         show_title(self, f"history: last {len(rates)} steps after warm-up, all attempts")
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.set_text(self._build(event.size.width))
+
+    def _build(self, width: int) -> Text:
+        rates, waits = self._series
+        if rates:
+            rows = [
+                ("ex/s", rates, "green",
+                 f"now {fmt.count(rates[-1])}, {fmt.count(min(rates))}–{fmt.count(max(rates))}"),
+                ("wait %", waits, "yellow",
+                 f"now {waits[-1]:.1f}%, {min(waits):.1f}–{max(waits):.1f}%"),
+            ]
+        else:
+            rows = [("ex/s", [], "green", "no steps yet"), ("wait %", [], "yellow", "")]
+        lines = self.TALL_LINES if is_tall(self) else 1
+        room = max(0, width - self.LABEL_WIDTH - 1 - self.VALUE_WIDTH)
+        text = Text()
+        for label, values, style, figure in rows:
+            for line, spark in enumerate(fmt.spark_rows(values, room, lines)):
+                if text:
+                    text.append("\n")
+                text.append(f"{label if line == 0 else '':<{self.LABEL_WIDTH}}", style="dim")
+                text.append(spark, style=style)
+                if line == 0 and figure:
+                    text.append(" ")
+                    text.append(figure, style="" if values else "dim")
+        return text
 
 
 class AttemptsPanel(StatePanel):
