@@ -5,12 +5,20 @@ from __future__ import annotations
 import random
 from typing import Any
 
+import pytest
+from rich.style import Style
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.geometry import Region
 from textual.visual import Visual, visualize
 
-from gpuwatch.app.widgets.state_panel import LineKey, StatePanel, changed_span, line_keys
+from gpuwatch.app.widgets.state_panel import (
+    LineKey,
+    LineStrips,
+    StatePanel,
+    changed_span,
+    line_keys,
+)
 
 
 def cells(key: LineKey) -> list[tuple[str, tuple[str, ...]]]:
@@ -157,37 +165,69 @@ async def test_a_new_line_or_a_new_text_style_lays_out_again(monkeypatch):
         assert panel.size.height == 3
 
 
+STYLES: list[str | Style] = [
+    "", "dim", "bold", "red", "bold yellow", "italic underline", "reverse", "white on blue",
+    "#ff8800", Style(color="green", bold=True), Style(bgcolor="#223344"), Style(strike=True),
+]
+
+
 def _random_text(rnd: random.Random, lines: int) -> Text:
-    """Figures-like lines: words and numbers in a few styles, some lines blank."""
+    """Figures-like lines: words and numbers in many styles, overlapping, some lines blank."""
     text = Text()
     for y in range(lines):
         if y:
             text.append("\n")
+        start = len(text)
         for _ in range(rnd.randint(0, 4)):
-            word = rnd.choice(["step", "loss", "ex/s", "wait", "•", "─"]) + " "
-            text.append(word, style=rnd.choice(["", "dim", "bold", "red", "bold yellow"]))
+            word = rnd.choice(["step", "loss", "ex/s", "wait", "•", "─", "▁▅█"]) + " "
+            text.append(word, style=rnd.choice(STYLES))
             text.append(f"{rnd.randint(0, 10 ** rnd.randint(0, 4)):,} ", style="bold")
+        if len(text) > start and rnd.random() < 0.3:  # a style over others
+            a = rnd.randrange(start, len(text))
+            text.stylize(rnd.choice(STYLES), a, rnd.randint(a, len(text)))
     return text
 
 
-async def test_line_by_line_strips_equal_a_whole_render():
+class StyledPanelApp(App[None]):
+    CSS = "StatePanel { padding: 0 1; color: #aabbcc; background: #102030; text-style: italic; }"
+
+    def compose(self) -> ComposeResult:
+        yield StatePanel(id="panel")
+
+
+@pytest.mark.parametrize("app_class", [PanelApp, StyledPanelApp])
+async def test_line_by_line_strips_equal_a_whole_render(app_class, monkeypatch):
     """Ground truth: after each change, the strips shown are those of rendering the whole
-    text afresh (what Static does); only the changed lines were rendered again."""
+    text afresh (what Static does); only the changed lines were rendered again, most of
+    them by LineStrips (without Textual's Content)."""
+    fast = [0]
+    original = LineStrips.render
+
+    def counted(self: LineStrips, *args: Any) -> Any:
+        strip = original(self, *args)
+        fast[0] += strip is not None
+        return strip
+
+    monkeypatch.setattr(LineStrips, "render", counted)
     rnd = random.Random(11)
-    app = PanelApp()
+    app = app_class()
     async with app.run_test(size=(44, 8)) as pilot:
         panel = app.query_one(StatePanel)
         panel.set_text(_random_text(rnd, 5))
         await pilot.pause()
         partial = 0
-        for _ in range(150):
+        for _ in range(300):
             text = panel._shown.copy()
             lines = text.split("\n", allow_blank=True)
             for y in rnd.sample(range(len(lines)), rnd.randint(1, min(3, len(lines)))):
                 lines[y] = _random_text(rnd, 1)
             new = Text("\n").join(lines)
+            new.style = text.style
             if rnd.random() < 0.1:
                 new = _random_text(rnd, rnd.randint(1, 6))  # a new shape: laid out again
+                new.style = rnd.choice(
+                    ["", "bold", "dim italic", "#123456 on #654321", Style(color="red")]
+                )
             panel.set_text(new)
             partial += bool(panel._stale)
             await pilot.pause()
@@ -197,4 +237,5 @@ async def test_line_by_line_strips_equal_a_whole_render():
                 panel, visualize(panel, new, markup=False), width, height, panel.visual_style
             )
             assert [list(s) for s in shown] == [list(s) for s in whole]
-        assert partial > 100  # most changes were rendered line by line
+        assert partial > 200  # most changes were rendered line by line
+        assert fast[0] > 300

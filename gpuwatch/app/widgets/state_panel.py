@@ -16,13 +16,17 @@ the whole text, as Static does.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from rich.cells import cell_len
+from rich.segment import Segment
+from rich.style import Style as RichStyle
 from rich.text import Span, Text
 from textual.app import RenderResult
 from textual.geometry import Region
 from textual.strip import Strip
+from textual.style import Style
 from textual.visual import Visual, visualize
 from textual.widget import Widget
 from textual.widgets import Static
@@ -42,6 +46,7 @@ class StatePanel(Static):
         self._strips: list[Strip] = []
         self._strips_key: tuple[Any, ...] | None = None  # what the strips were rendered for
         self._stale: set[int] = set()  # lines of the strips that set_text changed
+        self._line_strips = LineStrips(self)
 
     def render(self) -> RenderResult:
         return self._shown
@@ -56,17 +61,28 @@ class StatePanel(Static):
             )
             self._strips_key = key
             self._stale.clear()
+            self._line_strips.clear()
         elif self._stale:
-            # One render of the changed lines, each where it is (the others left empty):
-            # each cell's offset, which a mouse selection reads, is as in a whole render.
             stale = {line for line in self._stale if line < len(self._strips)}
             self._stale.clear()
-            if stale:
-                sparse = _only_lines(self._shown, stale)
+            lines = self._shown.split("\n", allow_blank=True)
+            slow = set()
+            for line in stale:
+                strip = None
+                if line < len(lines):
+                    strip = self._line_strips.render(lines[line], line, style)
+                if strip is None:
+                    slow.add(line)
+                else:
+                    self._strips[line] = strip
+            if slow:
+                # One render of the changed lines, each where it is (the others left empty):
+                # each cell's offset, which a mouse selection reads, is as in a whole render.
+                sparse = _only_lines(self._shown, slow)
                 strips = Visual.to_strips(
-                    self, visualize(self, sparse, markup=False), size.width, max(stale) + 1, style
+                    self, visualize(self, sparse, markup=False), size.width, max(slow) + 1, style
                 )
-                for changed in stale:
+                for changed in slow:
                     if changed < len(strips):
                         self._strips[changed] = strips[changed]
         if y < len(self._strips):
@@ -115,6 +131,101 @@ class StatePanel(Static):
     def plain(self) -> str:
         """The text shown now, without styles (for tests and screen readers)."""
         return self._key[0] if self._key else ""
+
+
+class LineStrips:
+    """One line of a StatePanel's text as Textual renders it, without Textual's whole text
+    machinery (Content, wrapping, link styles: most of a repaint's CPU), for the plain case:
+    a left-aligned, non-empty line that fits, of one-cell characters, with no link, no
+    control code, no tab, no empty span and no selection. Anything else is None, and the
+    caller renders it as Textual does. tests/app/test_state_panel.py checks the strips
+    equal Textual's, cell for cell.
+
+    Each cell run's style is Textual's (the widget's style under the combined span styles,
+    converted as Content.from_rich_text converts them), its offset (x, y) as a whole render
+    gives it; the combined styles are kept while the widget's style stays the same.
+    """
+
+    def __init__(self, widget: Widget) -> None:
+        self.widget = widget
+        self._styles: dict[Any, Style | None] = {}
+        self._runs: dict[tuple[Any, ...], Style] = {}
+
+    def clear(self) -> None:
+        self._styles.clear()
+        self._runs.clear()
+
+    def render(self, line: Text, y: int, base: Style) -> Strip | None:
+        widget = self.widget
+        plain = line.plain
+        width = widget.size.width
+        if (
+            not plain
+            or len(plain) > width
+            or not plain.isprintable()
+            or (not plain.isascii() and cell_len(plain) != len(plain))
+            or widget.text_selection is not None
+            or widget.styles.text_align not in ("left", "start")
+            or widget.styles.content_align != ("left", "top")
+        ):
+            return None
+        spans: list[tuple[int, int, Style]] = []
+        if line.style:
+            converted = self._text_style(line.style)
+            if converted is None:
+                return None
+            spans.append((0, len(plain), converted))
+        for start, end, rich in line.spans:
+            if end <= start or end > len(plain):
+                return None  # an empty span or one past the end: Content splits otherwise
+            converted = self._style(rich)
+            if converted is None:
+                return None
+            spans.append((start, end, converted))
+        runs: list[tuple[int, int, tuple[int, ...]]]
+        if not spans:
+            runs = [(0, len(plain), ())]
+        else:
+            cuts = sorted({0, len(plain), *(a for a, _, _ in spans), *(b for _, b, _ in spans)})
+            runs = [
+                (a, b, tuple(i for i, (start, end, _) in enumerate(spans) if start <= a < b <= end))
+                for a, b in itertools.pairwise(cuts)
+            ]
+        segments = []
+        for start, end, over in runs:
+            key = (base, *(spans[i][2] for i in over))
+            combined = self._runs.get(key)
+            if combined is None:
+                # As Content.render then _FormattedLine.to_strip: the base style first, then
+                # each span in order; and the widget's style over that once more.
+                combined = base + Style.combine([base, *key[1:]])
+                self._runs[key] = combined
+            segments.append(Segment(plain[start:end], combined.rich_style_with_offset(start, y)))
+        return Strip(segments, len(plain))
+
+    def _text_style(self, style: str | RichStyle) -> Style | None:
+        """A text-wide style as Content reads it: a string by Textual's own style parser."""
+        if not isinstance(style, str):
+            return self._style(style)
+        if style.startswith("."):
+            return None  # a component class: the widget's CSS
+        key = ("text-wide", style)
+        if key not in self._styles:
+            try:
+                self._styles[key] = Style.parse(style)
+            except Exception:  # as Textual: a style it cannot read is no style
+                self._styles[key] = Style()
+        return self._styles[key]
+
+    def _style(self, style: str | RichStyle) -> Style | None:
+        """A span's style as Content.from_rich_text converts it; None: not the plain case."""
+        if style in self._styles:
+            return self._styles[style]
+        app = self.widget.app
+        rich = app.console.get_style(style) if isinstance(style, str) else style
+        converted = None if rich.link or rich._meta else Style.from_rich_style(rich, app.ansi_theme)
+        self._styles[style] = converted
+        return converted
 
 
 def _only_lines(text: Text, keep: set[int]) -> Text:
