@@ -201,14 +201,14 @@ async def test_line_by_line_strips_equal_a_whole_render(app_class, monkeypatch):
     text afresh (what Static does); only the changed lines were rendered again, most of
     them by LineStrips (without Textual's Content)."""
     fast = [0]
-    original = LineStrips.render
+    original = LineStrips._line
 
     def counted(self: LineStrips, *args: Any) -> Any:
         strip = original(self, *args)
         fast[0] += strip is not None
         return strip
 
-    monkeypatch.setattr(LineStrips, "render", counted)
+    monkeypatch.setattr(LineStrips, "_line", counted)
     rnd = random.Random(11)
     app = app_class()
     async with app.run_test(size=(44, 8)) as pilot:

@@ -259,12 +259,13 @@ class GpuPanel(Vertical):
         history = state.gpu_history
         gpus = history.gpus
         views = self.query_one("#gpu-views", Container)
-        scale = Scale(
-            history.samples_seen,
-            _peak(gpus, "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"),
-            _peak(gpus, "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"),
-        )
         if self.full:
+            # The links' sparklines (cells only) share a scale: the highest rate kept.
+            scale = Scale(
+                history.samples_seen,
+                _peak(gpus, "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"),
+                _peak(gpus, "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"),
+            )
             columns = max(1, min(len(gpus), (self.app.size.width - 2) // CELL_MIN_WIDTH))
             views.styles.grid_size_columns = columns
             taller = self.app.size.height >= GRID_TALLER_FROM_ROWS
@@ -272,6 +273,7 @@ class GpuPanel(Vertical):
             shown = gpus[: columns * rows]
             cells, lines = shown, []
         else:
+            scale = Scale(history.samples_seen, None, None)  # a line's one sparkline: util
             room = COMPACT_LINES_TALL if is_tall(self) else COMPACT_LINES_SHORT
             shown = gpus if len(gpus) <= room else gpus[: room - 1]
             cells, lines = [], shown

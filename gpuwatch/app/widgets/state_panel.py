@@ -65,16 +65,10 @@ class StatePanel(Static):
         elif self._stale:
             stale = {line for line in self._stale if line < len(self._strips)}
             self._stale.clear()
-            lines = self._shown.split("\n", allow_blank=True)
-            slow = set()
-            for line in stale:
-                strip = None
-                if line < len(lines):
-                    strip = self._line_strips.render(lines[line], line, style)
-                if strip is None:
-                    slow.add(line)
-                else:
-                    self._strips[line] = strip
+            fast = self._line_strips.render_lines(self._shown, stale, style)
+            for line, strip in fast.items():
+                self._strips[line] = strip
+            slow = stale.difference(fast)
             if slow:
                 # One render of the changed lines, each where it is (the others left empty):
                 # each cell's offset, which a mouse selection reads, is as in a whole render.
@@ -133,6 +127,10 @@ class StatePanel(Static):
         return self._key[0] if self._key else ""
 
 
+# Rich styles kept by (style, x, y) for a panel: more than a panel's cells ever start a run.
+PLACED_STYLES = 4096
+
+
 class LineStrips:
     """One line of a StatePanel's text as Textual renders it, without Textual's whole text
     machinery (Content, wrapping, link styles: most of a repaint's CPU), for the plain case:
@@ -150,34 +148,68 @@ class LineStrips:
         self.widget = widget
         self._styles: dict[Any, Style | None] = {}
         self._runs: dict[tuple[Any, ...], Style] = {}
+        self._placed: dict[tuple[Style, int, int], RichStyle] = {}
 
     def clear(self) -> None:
         self._styles.clear()
         self._runs.clear()
+        self._placed.clear()
 
-    def render(self, line: Text, y: int, base: Style) -> Strip | None:
+    def render_lines(self, text: Text, lines: set[int], base: Style) -> dict[int, Strip]:
+        """The strips of those lines of `text` that are the plain case, by line."""
         widget = self.widget
-        plain = line.plain
+        if (
+            widget.text_selection is not None
+            or widget.styles.text_align not in ("left", "start")
+            or widget.styles.content_align != ("left", "top")
+        ):
+            return {}
         width = widget.size.width
+        plains = text.plain.split("\n")
+        starts = [0]
+        for plain in plains:
+            starts.append(starts[-1] + len(plain) + 1)
+        strips = {}
+        for y in lines:
+            if y >= len(plains):
+                continue
+            start, plain = starts[y], plains[y]
+            end = start + len(plain)
+            spans = [
+                (max(a, start) - start, min(b, end) - start, style)
+                for a, b, style in text.spans
+                if a < end and b > start
+            ]
+            strip = self._line(plain, text.style, spans, y, base, width)
+            if strip is not None:
+                strips[y] = strip
+        return strips
+
+    def _line(
+        self,
+        plain: str,
+        text_style: str | RichStyle,
+        line_spans: list[tuple[int, int, str | RichStyle]],
+        y: int,
+        base: Style,
+        width: int,
+    ) -> Strip | None:
         if (
             not plain
             or len(plain) > width
             or not plain.isprintable()
             or (not plain.isascii() and cell_len(plain) != len(plain))
-            or widget.text_selection is not None
-            or widget.styles.text_align not in ("left", "start")
-            or widget.styles.content_align != ("left", "top")
         ):
             return None
         spans: list[tuple[int, int, Style]] = []
-        if line.style:
-            converted = self._text_style(line.style)
+        if text_style:
+            converted = self._text_style(text_style)
             if converted is None:
                 return None
             spans.append((0, len(plain), converted))
-        for start, end, rich in line.spans:
-            if end <= start or end > len(plain):
-                return None  # an empty span or one past the end: Content splits otherwise
+        for start, end, rich in line_spans:
+            if end <= start:
+                return None  # an empty span: Content splits the line otherwise
             converted = self._style(rich)
             if converted is None:
                 return None
@@ -200,7 +232,15 @@ class LineStrips:
                 # each span in order; and the widget's style over that once more.
                 combined = base + Style.combine([base, *key[1:]])
                 self._runs[key] = combined
-            segments.append(Segment(plain[start:end], combined.rich_style_with_offset(start, y)))
+            at = (combined, start, y)
+            placed = self._placed.get(at)
+            if placed is None:
+                if len(self._placed) >= PLACED_STYLES:
+                    self._placed.clear()
+                # The same style at the same cell, pass after pass: a figure's label and
+                # mostly its value too (only their characters change).
+                placed = self._placed[at] = combined.rich_style_with_offset(start, y)
+            segments.append(Segment(plain[start:end], placed))
         return Strip(segments, len(plain))
 
     def _text_style(self, style: str | RichStyle) -> Style | None:
