@@ -6,8 +6,8 @@ gradient-sync estimate (in the panel's title). The form follows the terminal: be
 WIDE_COLUMNS x TALL_ROWS one line per GPU (as many as fit, then "… and N more"); from
 there a cell per GPU with a sparkline for each reading. The lines are one StatePanel
 (only changed lines are rendered and sent: one widget, not one per GPU, since each
-widget costs the compositor on every repaint of the screen); each cell is its own
-widget, repainted only when its text changed. The app calls ``show_state`` at most once
+widget costs the compositor on every repaint of the screen); each cell is a StatePanel
+of its own (the grid lays them out). The app calls ``show_state`` at most once
 a second: history is coarser than the numbers.
 
 Sparklines are drawn on fixed scales (utilization 0-100 %, memory 0-total, link rates
@@ -27,8 +27,6 @@ from rich.text import Text
 from textual import events
 from textual.app import ComposeResult
 from textual.containers import Container, Vertical
-from textual.geometry import Size
-from textual.widget import Widget
 
 from gpuwatch.app import fmt
 from gpuwatch.app.widgets.panels import StatePanel, is_tall, is_wide
@@ -182,41 +180,27 @@ class GpuLines(StatePanel):
         return self.plain.split("\n") if self._gpus else []
 
 
-class GpuView(Widget):
-    """One GPU's cell in the grid (a big terminal)."""
+class GpuView(StatePanel):
+    """One GPU's cell in the grid (a big terminal), built again for a new size."""
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self._gpu: GpuHistory | None = None
         self._scale = Scale(0, None, None)
-        self._text = Text()
-        self._key: tuple[Any, ...] | None = None
-        self._text_size: Size | None = None
-
-    def _build(self, size: Size) -> Text:
-        if self._gpu is None:
-            return Text()
-        return full_cell(self._gpu, self._scale, size.width)
 
     def show(self, gpu: GpuHistory, scale: Scale) -> None:
-        """Repaint only if the text at the current size changed."""
+        """Repaint the lines of the cell that changed."""
         self._gpu, self._scale = gpu, scale
-        text = self._build(self.size)
-        key = (text.plain, tuple((s.start, s.end, str(s.style)) for s in text.spans))
-        self._text, self._text_size = text, self.size
-        if key != self._key:
-            self._key = key
-            self.refresh()
+        self.set_text(self._build(self.size.width))
 
-    def render(self) -> Text:
-        if self._text_size != self.size:  # resized: rebuild for the new size
-            self._text, self._text_size = self._build(self.size), self.size
-        return self._text
+    def _build(self, width: int) -> Text:
+        if self._gpu is None:
+            return Text()
+        return full_cell(self._gpu, self._scale, width)
 
-    @property
-    def plain(self) -> str:
-        """The text shown now, without styles (for tests)."""
-        return self.render().plain
+    def on_resize(self, event: events.Resize) -> None:
+        if self._gpu is not None:
+            self.set_text(self._build(event.size.width))
 
 
 def _span(seconds: float | None) -> str:
