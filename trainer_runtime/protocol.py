@@ -1007,7 +1007,7 @@ def parse_event(frame: Mapping[str, Any]) -> tuple[Envelope, Event]:
     plain = _PLAIN_FIELDS[cls.TYPE].get
     nullable = _NULLABLE_FIELDS[cls.TYPE]
     isfinite = math.isfinite
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = dict(_EVENT_DEFAULTS[cls.TYPE])  # the frame's fields replace them
     for key, value in frame.items():
         # The common cases first (the dashboard reads 100 steps a second): a value already
         # of its field's exact type (a finite float for a float), or None where the field
@@ -1124,37 +1124,34 @@ def _event_maker(cls: type[Event]) -> Callable[[Mapping[str, Any]], Event]:
     """``cls(**values)`` for values parse_event has checked, each slot set directly.
 
     A frozen dataclass's __init__ sets every field through object.__setattr__: for a
-    step that cost more than all of parse_event's checks. This sets the same slots with
-    the same values (defaults and default factories included); when a field without a
-    default is missing it calls ``cls(**values)`` for the dataclass's own TypeError.
+    step that cost more than all of parse_event's checks. When values holds every field
+    (parse_event starts from the defaults: _EVENT_DEFAULTS) this sets the same slots to
+    the same values; else it is ``cls(**values)`` itself (a default factory to call, or
+    a field missing: the dataclass's own TypeError).
     """
     assert not hasattr(cls, "__post_init__"), cls  # that would have to run here too
     new = object.__new__
-    slots = tuple(
-        (
-            f.name,
-            getattr(cls, f.name).__set__,
-            f.default,
-            None if f.default_factory is MISSING else f.default_factory,
-        )
-        for f in fields(cls)
-    )
+    slots = tuple((f.name, getattr(cls, f.name).__set__) for f in fields(cls))
 
     def make(values: Mapping[str, Any]) -> Event:
         event = new(cls)
-        get = values.get
-        for name, set_slot, default, factory in slots:
-            value = get(name, default)
-            if value is MISSING:
-                if factory is None:
-                    return cls(**values)  # raises: the missing field, in the dataclass's words
-                value = factory()
-            set_slot(event, value)
+        try:
+            for name, set_slot in slots:
+                set_slot(event, values[name])
+        except KeyError:
+            return cls(**values)
         return event
 
     return make
 
 
+# Each event's plain defaults (not its default factories: a new list each time).
+_EVENT_DEFAULTS: Mapping[str, dict[str, Any]] = MappingProxyType(
+    {
+        name: {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+        for name, cls in EVENTS.items()
+    }
+)
 _EVENT_MAKERS: Mapping[type[Event], Callable[[Mapping[str, Any]], Event]] = MappingProxyType(
     {cls: _event_maker(cls) for cls in EVENTS.values()}
 )
