@@ -89,13 +89,19 @@ class Inbox:
     def __len__(self) -> int:
         return len(self._items)
 
+    def offer(self, item: dict[str, Any]) -> bool:
+        """Queue item if there is room now; False: there is none (``put`` waits for it)."""
+        if len(self._items) >= self.max_items:
+            return False
+        self._items.append(item)
+        self._ready.set()
+        return True
+
     async def put(self, item: dict[str, Any]) -> None:
-        while len(self._items) >= self.max_items:
+        while not self.offer(item):
             self.waits += 1
             self._room.clear()
             await self._room.wait()
-        self._items.append(item)
-        self._ready.set()
 
     def end(self, failure: BaseException) -> None:
         if self._end is None:
@@ -171,7 +177,10 @@ class RunClient:
                         if joined is None:
                             continue
                         frame = joined
-                    await self._events.put(frame)
+                    # offer() first: a coroutine per frame costs more than the rest of the
+                    # loop, and put() only matters when the inbox is full.
+                    if not self._events.offer(frame):
+                        await self._events.put(frame)
                 if len(chunk) < READ_CHUNK and 0 < self._window_bytes < BULK_BYTES:
                     await self._rest_until(self._window_start + self.read_interval_s)
         except ProtocolError as exc:

@@ -570,22 +570,23 @@ def _on_hello(state: RunState, event: Hello, t: float | None) -> None:
 
 
 def _on_step(state: RunState, event: Step, t: float | None) -> None:
-    figures = state._worker(event.worker, event.attempt)
+    # The event's fields read once each (the dashboard folds 100 steps a second).
+    attempt, worker, number = event.attempt, event.worker, event.step
+    step_time_ms = event.step_time_ms
+    figures = state._worker(worker, attempt)
     if figures is not None:
         figures.steps_seen += 1
-        figures.last_step = event.step
+        figures.last_step = number
         if figures.status == "starting":
             figures.status = "running"
-        if figures.steps_seen > WARMUP_STEPS and event.step_time_ms > 0:
+        if figures.steps_seen > WARMUP_STEPS and step_time_ms > 0:
             figures.window.append(
-                WorkerStep(
-                    event.step_time_ms, event.input_wait_ms, event.compute_ms, event.examples
-                )
+                WorkerStep(step_time_ms, event.input_wait_ms, event.compute_ms, event.examples)
             )
-    if event.worker != CHIEF:  # the headline is the chief's: nothing counted twice
+    if worker != CHIEF:  # the headline is the chief's: nothing counted twice
         return
-    summary = state._attempt(event.attempt)
-    point = StepPoint(event, t, warmup=summary.steps_seen < WARMUP_STEPS)
+    summary = state._attempt(attempt)
+    point = StepPoint(event, t, summary.steps_seen < WARMUP_STEPS)
     state.last_step = point
     state.window.append(point)
     state.dropped = event.dropped or state.dropped
@@ -593,19 +594,24 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
     # The event's fields, not the point's: StepPoint reads through a slow __getattr__,
     # and the supervisor folds every step it records through here.
     if summary.first_step is None:
-        summary.first_step = event.step
-    summary.last_step = event.step
+        summary.first_step = number
+    summary.last_step = number
     state.run_history.add(event, warmup=point.warmup)
-    if summary.steps_seen > WARMUP_STEPS and event.step_time_ms > 0:
+    changed = state.changed
+    if summary.steps_seen > WARMUP_STEPS and step_time_ms > 0:
         summary.measured_steps += 1
-        summary.sum_step_time_ms += event.step_time_ms
+        summary.sum_step_time_ms += step_time_ms
         summary.sum_input_wait_ms += event.input_wait_ms
         summary.sum_grad_sync_bytes += event.grad_sync_bytes
         rate = event.examples_per_s
         if rate is not None:
             summary.rates.add(rate)
-        state.changed.add("attempts")
-    state.changed.update(("metrics", "history", "plots"))
+        changed.add("attempts")
+    changed.update(_STEP_AREAS)
+
+
+# What a step changes, always (the attempts table too once it is measured).
+_STEP_AREAS = ("metrics", "history", "plots")
 
 
 def _on_reconfigured(state: RunState, event: Reconfigured, t: float | None) -> None:

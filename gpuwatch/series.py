@@ -66,8 +66,11 @@ class Bucket:
         self.last_x = x
         self.count += 1
         self.total += value
-        self.low = min(self.low, value)
-        self.high = max(self.high, value)
+        # min() and max() of the two, as merge() takes them, without the calls (per step)
+        if value < self.low:
+            self.low = value
+        if value > self.high:
+            self.high = value
 
     def merge(self, later: Bucket) -> None:
         self.last_x = later.last_x
@@ -93,11 +96,13 @@ class RunSeries:
         return len(self.buckets)
 
     def add(self, attempt: int, x: float, value: float) -> None:
-        last = self.buckets[-1] if self.buckets else None
-        if last is not None and last.attempt == attempt and last.count < self.stride:
-            last.take(x, value)
-            return
-        if len(self.buckets) >= self.capacity:
+        buckets = self.buckets
+        if buckets:
+            last = buckets[-1]
+            if last.attempt == attempt and last.count < self.stride:
+                last.take(x, value)
+                return
+        if len(buckets) >= self.capacity:
             self._halve()
         self.buckets.append(Bucket(attempt, x, x, 1, value, value, value))
 
@@ -140,16 +145,17 @@ class RunHistory:
     loss: RunSeries = field(default_factory=RunSeries)
 
     def add(self, step: Step, *, warmup: bool) -> None:
-        if step.loss is not None:
-            self.loss.add(step.attempt, step.step, step.loss)
+        attempt, x, loss = step.attempt, step.step, step.loss
+        if loss is not None:
+            self.loss.add(attempt, x, loss)
         if warmup or step.step_time_ms <= 0:
             return
-        self.step_time_ms.add(step.attempt, step.step, step.step_time_ms)
+        self.step_time_ms.add(attempt, x, step.step_time_ms)
         rate, wait = step.examples_per_s, step.input_wait_pct
         if rate is not None:
-            self.examples_per_s.add(step.attempt, step.step, rate)
+            self.examples_per_s.add(attempt, x, rate)
         if wait is not None:
-            self.input_wait_pct.add(step.attempt, step.step, wait)
+            self.input_wait_pct.add(attempt, x, wait)
 
 
 def _recent() -> deque[float | None]:

@@ -292,19 +292,41 @@ _ANY_VALUE = st.one_of(
 )
 
 
+def _plain_value(annotation: str) -> st.SearchStrategy[object]:
+    """A value a field of this type takes as it is (what a trainer sends), or None."""
+    base = annotation.removesuffix(" | None")
+    plain = {"int": st.integers(min_value=0, max_value=2**40),
+             "float": st.floats(allow_nan=False, allow_infinity=False),
+             "str": st.text(max_size=5), "bool": st.booleans(),
+             "list[str]": st.lists(st.text(max_size=3), max_size=2),
+             "dict[str, Any]": st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+             "list[dict[str, Any]]": st.lists(st.just({"a": 1}), max_size=2)}[base]
+    return st.one_of(plain, st.none()) if annotation.endswith(" | None") else plain
+
+
 @settings(max_examples=400)
 @given(st.sampled_from(sorted(EVENTS)), st.data())
-def test_the_plain_type_fast_path_reads_every_value_as_the_full_check_does(
+def test_the_fast_paths_read_every_frame_as_the_full_check_does(
     kind: str, data: st.DataObject
 ) -> None:
-    """parse_event keeps a value of its field's exact type without the full check: for any
-    value of any field, the result (or the refusal) is the same as with the full check."""
+    """parse_event keeps a value of its field's exact type (or None where the field takes
+    None) without the full check, and sets the event's slots without its __init__: for
+    any value of any field, whole frames as the trainer sends them included, the result
+    (or the refusal) is the same as with the full check and ``cls(**values)``."""
     from trainer_runtime import protocol
 
-    names = [f.name for f in dataclasses.fields(EVENTS[kind])]
+    cls = EVENTS[kind]
     frame: dict[str, object] = {"type": kind, "seq": 1, "t": 1.0}
-    for name in data.draw(st.lists(st.sampled_from(names), unique=True, max_size=3)):
-        frame[name] = data.draw(_ANY_VALUE)
+    if data.draw(st.booleans()):  # every field, each with a plain value or any value
+        for f in dataclasses.fields(cls):
+            if data.draw(st.integers(0, 3)):  # now and then one left out (its default)
+                frame[f.name] = data.draw(
+                    _plain_value(str(f.type)) if data.draw(st.integers(0, 9)) else _ANY_VALUE
+                )
+    else:
+        names = [f.name for f in dataclasses.fields(cls)]
+        for name in data.draw(st.lists(st.sampled_from(names), unique=True, max_size=3)):
+            frame[name] = data.draw(_ANY_VALUE)
 
     def read() -> object:
         try:
@@ -316,10 +338,105 @@ def test_the_plain_type_fast_path_reads_every_value_as_the_full_check_does(
         }
 
     fast = read()
-    saved = protocol._PLAIN_FIELDS
-    protocol._PLAIN_FIELDS = {name: {} for name in saved}  # type: ignore[assignment]
+    saved = protocol._PLAIN_FIELDS, protocol._NULLABLE_FIELDS, protocol._EVENT_MAKERS
+    protocol._PLAIN_FIELDS = {name: {} for name in saved[0]}  # type: ignore[assignment]
+    protocol._NULLABLE_FIELDS = {name: frozenset() for name in saved[1]}  # type: ignore[assignment]
+    protocol._EVENT_MAKERS = {c: lambda values, c=c: c(**values) for c in saved[2]}  # type: ignore[assignment,misc]
     try:
         full = read()
     finally:
-        protocol._PLAIN_FIELDS = saved
+        protocol._PLAIN_FIELDS, protocol._NULLABLE_FIELDS, protocol._EVENT_MAKERS = saved
     assert repr(fast) == repr(full)  # repr: nan == nan, and -0.0 apart from 0.0
+
+
+# -- decode's fast paths read every stream as the plain ones do --------------------------
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner,
+                                                                max_size=3),
+    max_leaves=8,
+)
+
+
+def _outcome(read: object, *args: object) -> object:
+    try:
+        return ("value", repr(read(*args)))  # type: ignore[operator]
+    except Exception as exc:  # the exception itself is what is compared
+        return ("raised", type(exc).__name__, str(exc))
+
+
+@settings(max_examples=300)
+@given(
+    st.one_of(
+        _JSON.map(lambda v: json.dumps(v, allow_nan=True)),
+        st.text(alphabet="{}[]\":,0123456789.eE+-tfnulNaI \t\r\n\ufeffx", max_size=20),
+        st.text(max_size=10),
+    ),
+    st.sampled_from(["", " ", "\n", "\ufeff", "x", " 1"]),
+    st.sampled_from(["", " ", "\t", "\ufeff"]),
+)
+def test_decode_reads_json_as_json_loads_does(body: str, after: str, before: str) -> None:
+    """decode's scanner-only read of a frame gives json.loads's value, or its exception."""
+    from trainer_runtime import protocol
+
+    text = before + body + after
+    assert _outcome(protocol._loads, text) == _outcome(json.loads, text)
+
+
+class _LineAtATime:
+    """The reference: FrameBuffer as it was before it split a chunk at once (a find, a
+    copy and a delete per line)."""
+
+    def __init__(self, max_frame_bytes: int) -> None:
+        self._buf = bytearray()
+        self._max = max_frame_bytes
+
+    def feed(self, data: bytes) -> list[dict[str, object]]:
+        self._buf += data
+        frames: list[dict[str, object]] = []
+        while True:
+            nl = self._buf.find(b"\n")
+            if nl < 0:
+                if len(self._buf) > self._max:
+                    raise ProtocolError(
+                        f"frame over the {self._max} byte limit (no newline after "
+                        f"{len(self._buf)} bytes)"
+                    )
+                return frames
+            line = bytes(self._buf[:nl])
+            del self._buf[: nl + 1]
+            if len(line) > self._max:
+                raise ProtocolError(f"frame of {len(line)} bytes is over the {self._max} limit")
+            if line.strip():
+                frames.append(decode(line))
+
+    @property
+    def pending_bytes(self) -> int:
+        return len(self._buf)
+
+
+_LINE = st.one_of(
+    st.integers(0, 10**6).map(lambda i: encode("step", step=i)),
+    st.sampled_from([b"\n", b"  \r\n", b"{x\n", b"[1]\n", b'{"v":2,"type":"a"}\n',
+                     b"\xff\xfe\n", b'{"v":1,"type":"a","pad":"' + b"x" * 600 + b'"}\n',
+                     b"x" * 700, b'{"v":1,"type":"a"}']),
+    st.binary(max_size=30),
+)
+
+
+@settings(max_examples=300)
+@given(st.lists(_LINE, max_size=12), st.lists(st.integers(1, 300), min_size=1, max_size=8))
+def test_frame_buffer_reads_any_stream_as_a_line_at_a_time(
+    lines: list[bytes], sizes: list[int]
+) -> None:
+    """Frames, refusals (with their words) and what stays buffered after each feed, fed on
+    after a refusal too, are those of the reference that reads a line at a time."""
+    stream = b"".join(lines)
+    fast, slow = FrameBuffer(max_frame_bytes=512), _LineAtATime(max_frame_bytes=512)
+    start, turn = 0, 0
+    while start < len(stream):
+        chunk = stream[start : start + sizes[turn % len(sizes)]]
+        start, turn = start + len(chunk), turn + 1
+        assert _outcome(fast.feed, chunk) == _outcome(slow.feed, chunk)
+        assert fast.pending_bytes == slow.pending_bytes

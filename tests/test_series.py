@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import math
 import random
 from dataclasses import asdict
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gpuwatch.series import (
     DEVICE_HISTORY_SAMPLES,
+    Bucket,
     DeviceHistory,
     RunHistory,
     RunSeries,
@@ -185,3 +189,20 @@ def test_bucket_means_fall_on_fixed_sample_boundaries():
     # At most `cells` cells, the newest; a cell of None readings is None.
     assert bucket_means([None, None, 1.0], seen=3, per_cell=1, cells=2) == [None, 1.0]
     assert bucket_means([], seen=0, per_cell=3, cells=4) == []
+
+
+@given(
+    st.lists(
+        st.sampled_from([0.0, -0.0, math.nan]) | st.floats(allow_nan=True, allow_infinity=True),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_a_bucket_keeps_the_min_and_max_that_min_and_max_take(values: list[float]) -> None:
+    """take() compares instead of calling min()/max(): the same low and high, NaN included."""
+    bucket = Bucket(1, 0.0, 0.0, 1, values[0], values[0], values[0])
+    low = high = values[0]
+    for x, value in enumerate(values[1:], start=1):
+        bucket.take(x, value)
+        low, high = min(low, value), max(high, value)
+    assert (repr(bucket.low), repr(bucket.high)) == (repr(low), repr(high))

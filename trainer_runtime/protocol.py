@@ -258,7 +258,7 @@ def decode(line: bytes) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ProtocolError(f"frame is not UTF-8 ({exc.reason})") from None
     try:
-        frame = json.loads(text)
+        frame = _loads(text)
     except json.JSONDecodeError as exc:
         raise ProtocolError(f"frame is not JSON ({exc.msg})") from None
     except RecursionError:
@@ -277,6 +277,27 @@ def decode(line: bytes) -> dict[str, Any]:
     if not isinstance(frame.get("type"), str):
         raise ProtocolError("frame has no string 'type'")
     return frame
+
+
+# json.loads without its two whitespace matches and its checks around the scan: json's
+# own scanner, as json.loads's decoder has it (the same default settings), called directly
+# (JSONDecoder.__init__ sets scan_once; typeshed does not list it).
+_scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+
+
+def _loads(text: str) -> Any:
+    """json.loads(text): the same value, or the same exception from json.loads itself.
+
+    The common frame is one JSON value from its first character to its last; that is
+    read by the scanner alone. Anything else (leading or trailing whitespace or text, a
+    byte order mark, bad JSON, deep nesting) goes to json.loads, which reads it again
+    and raises exactly what it always did.
+    """
+    try:
+        value, end = _scan_once(text, 0)
+    except Exception:  # StopIteration, JSONDecodeError, RecursionError, ValueError, ...
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
 
 
 def _may_nest_deeper_than(text: str, limit: int) -> bool:
@@ -312,24 +333,35 @@ class FrameBuffer:
         self._max = max_frame_bytes
 
     def feed(self, data: bytes) -> list[dict[str, Any]]:
-        """Add bytes; return the complete frames they finish. Raises ProtocolError."""
+        """Add bytes; return the complete frames they finish. Raises ProtocolError.
+
+        On a bad line the lines before it are lost with the exception, the bad line is
+        gone and the lines after it stay in the buffer, as if read one at a time.
+        """
         self._buf += data
         frames: list[dict[str, Any]] = []
-        while True:
-            nl = self._buf.find(b"\n")
-            if nl < 0:
-                if len(self._buf) > self._max:
-                    raise ProtocolError(
-                        f"frame over the {self._max} byte limit (no newline after "
-                        f"{len(self._buf)} bytes)"
-                    )
-                return frames
-            line = bytes(self._buf[:nl])
-            del self._buf[: nl + 1]
-            if len(line) > self._max:
-                raise ProtocolError(f"frame of {len(line)} bytes is over the {self._max} limit")
-            if line.strip():
-                frames.append(decode(line))
+        if self._buf.find(b"\n") >= 0:
+            # One split for all the lines a chunk completes (a reader that is behind gets
+            # hundreds at once), not a find, a copy and a delete for each.
+            *lines, rest = bytes(self._buf).split(b"\n")
+            self._buf = bytearray(rest)
+            for index, line in enumerate(lines):
+                try:
+                    if len(line) > self._max:
+                        raise ProtocolError(
+                            f"frame of {len(line)} bytes is over the {self._max} limit"
+                        )
+                    if line.strip():
+                        frames.append(decode(line))
+                except ProtocolError:
+                    self._buf = bytearray(b"\n".join([*lines[index + 1 :], rest]))
+                    raise
+        if len(self._buf) > self._max:
+            raise ProtocolError(
+                f"frame over the {self._max} byte limit (no newline after "
+                f"{len(self._buf)} bytes)"
+            )
+        return frames
 
     @property
     def pending_bytes(self) -> int:
@@ -972,16 +1004,22 @@ def parse_event(frame: Mapping[str, Any]) -> tuple[Envelope, Event]:
     if t is not None and not _finite_number(t):
         raise ProtocolError(f"{cls.TYPE}: t must be a number (got {_show(t)})")
     checks = _EVENT_CHECKS[cls.TYPE]
-    plain = _PLAIN_FIELDS[cls.TYPE]
-    values: dict[str, Any] = {}
+    plain = _PLAIN_FIELDS[cls.TYPE].get
+    nullable = _NULLABLE_FIELDS[cls.TYPE]
+    isfinite = math.isfinite
+    values: dict[str, Any] = dict(_EVENT_DEFAULTS[cls.TYPE])  # the frame's fields replace them
     for key, value in frame.items():
-        if key in ENVELOPE:
-            continue
-        # The common case first: a value already of its field's exact type (a finite float
-        # for a float), kept as it is; anything else takes the full check below.
-        exact = plain.get(key)
-        if type(value) is exact and (not isinstance(value, float) or math.isfinite(value)):
+        # The common cases first (the dashboard reads 100 steps a second): a value already
+        # of its field's exact type (a finite float for a float), or None where the field
+        # takes None, kept as it is; anything else takes the full check below.
+        got = type(value)
+        if got is plain(key) and (got is not float or isfinite(value)):
             values[key] = value
+            continue
+        if value is None and key in nullable:
+            values[key] = None
+            continue
+        if key in _ENVELOPE_KEYS:
             continue
         check = checks.get(key)
         if check is None:
@@ -991,7 +1029,7 @@ def parse_event(frame: Mapping[str, Any]) -> tuple[Envelope, Event]:
             raise ProtocolError(f"{cls.TYPE}: {key} must be {kept} (got {_show(value)})")
         values[key] = kept
     try:
-        event = cls(**values)
+        event = _EVENT_MAKERS[cls](values)
     except TypeError as exc:
         raise ProtocolError(f"{cls.TYPE}: {_one_line(exc)}") from None
     return Envelope(cls.TYPE, seq, float(t) if t is not None else None), event
@@ -1064,13 +1102,58 @@ def _plain_type(annotation: Any) -> type | None:
     )
 
 
-_PLAIN_FIELDS: Mapping[str, Mapping[str, type]] = MappingProxyType(
+# parse_event's fast path, per event type: each field's plain type, and the fields that
+# take None. Plain dicts: a MappingProxyType's get costs a call more per field.
+_PLAIN_FIELDS: Mapping[str, dict[str, type]] = MappingProxyType(
     {
-        name: MappingProxyType(
-            {f.name: plain for f in fields(cls) if (plain := _plain_type(f.type)) is not None}
-        )
+        name: {f.name: plain for f in fields(cls) if (plain := _plain_type(f.type)) is not None}
         for name, cls in EVENTS.items()
     }
+)
+_NULLABLE_FIELDS: Mapping[str, frozenset[str]] = MappingProxyType(
+    {
+        name: frozenset(key for key, check in checks.items() if check(None) == (True, None))
+        for name, checks in _EVENT_CHECKS.items()
+    }
+)
+_ENVELOPE_KEYS = frozenset(ENVELOPE)
+assert not any(f.name in _ENVELOPE_KEYS for cls in EVENTS.values() for f in fields(cls))
+
+
+def _event_maker(cls: type[Event]) -> Callable[[Mapping[str, Any]], Event]:
+    """``cls(**values)`` for values parse_event has checked, each slot set directly.
+
+    A frozen dataclass's __init__ sets every field through object.__setattr__: for a
+    step that cost more than all of parse_event's checks. When values holds every field
+    (parse_event starts from the defaults: _EVENT_DEFAULTS) this sets the same slots to
+    the same values; else it is ``cls(**values)`` itself (a default factory to call, or
+    a field missing: the dataclass's own TypeError).
+    """
+    assert not hasattr(cls, "__post_init__"), cls  # that would have to run here too
+    new = object.__new__
+    slots = tuple((f.name, getattr(cls, f.name).__set__) for f in fields(cls))
+
+    def make(values: Mapping[str, Any]) -> Event:
+        event = new(cls)
+        try:
+            for name, set_slot in slots:
+                set_slot(event, values[name])
+        except KeyError:
+            return cls(**values)
+        return event
+
+    return make
+
+
+# Each event's plain defaults (not its default factories: a new list each time).
+_EVENT_DEFAULTS: Mapping[str, dict[str, Any]] = MappingProxyType(
+    {
+        name: {f.name: f.default for f in fields(cls) if f.default is not MISSING}
+        for name, cls in EVENTS.items()
+    }
+)
+_EVENT_MAKERS: Mapping[type[Event], Callable[[Mapping[str, Any]], Event]] = MappingProxyType(
+    {cls: _event_maker(cls) for cls in EVENTS.values()}
 )
 
 
