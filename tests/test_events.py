@@ -78,6 +78,8 @@ def test_step_figures_are_derived_once() -> None:
     assert step.input_wait_pct == pytest.approx(20.0)
     assert step.examples_per_s == pytest.approx(64 * 1000 / 12.5)
     assert Step(**{**EXAMPLES["step"], "step_time_ms": 0.0}).input_wait_pct is None
+    # A step time the wire accepts (finite) whose rate is not: 64 examples in 1e-310 ms.
+    assert Step(**{**EXAMPLES["step"], "step_time_ms": 1e-310}).examples_per_s is None
 
 
 @pytest.mark.parametrize(

@@ -796,7 +796,10 @@ class Step(Event):
 
     @property
     def examples_per_s(self) -> float | None:
-        return None if self.step_time_ms <= 0 else self.examples * 1000.0 / self.step_time_ms
+        if self.step_time_ms <= 0:
+            return None
+        rate = self.examples * 1000.0 / self.step_time_ms
+        return rate if math.isfinite(rate) else None  # a step of 1e-310 ms: not a rate
 
     @property
     def input_wait_pct(self) -> float | None:

@@ -170,8 +170,10 @@ class GpuwatchApp(App[str]):
             self.repainter.schedule_paint()
 
     def on_resize(self) -> None:
-        """The per-GPU panel picks its form from the terminal's size: repaint it now."""
-        self.state.changed.add("gpu_history")
+        """The per-GPU panel picks its form from the terminal's size, the history its
+        sparklines' height: repaint them now (a panel that keeps its own size, as the
+        history does when only the terminal's height changes, gets no resize of its own)."""
+        self.state.changed.update(("gpu_history", "history"))
         self.call_after_refresh(self.refresh_view, flush=True)
 
     @property

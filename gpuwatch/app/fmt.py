@@ -6,6 +6,8 @@ Plain Python (no Textual) so the units are unit-tested. Rates are decimal
 
 from __future__ import annotations
 
+import math
+
 from gpuwatch.advisor import format_rate
 
 NA = "n/a"
@@ -100,6 +102,7 @@ def spark_rows(values: list[float], width: int, rows: int = 1) -> list[str]:
     rows = max(rows, 1)
     if width <= 0:
         return [""] * rows
+    values = [value for value in values if math.isfinite(value)]  # no bar for inf or NaN
     count = len(values)
     if count <= width:
         columns = list(values)

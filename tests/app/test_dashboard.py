@@ -21,6 +21,7 @@ from gpuwatch.app.widgets.panels import (
     CrashPanel,
     DevicesPanel,
     HeaderBar,
+    HistoryPanel,
     MetricsPanel,
     PendingBar,
 )
@@ -291,6 +292,24 @@ async def test_throttled_repaint_happens_without_an_explicit_refresh():
         await waiter.until(
             lambda: "input wait 38.0%" in text(app, MetricsPanel), "the throttled repaint"
         )
+
+
+async def test_the_history_sparklines_grow_when_only_the_terminal_grows_taller():
+    # The history panel keeps its width and height (3 rows of 80) when the terminal goes
+    # from 80x24 to 80x45, so it gets no resize of its own: the app's resize repaints it.
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        history = app.query_one(HistoryPanel)
+        assert len(history.plain.splitlines()) == 2  # a line per sparkline
+        await pilot.resize_terminal(SIZE[0], 45)
+        await pilot.pause()
+        await pilot.pause()
+        lines = history.plain.splitlines()
+        assert len(lines) == 2 * HistoryPanel.TALL_LINES
+        assert lines[0].startswith("ex/s")
+        assert lines[HistoryPanel.TALL_LINES].startswith("wait %")
+        assert history.region.height >= 2 * HistoryPanel.TALL_LINES
 
 
 async def test_keys_screen_lists_every_key():

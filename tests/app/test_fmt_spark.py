@@ -43,3 +43,8 @@ def test_taller_sparklines_stack_full_blocks_under_the_partial_one():
 
 def test_no_room_is_empty_lines():
     assert fmt.spark_rows([1.0, 2.0], 0, rows=3) == ["", "", ""]
+
+
+def test_values_that_are_not_finite_get_no_bar():
+    # An infinite rate (a step of 1e-310 ms) or NaN: left out, the rest scaled as before.
+    assert fmt.spark_rows([0.0, float("inf"), 7.0, float("nan")], 4) == ["  ▁█"]

@@ -182,6 +182,8 @@ def _random_text(rnd: random.Random, lines: int) -> Text:
             word = rnd.choice(["step", "loss", "ex/s", "wait", "•", "─", "▁▅█"]) + " "
             text.append(word, style=rnd.choice(STYLES))
             text.append(f"{rnd.randint(0, 10 ** rnd.randint(0, 4)):,} ", style="bold")
+        if rnd.random() < 0.1:  # longer than the panel: it wraps
+            text.append("wrapped " * rnd.randint(6, 9), style=rnd.choice(STYLES))
         if len(text) > start and rnd.random() < 0.3:  # a style over others
             a = rnd.randrange(start, len(text))
             text.stylize(rnd.choice(STYLES), a, rnd.randint(a, len(text)))
@@ -237,5 +239,27 @@ async def test_line_by_line_strips_equal_a_whole_render(app_class, monkeypatch):
                 panel, visualize(panel, new, markup=False), width, height, panel.visual_style
             )
             assert [list(s) for s in shown] == [list(s) for s in whole]
-        assert partial > 200  # most changes were rendered line by line
+        assert partial > 150  # most changes were rendered line by line (not those that wrap)
         assert fast[0] > 300
+
+
+async def test_a_change_below_a_wrapped_line_lands_on_its_row():
+    """A line that wraps takes two rows: a change below it is laid out again, not drawn
+    on the row its line number would have (ground truth: a whole render)."""
+    app = PanelApp()
+    async with app.run_test(size=(22, 6)) as pilot:  # 20 columns inside the padding
+        panel = app.query_one(StatePanel)
+        panel.set_text(Text("x" * 30 + "\nline one\nline two"))
+        await pilot.pause()
+        changed = Text("x" * 30 + "\nline one\nline TWO")
+        panel.set_text(changed)
+        await pilot.pause()
+        width, height = panel.size
+        shown = [panel.render_line(y).text.rstrip() for y in range(height)]
+        assert shown == ["x" * 20, "x" * 10, "line one", "line TWO"]
+        whole = Visual.to_strips(
+            panel, visualize(panel, changed, markup=False), width, height, panel.visual_style
+        )
+        assert [list(s) for s in (panel.render_line(y) for y in range(height))] == [
+            list(s) for s in whole
+        ]

@@ -79,6 +79,9 @@ class StatePanel(Static):
                 for changed in slow:
                     if changed < len(strips):
                         self._strips[changed] = strips[changed]
+        # Textual's own render_line would render the whole text for any dirty region, and
+        # clear them: this one never calls it, so it clears them itself.
+        self._dirty_regions.clear()
         if y < len(self._strips):
             return self._strips[y]
         return Strip.blank(size.width, style.rich_style)
@@ -105,6 +108,11 @@ class StatePanel(Static):
         declared = self.styles.width
         if not width or len(lines) != len(self._lines):
             return None
+        if self.styles.content_align != ("left", "top") or self.styles.line_pad:
+            return None  # lines placed by the whole text's height, or padded: whole renders
+        if not all(_fits(plain, width) for plain, _ in lines):
+            # A line that wraps takes more than one row: a strip is no longer a line.
+            return None
         if declared is not None and declared.is_auto:
             return None
         whole_lines = self.styles.text_align not in ("left", "start")
@@ -112,8 +120,8 @@ class StatePanel(Static):
         for y, (before, after) in enumerate(zip(self._lines, lines, strict=True)):
             if before == after:
                 continue
-            if not (_fits(before[0], width) and _fits(after[0], width)):
-                return None  # it may wrap (or a wide character shifts cells): lay out again
+            if not _fits(before[0], width):
+                return None  # it wrapped (or a wide character shifted cells): lay out again
             if whole_lines:
                 regions.append(Region(0, y, width, 1))
             else:
