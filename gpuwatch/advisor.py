@@ -17,6 +17,7 @@ from typing import Any
 
 from gpuwatch.runstate import StepPoint, WorkerSummary, get_setting
 from gpuwatch.runstate import steps_input_wait_pct as input_wait_pct  # the rule's one home
+from trainer_runtime.protocol import per_second
 from trainer_runtime.schema import prefetch_enabled
 
 HIGH_INPUT_BOUND_PCT = 20.0
@@ -141,10 +142,11 @@ def advise(
         elif straggler is None:
             recs.append("the input keeps up: step time is compute (and gradient sync)")
 
-    total_ms = sum(s.step_time_ms for s in steps)
-    if replicas > 1 and total_ms > 0:
-        sync_per_s = sum(s.grad_sync_bytes for s in steps) * 1000.0 / total_ms
-        if sync_per_s > 0:
+    if replicas > 1:
+        sync_per_s = per_second(
+            sum(s.grad_sync_bytes for s in steps), sum(s.step_time_ms for s in steps)
+        )
+        if sync_per_s is not None and sync_per_s > 0:
             if accumulation == 1:
                 recs.append(
                     f"gradient sync est. {format_rate(sync_per_s)}: accumulation (a) "

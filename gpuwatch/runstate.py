@@ -63,6 +63,7 @@ from trainer_runtime.protocol import (
     Step,
     input_wait_pct,
     parse_event,
+    per_second,
 )
 from trainer_runtime.schema import MAX_WORKERS, live_changes, prefetch_enabled, prefetch_word
 
@@ -254,7 +255,7 @@ class AttemptSummary:
     def grad_sync_bytes_per_s(self) -> float | None:
         if not self.measured:
             return None
-        return self.sum_grad_sync_bytes * 1000.0 / self.sum_step_time_ms
+        return per_second(self.sum_grad_sync_bytes, self.sum_step_time_ms)
 
     @property
     def prefetch(self) -> Any:
@@ -473,10 +474,9 @@ class RunState:
 
     def recent_grad_sync_bytes_per_s(self, count: int = CURRENT_STEPS) -> float | None:
         points = self.recent_steps(count)
-        total_ms = sum(p.step_time_ms for p in points)
-        if total_ms <= 0:
-            return None
-        return sum(p.grad_sync_bytes for p in points) * 1000.0 / total_ms
+        return per_second(
+            sum(p.grad_sync_bytes for p in points), sum(p.step_time_ms for p in points)
+        )
 
     def elapsed_s(self, now: float) -> float | None:
         """Seconds since the run was created; stops at the last event once it ended."""
@@ -516,7 +516,9 @@ def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerS
         ),
         input_wait_ms=_median([s.input_wait_ms for s in steps]),
         compute_ms=_median(computes),
-        examples_per_s=_median([s.examples * share * 1000.0 / s.step_time_ms for s in steps]),
+        examples_per_s=_median(
+            [r for s in steps if (r := per_second(s.examples * share, s.step_time_ms)) is not None]
+        ),
         sample=sample,
     )
 

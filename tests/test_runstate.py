@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gpuwatch.config import apply_overrides
 from gpuwatch.runstate import (
@@ -19,6 +22,7 @@ from gpuwatch.runstate import (
     step_batch,
     toggle_prefetch,
 )
+from trainer_runtime import protocol
 from trainer_runtime.protocol import STATUSES, TERMINAL_STATUSES
 from trainer_runtime.schema import RunConfig
 
@@ -234,3 +238,46 @@ def test_recent_steps_are_the_last_measured_steps_of_the_current_attempt():
     for count in (1, 5, 20, 500):
         want = [p for p in state.window if p.attempt == state.attempt and not p.warmup]
         assert state.recent_steps(count) == want[-count:]
+
+
+_WIRE_FLOAT = st.floats(allow_nan=False, allow_infinity=False)  # what the wire accepts
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=2**62),
+            _WIRE_FLOAT, _WIRE_FLOAT, _WIRE_FLOAT,
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_every_figure_derived_from_accepted_steps_is_finite_or_none(steps) -> None:
+    """Finite figures the wire accepts (a step of 1e-310 ms, 1e308 bytes) can make a rate
+    no float holds: every derived rate and share is then None, never inf or NaN (the
+    dashboard's sparklines and medians cannot take them)."""
+    import math
+
+    from trainer_runtime.protocol import Step, per_second
+
+    state = RunState()
+    for i, (examples, step_ms, wait_ms, sync_bytes) in enumerate(steps, start=1):
+        event = Step(
+            attempt=1, step=i, micro_step=i, epoch=0, loss=0.5, lr=0.1, examples=examples,
+            step_time_ms=step_ms, input_wait_ms=wait_ms, grad_sync_bytes=sync_bytes,
+        )
+        assert event.examples_per_s is None or math.isfinite(event.examples_per_s)
+        assert event.input_wait_pct is None or math.isfinite(event.input_wait_pct)
+        frame = json.loads(protocol.encode_event(event, t=float(i), seq=i))
+        state.apply(frame)
+    figures = [
+        state.recent_examples_per_s(count=len(steps)),
+        state.recent_input_wait_pct(count=len(steps)),
+        state.recent_grad_sync_bytes_per_s(count=len(steps)),
+        per_second(float(steps[0][3]), steps[0][1]),
+    ]
+    for summary in state.worker_summaries():
+        figures += [summary.examples_per_s, summary.input_wait_pct]
+    assert all(f is None or math.isfinite(f) for f in figures), figures

@@ -796,10 +796,7 @@ class Step(Event):
 
     @property
     def examples_per_s(self) -> float | None:
-        if self.step_time_ms <= 0:
-            return None
-        rate = self.examples * 1000.0 / self.step_time_ms
-        return rate if math.isfinite(rate) else None  # a step of 1e-310 ms: not a rate
+        return per_second(self.examples, self.step_time_ms)
 
     @property
     def input_wait_pct(self) -> float | None:
@@ -958,8 +955,22 @@ _FIELD_NAMES: Mapping[type[Event], tuple[str, ...]] = MappingProxyType(
 
 
 def input_wait_pct(input_wait_ms: float, step_time_ms: float) -> float | None:
-    """Input wait as a share of step time, in %: the one place this is computed."""
-    return None if step_time_ms <= 0 else 100.0 * input_wait_ms / step_time_ms
+    """Input wait as a share of step time, in %: the one place this is computed. None
+    without a step time, or for a share no float holds (1 ms of a 1e-310 ms step)."""
+    if step_time_ms <= 0:
+        return None
+    pct = 100.0 * input_wait_ms / step_time_ms
+    return pct if math.isfinite(pct) else None
+
+
+def per_second(amount: float, ms: float) -> float | None:
+    """`amount` in `ms` milliseconds as a rate per second: the one place a rate (examples/s,
+    gradient-sync bytes/s) is computed. None without time, or for a rate no float holds
+    (64 examples in a step of 1e-310 ms: finite figures, an infinite rate)."""
+    if ms <= 0:
+        return None
+    rate = amount * 1000.0 / ms
+    return rate if math.isfinite(rate) else None
 
 
 @dataclass(frozen=True, slots=True)
