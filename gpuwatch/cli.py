@@ -1,4 +1,4 @@
-"""gpuwatch's command line: train, attach, ls, stop, logs, export, doctor.
+"""gpuwatch's command line: train, resume, attach, ls, stop, logs, export, doctor.
 
 Imports are lazy: `gpuwatch --help` must answer in well under half a second, and
 only the dashboard needs Textual. TensorFlow is never imported here.
@@ -11,6 +11,7 @@ import contextlib
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -53,6 +54,34 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--max-steps", type=int, default=None, help="stop after N optimizer steps")
     train.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
+
+    resume = sub.add_parser(
+        "resume",
+        help="go on with a run that has ended: its next attempt, from its last checkpoint",
+        description="Start a run that has ended (finished, stopped, crashed, lost) again: "
+        "the same run id, its next attempt, from its last checkpoint (data position "
+        "included), with the settings of its last attempt and any --set on top.",
+    )
+    resume.add_argument("run", help="run id or a unique prefix of it")
+    resume.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change a setting for the resumed attempt, e.g. --set data.prefetch=on",
+    )
+    resume_mode = resume.add_mutually_exclusive_group()
+    resume_mode.add_argument(
+        "--headless", action="store_true", help="no dashboard: progress lines, then a summary"
+    )
+    resume_mode.add_argument(
+        "--detach", action="store_true", help="resume the run, print its id and return"
+    )
+    resume.add_argument(
+        "--max-steps", type=int, default=None,
+        help="stop once the run's step reaches N (counted from the run's start)",
+    )
 
     attach = sub.add_parser(
         "attach", help="watch a run again (the most recent live one by default)"
@@ -114,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     handler = {
         "train": cmd_train,
+        "resume": cmd_resume,
         "attach": cmd_attach,
         "ls": cmd_ls,
         "stop": cmd_stop,
@@ -184,7 +214,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
     home = runs.gpuwatch_home()
-    run_id, run_dir = runs.create_run_dir(home)
+    _run_id, run_dir = runs.create_run_dir(home)
     (run_dir / "config.yaml").write_text(dump_config(loaded.config))
     (run_dir / "source.yaml").write_text(loaded.text)
     try:
@@ -192,18 +222,51 @@ def cmd_train(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         _err(str(exc))
         return EXIT_FAILED
+    return _follow(info, args)
+
+
+def _follow(info: RunInfo, args: argparse.Namespace, after_attempt: int = 0) -> int:
+    """After a start or a resume: print the id (--detach), follow headless, or watch."""
     if args.detach:
-        print(run_id)
+        print(info.run_id)
         return EXIT_OK
     if args.headless:
         from gpuwatch.headless import run_headless
 
-        return run_headless(info)
+        return run_headless(info, after_attempt=after_attempt)
     return _dashboard(info)
 
 
-def _supervisor_command(run_dir: Path, *, fresh: bool = False) -> list[str]:
-    cmd = [sys.executable, "-m", "gpuwatch.supervisor", "--run-dir", str(run_dir)]
+def cmd_resume(args: argparse.Namespace) -> int:
+    from gpuwatch.config import ConfigError
+    from gpuwatch.resume import ResumeError, resume_run
+    from gpuwatch.runs import resolve_run
+
+    info = resolve_run(args.run)  # RunError: main() prints it, exit 2
+    overrides = list(args.overrides)
+    if args.max_steps is not None:
+        if args.max_steps < 1:
+            _err(f"--max-steps must be at least 1 (got {args.max_steps})")
+            return EXIT_USAGE
+        overrides.append(f"train.max_steps={args.max_steps}")
+    try:
+        resumed = resume_run(info, overrides)
+    except (ConfigError, ResumeError) as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    except RuntimeError as exc:  # the supervisor did not start
+        _err(str(exc))
+        return EXIT_FAILED
+    if not args.detach:
+        print(f"gpuwatch: resuming run {info.run_id} as attempt {info.attempt + 1}",
+              file=sys.stderr)
+    return _follow(resumed, args, after_attempt=info.attempt)
+
+
+def _supervisor_command(
+    run_dir: Path, *, fresh: bool = False, extra: Sequence[str] = ()
+) -> list[str]:
+    cmd = [sys.executable, "-m", "gpuwatch.supervisor", "--run-dir", str(run_dir), *extra]
     return [*cmd, "--fresh"] if fresh else cmd
 
 
@@ -235,8 +298,12 @@ def detach_method() -> str:
     return "systemd-run" if probe.stdout.strip() in ("running", "degraded") else "setsid"
 
 
-def start_supervisor(run_dir: Path, *, fresh: bool = False) -> RunInfo:
-    """Start the run's supervisor detached from this terminal; wait until its socket answers."""
+def start_supervisor(
+    run_dir: Path, *, fresh: bool = False, extra: Sequence[str] = ()
+) -> RunInfo:
+    """Start the run's supervisor detached from this terminal; wait until its socket answers.
+
+    extra: more arguments for it (a resume's --resume --config FILE)."""
     import subprocess
 
     from gpuwatch import runs
@@ -245,7 +312,7 @@ def start_supervisor(run_dir: Path, *, fresh: bool = False) -> RunInfo:
     env["GPUWATCH_HOME"] = str(run_dir.parent.parent)
     # Factories ("mypkg.models:build") import from where the person ran gpuwatch.
     env["GPUWATCH_USER_CWD"] = os.getcwd()
-    cmd = _supervisor_command(run_dir, fresh=fresh)
+    cmd = _supervisor_command(run_dir, fresh=fresh, extra=extra)
     method = detach_method()
     log_path = run_dir / "supervisor.log"
     with open(log_path, "ab") as log_file:
@@ -278,7 +345,10 @@ def start_supervisor(run_dir: Path, *, fresh: bool = False) -> RunInfo:
     deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT_S
     while time.monotonic() < deadline:
         info = runs.read_supervisor_info(run_dir)
-        if info.get("pid") and Path(str(info.get("socket"))).exists():
+        pid = info.get("pid")
+        # Alive, not a resumed run's old supervisor.json (a killed one leaves its file).
+        alive = isinstance(pid, int) and runs.supervisor_alive(pid, run_dir)
+        if alive and Path(str(info.get("socket"))).exists():
             return runs.read_run_info(run_dir)
         if method == "setsid" and proc.poll() is not None:
             break

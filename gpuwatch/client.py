@@ -267,15 +267,22 @@ class RunClient:
             raise CommandError(str(reply.get("message", "command failed")))
         return reply
 
-    async def subscribe(self, from_seq: int = 0, snapshot: str | None = None) -> dict[str, Any]:
+    async def subscribe(
+        self, from_seq: int = 0, snapshot: str | None = None, *, dashboard: bool = False
+    ) -> dict[str, Any]:
         """Ask for every recorded event with seq >= from_seq, then live ones.
 
         With `snapshot` (the format the caller reads, gpuwatch.snapshot.schema_id) the
         supervisor may send its state after some seq S >= from_seq instead of the
         events up to S: one ``snapshot`` frame (seq, schema, data) comes first, and the
         ack's ``snapshot_seq`` is S (null when it had none in that format).
+
+        dashboard: a person watches (the supervisor keeps a spare trainer ready for a
+        relaunch while one does); headless followers and tools leave it false.
         """
-        return await self.send(build("subscribe", from_seq=from_seq, snapshot=snapshot))
+        return await self.send(
+            build("subscribe", from_seq=from_seq, snapshot=snapshot, dashboard=dashboard)
+        )
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         """Yield events until the connection ends; then raise ConnectionLost."""

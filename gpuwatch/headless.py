@@ -16,12 +16,14 @@ import contextlib
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any, TextIO
 
 from gpuwatch.advisor import VERDICTS, input_bound_level
 from gpuwatch.client import ClientError, ConnectionLost, RunClient
-from gpuwatch.runs import RunInfo, workers_in
+from gpuwatch.runs import RunInfo, read_run_info, workers_in
 from gpuwatch.runstate import RunState
+from trainer_runtime.protocol import ProtocolError, decode
 
 PROGRESS_EVERY_S = 3.0
 ERROR_TAIL_LINES = 15
@@ -66,7 +68,30 @@ def workers_of(events: list[dict[str, Any]], workers: int = 1) -> int:
     return workers
 
 
-async def follow(info: RunInfo, out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> int:
+def recorded_state(run_dir: Path) -> RunState:
+    """The run folded from its record (events.jsonl), as a dashboard folds it."""
+    state = RunState()
+    try:
+        with open(run_dir / "events.jsonl", "rb") as fh:
+            for line in fh:
+                try:
+                    state.apply(decode(line))
+                except ProtocolError:
+                    continue  # a torn last line, or a record this version does not know
+    except OSError:
+        pass
+    return state
+
+
+async def follow(
+    info: RunInfo,
+    out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
+    *,
+    after_attempt: int = 0,
+) -> int:
+    """Follow the run until an attempt after `after_attempt` ends (a resume's: the one it
+    started; the record's earlier attempts ended long ago)."""
     assert info.socket_path is not None
     state = RunState()
     workers = 1  # from the recorded settings: RunState does not count workers
@@ -100,12 +125,17 @@ async def follow(info: RunInfo, out: TextIO = sys.stdout, err: TextIO = sys.stde
                 batch = []
             state.apply_many(batch)
             workers = workers_of(batch, workers)
-            if state.terminal and state.attempt > 0:
+            if state.terminal and state.attempt > after_attempt:
                 break
             if time.monotonic() - last_print >= PROGRESS_EVERY_S:
                 print(progress_line(state), file=out, flush=True)
                 last_print = time.monotonic()
     except ConnectionLost as exc:
+        # Its supervisor exits once the run has ended and nobody follows it: if that
+        # happened before we could follow it, the record has the end.
+        record = recorded_state(info.run_dir)
+        if record.terminal and record.attempt > after_attempt:
+            return _ended(info, record, read_run_info(info.run_dir).workers, stopping, out, err)
         print(progress_line(state), file=out, flush=True)
         print(f"gpuwatch: lost the run's supervisor: {exc}", file=err)
         print(summary_line(state, workers), file=out, flush=True)
@@ -114,6 +144,13 @@ async def follow(info: RunInfo, out: TextIO = sys.stdout, err: TextIO = sys.stde
         loop.remove_signal_handler(signal.SIGINT)
         loop.remove_signal_handler(signal.SIGTERM)
         await client.close()
+    return _ended(info, state, workers, stopping, out, err)
+
+
+def _ended(
+    info: RunInfo, state: RunState, workers: int, stopping: bool, out: TextIO, err: TextIO
+) -> int:
+    """The last progress line, the summary and the exit code of an ended run."""
     print(progress_line(state), file=out, flush=True)
     print(summary_line(state, workers), file=out, flush=True)
     error = state.error
@@ -137,5 +174,5 @@ async def follow(info: RunInfo, out: TextIO = sys.stdout, err: TextIO = sys.stde
     return 0
 
 
-def run_headless(info: RunInfo) -> int:
-    return asyncio.run(follow(info))
+def run_headless(info: RunInfo, after_attempt: int = 0) -> int:
+    return asyncio.run(follow(info, after_attempt=after_attempt))

@@ -540,7 +540,14 @@ class FakeRun:
     def status_fields(self) -> dict[str, Any]:
         return {"status": "running", "attempt": 1}
 
-    def subscribe(self, client: Client, from_seq: int, snapshot: str | None = None) -> int:
+    @property
+    def stopping(self) -> bool:
+        return self.stop_requested
+
+    def subscribe(
+        self, client: Client, from_seq: int, snapshot: str | None = None, *,
+        dashboard: bool = False,
+    ) -> int:
         self.asked.append(("subscribe", from_seq))
         return 42
 

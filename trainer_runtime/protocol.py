@@ -136,6 +136,9 @@ kind (1 is not true, true is not 1), is answered err and changes nothing.
                 the supervisor has one of that format at seq S >= from_seq, it sends
                 it first (snapshot frames) and then the events from S + 1; the ack
                 says snapshot_seq
+              dashboard: true or false; default false; true: a person watches (the
+                dashboard); while one does and the run is live, a spare trainer waits
+                for a relaunch
   relaunch    Stop the trainer, start a new attempt with these settings (resumes from
               checkpoint).
               overrides: an object of at most 64 dotted keys (like "data.prefetch") to
@@ -528,6 +531,14 @@ class Subscribe(Command):
             "the snapshot format the client reads (gpuwatch.snapshot.schema_id); when the "
             "supervisor has one of that format at seq S >= from_seq, it sends it first "
             "(snapshot frames) and then the events from S + 1; the ack says snapshot_seq",
+        ),
+    )
+    dashboard: bool = field(
+        default=False,
+        metadata=_wire(
+            BOOL,
+            "true: a person watches (the dashboard); while one does and the run is live, "
+            "a spare trainer waits for a relaunch",
         ),
     )
 

@@ -10,7 +10,10 @@ quietly with exit 0.
 
 Importing TensorFlow reads no device and starts no runtime: CUDA, the logical
 CPU devices, thread pools and TF_CONFIG are all read later, in main(), after the
-environment has been replaced. While it waits it runs at idle CPU priority where
+environment has been replaced. The supervisor starts a spare with the accelerators
+hidden (CUDA_VISIBLE_DEVICES=-1), and the order's environment, which replaces this
+process's whole environment (the C library's too: CUDA reads it with getenv at its
+first device call), makes them visible again. While it waits it runs at idle CPU priority where
 this host lets it go back to normal afterwards (checked in a throwaway child
 first, before the import): the job being watched comes first.
 

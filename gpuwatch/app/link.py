@@ -86,7 +86,10 @@ class SocketLink:
                 del self.subscriptions[:-SUBSCRIPTIONS_KEPT]  # a flapping link runs for days
                 self._client = client
                 wanted = self.snapshot_format if from_seq == 0 else None
-                reply = await client.subscribe(from_seq=from_seq, snapshot=wanted)
+                # A person's dashboard: the supervisor keeps a spare trainer ready for `r`.
+                reply = await client.subscribe(
+                    from_seq=from_seq, snapshot=wanted, dashboard=True
+                )
                 if wanted is not None and isinstance(reply.get("snapshot_seq"), int):
                     self.snapshot_seq = reply["snapshot_seq"]
                 attempt = 0

@@ -60,11 +60,13 @@ class DeviceSampler:
         self,
         run_pids: Callable[[], set[int]] | None = None,
         nvml: Any | None = None,
+        spare_pids: Callable[[], set[int]] | None = None,
         *,
         clock: Callable[[], float] = time.monotonic,
         window_max_age_s: float = WINDOW_MAX_AGE_S,
     ) -> None:
         self._run_pids = run_pids
+        self._spare_pids = spare_pids
         self._clock = clock
         self._lock = threading.Lock()
         self._host = HostSampler(clock=clock)
@@ -127,7 +129,7 @@ class DeviceSampler:
         with self._lock:
             pids = self._pids()
             try:
-                host = self._host.sample(pids)
+                host = self._host.sample(pids, self._spares())
             except Exception:  # host readings degrade, the GPUs still count
                 host = HostSample()
             if self._closed:
@@ -137,6 +139,14 @@ class DeviceSampler:
                 self._poller.kick()
             gpus = tuple(reader.read(pids or set()) for reader in self._readers)
             return DeviceSample(time.time(), host, gpus, self.nvml_unavailable)
+
+    def _spares(self) -> set[int]:
+        if self._spare_pids is None:
+            return set()
+        try:
+            return {int(pid) for pid in self._spare_pids()}
+        except Exception:  # a failing callback means "no spare known"
+            return set()
 
     def _pids(self) -> set[int] | None:
         if self._run_pids is None:
@@ -225,6 +235,7 @@ def sample_to_frame_fields(sample: DeviceSample) -> dict[str, Any]:
             "load_1m": _json_number(host.load_1m, 2),
             "run_cpu_pct": _json_number(host.run_cpu_pct, 1),
             "run_rss_bytes": host.run_rss_bytes,
+            "spare_rss_bytes": host.spare_rss_bytes,
         },
         "gpus": [_gpu_fields(gpu) for gpu in sample.gpus],
         "nvml": sample.nvml,

@@ -43,6 +43,18 @@ def busy_pct(before: Any, after: Any) -> float | None:
     return min(100.0, max(0.0, 100.0 * busy / total))
 
 
+def rss_of(pids: Iterable[int]) -> int | None:
+    """The summed resident memory of these processes (None: none of them is there)."""
+    total: int | None = None
+    for pid in pids:
+        try:
+            rss = int(psutil.Process(pid).memory_info().rss)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+        total = rss if total is None else total + rss
+    return total
+
+
 class HostSampler:
     """Keeps the previous CPU counters and the run's psutil.Process objects between samples."""
 
@@ -53,7 +65,9 @@ class HostSampler:
         # pid -> (process, CPU seconds, when read, its last CPU %: None before an interval)
         self._procs: dict[int, tuple[psutil.Process, float, float, float | None]] = {}
 
-    def sample(self, run_pids: Iterable[int] | None) -> HostSample:
+    def sample(
+        self, run_pids: Iterable[int] | None, spare_pids: Iterable[int] = ()
+    ) -> HostSample:
         """The host now. Never raises: a reading that fails is None."""
         cpu_pct, per_cpu = self._cpu()
         mem_used = mem_total = None
@@ -78,6 +92,7 @@ class HostSampler:
             load_1m=load_1m,
             run_cpu_pct=run_cpu,
             run_rss_bytes=run_rss,
+            spare_rss_bytes=rss_of(spare_pids),
         )
 
     def _cpu(self) -> tuple[float | None, tuple[float, ...]]:

@@ -67,6 +67,9 @@ class HostSample:
     # exceed 100 on a multi-core box. None when there are no run pids.
     run_cpu_pct: float | None = None
     run_rss_bytes: int | None = None
+    # The spare trainer waiting for a relaunch (TensorFlow imported): its memory, which the
+    # run holds on this host though it is not training. None while no spare waits.
+    spare_rss_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

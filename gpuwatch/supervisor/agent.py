@@ -96,7 +96,7 @@ class LocalAgent:
         self._error: str | None = None
         self._cgroup: Path | None = None
         self._oom_kills_at_start: int | None = None
-        self._sampler = _SamplerThread(index, self._run_pids, on_sample)
+        self._sampler = _SamplerThread(index, self._run_pids, on_sample, self._spare_pids)
         # Down the trainer's socket: reconfigure frames (None while no trainer reads it).
         self._writer: asyncio.StreamWriter | None = None
         # The attempt stamped on the trainer's frames: a live change moves it on.
@@ -181,6 +181,10 @@ class LocalAgent:
     def release_spare(self) -> None:
         """The run is over: no relaunch will claim the spare."""
         self.launcher.release_spare()
+
+    def want_spare(self, wanted: bool) -> None:
+        """Keep a spare trainer ready for a relaunch (a dashboard is attached), or none."""
+        self.launcher.want_spare(wanted, trainer_up=self.stoppable)
 
     async def _watch(
         self, proc: asyncio.subprocess.Process, sock: socket.socket, attempt: int
@@ -323,6 +327,11 @@ class LocalAgent:
             pids |= peer._own_pids()
         return pids
 
+    def _spare_pids(self) -> set[int]:
+        """The spare trainers waiting on this host (this worker's and its host peers')."""
+        pids = {pid for agent in (self, *self.host_peers) if (pid := agent.spare_pid)}
+        return pids
+
     def _own_pids(self) -> set[int]:
         """The trainer and everything it forked."""
         proc = self.process
@@ -382,9 +391,16 @@ class _SamplerThread:
     """Samples the host's devices every SAMPLE_INTERVAL_S in a thread (NVML calls may block)
     and posts each sample to the event loop."""
 
-    def __init__(self, index: int, run_pids: Callable[[], set[int]], on_sample: OnSample) -> None:
+    def __init__(
+        self,
+        index: int,
+        run_pids: Callable[[], set[int]],
+        on_sample: OnSample,
+        spare_pids: Callable[[], set[int]] | None = None,
+    ) -> None:
         self.index = index
         self.run_pids = run_pids
+        self.spare_pids = spare_pids
         self.on_sample = on_sample
         self.stop = threading.Event()
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -405,7 +421,7 @@ class _SamplerThread:
         except ImportError as exc:  # the sampling package is part of gpuwatch; be loud if absent
             log.error("device sampling unavailable: %s", exc)
             return
-        sampler = DeviceSampler(run_pids=self.run_pids)
+        sampler = DeviceSampler(run_pids=self.run_pids, spare_pids=self.spare_pids)
         try:
             while not self.stop.is_set():
                 started = time.monotonic()

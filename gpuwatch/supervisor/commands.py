@@ -37,11 +37,17 @@ class Run(Protocol):
     config: RunConfig
     stop_requested: bool
 
+    @property
+    def stopping(self) -> bool: ...
+
     def replicas_for(self, config: RunConfig) -> int: ...
 
     def status_fields(self) -> dict[str, Any]: ...
 
-    def subscribe(self, client: Client, from_seq: int, snapshot: str | None = None) -> int: ...
+    def subscribe(
+        self, client: Client, from_seq: int, snapshot: str | None = None, *,
+        dashboard: bool = False,
+    ) -> int: ...
 
     async def relaunch(self, config: RunConfig, *, fresh: bool) -> int: ...
 
@@ -80,7 +86,9 @@ class Commands:
     async def carry_out(self, command: Command, client: Client) -> dict[str, Any]:
         """Carry out a command parse_command accepted; ValueError/ConfigError become err."""
         if isinstance(command, Subscribe):
-            next_seq = self.run.subscribe(client, command.from_seq, command.snapshot)
+            next_seq = self.run.subscribe(
+                client, command.from_seq, command.snapshot, dashboard=command.dashboard
+            )
             reply: dict[str, Any] = {"next_seq": next_seq, "run_id": self.run.run_id}
             if command.snapshot is not None:  # None: the format was not there, events follow
                 reply["snapshot_seq"] = client.snapshot_seq
@@ -96,8 +104,8 @@ class Commands:
         raise ValueError(f"{command.TYPE}: not a command this supervisor carries out")
 
     async def _relaunch(self, command: Relaunch) -> dict[str, Any]:
-        if self.run.stop_requested:
-            raise ValueError("the run is stopping; start a new one with gpuwatch train")
+        if self.run.stopping:
+            raise ValueError("the run is stopping; relaunch it once it has stopped")
         # parse_command checked both: overrides maps dotted keys to JSON values, and
         # fresh is a literal true/false (only true may discard the run's progress).
         overrides = dict(command.overrides)

@@ -2,8 +2,16 @@
 
 It records every event (event log first, then the hub's fan-out and the TensorBoard
 scalars), turns what its agents report into the run's status, starts and stops
-attempts, answers signals, and lingers after the run ends while a dashboard might
-still relaunch.
+attempts and answers signals.
+
+A run's processes live only while it trains, or while a client follows it: once the
+run has ended (finished, stopped, crashed) and no client is subscribed, the
+supervisor exits within LINGER_S (1 s) and the run directory is the whole record. A
+dashboard still attached keeps it up, so the person can read the end and press `r`;
+it exits LINGER_S after the last one leaves. A spare trainer (spare.py) waits only
+while a person's dashboard is attached to a live run. `gpuwatch resume` starts a
+supervisor again on the run directory (``--resume``): the next attempt, from the
+last checkpoint.
 """
 
 from __future__ import annotations
@@ -49,8 +57,10 @@ from trainer_runtime.schema import RunConfig
 log = logging.getLogger("gpuwatch.supervisor")
 
 STOP_GRACE_S = float(os.environ.get("GPUWATCH_STOP_GRACE_S", "30"))
-# After the run ends, stay up this long with no dashboard attached (relaunch stays possible).
-LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "600"))
+# Once the run has ended and no client follows it, exit after this long (seconds).
+LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "1"))
+# How often the supervisor looks at whether the run has ended with nobody attached.
+LIFE_CHECK_S = 0.25
 
 
 class Supervisor:
@@ -67,17 +77,22 @@ class Supervisor:
         *,
         fresh: bool = False,
         trainer_module: str = "trainer_runtime",
+        config_path: Path | None = None,
+        resume: bool = False,
     ) -> None:
         self.run_dir = run_dir
         self.run_id = run_dir.name
         self.socket_path = socket_path
-        self.config_path = run_dir / "config.yaml"
+        self.config_path = config_path or run_dir / "config.yaml"
         self.config: RunConfig = load_config(self.config_path).config
         self.fresh = fresh  # the first attempt ignores existing checkpoints
+        # Started again on an ended run's directory: its next attempt, from the checkpoint.
+        self.resume = resume
         self.commands = Commands(self)
         self.recorder = Recorder(run_dir, socket_path, self.commands.answer)
         recorder = self.recorder  # its parts, by the names tests and the commands use
         self.events, self.keeper, self.hub = recorder.events, recorder.keeper, recorder.hub
+        self.hub.on_attached_change = self._update_spares
         # A single-host run has one agent; a cluster one per worker. Agent 0 is the chief.
         # ClusterError (a ConfigError) when the cluster cannot be launched from here.
         self.workers = Workers(self.config, run_dir, trainer_module=trainer_module,
@@ -112,6 +127,26 @@ class Supervisor:
         self.recorder.record_status(
             StatusChange(attempt=self.attempt, status=status, **fields), self.last_step
         )
+        self._update_spares()
+
+    @property
+    def ended(self) -> bool:
+        """The run is over: no trainer runs and its last status is terminal."""
+        return not self.trainer_running and self.status in TERMINAL_STATUSES
+
+    @property
+    def stopping(self) -> bool:
+        """A stop was asked for and the run has not ended yet."""
+        return self.stop_requested and not self.ended
+
+    def _update_spares(self) -> None:
+        """A spare trainer waits only while a person's dashboard follows a live run."""
+        wanted = (
+            self.hub.dashboards > 0
+            and self.status not in TERMINAL_STATUSES
+            and not self.stop_requested
+        )
+        self.workers.want_spares(wanted)
 
     def status_fields(self) -> dict[str, Any]:
         return {
@@ -236,8 +271,11 @@ class Supervisor:
 
     # -- what the commands ask (commands.Run) ---------------------------------------
 
-    def subscribe(self, client: Client, from_seq: int, snapshot: str | None = None) -> int:
-        return self.hub.subscribe(client, from_seq, snapshot)
+    def subscribe(
+        self, client: Client, from_seq: int, snapshot: str | None = None, *,
+        dashboard: bool = False,
+    ) -> int:
+        return self.hub.subscribe(client, from_seq, snapshot, dashboard=dashboard)
 
     async def relaunch(self, config: RunConfig, *, fresh: bool) -> int:
         """Stop the trainers (not a terminal status), then start the next attempt."""
@@ -247,6 +285,8 @@ class Supervisor:
                 "change on a relaunch (the agents are this run's); start a new run with "
                 "gpuwatch train"
             )
+        if self.ended:  # a relaunch after the end (a stop, a crash): the run goes on
+            self.stop_requested = False
         self.exit_policy.relaunching = True
         try:
             await self.stop_trainers()
@@ -273,11 +313,22 @@ class Supervisor:
         self.set_status("running")  # the new attempt's, and state.json's for `gpuwatch ls`
 
     async def stop_run(self) -> None:
+        """The stop command: end the run. On a run already over it also lets the supervisor
+        go at once, dashboards attached or not (`gpuwatch stop` on an ended run)."""
+        if self.ended:
+            self._finished.set()
+            return
         self.stop_requested = True
+        self._update_spares()
         if self.trainer_running:
             await self.stop_trainers()
         elif self.status not in TERMINAL_STATUSES:
             self.set_status("stopped", message="stopped on request")
+
+    async def _on_signal(self) -> None:
+        """SIGTERM, SIGINT, SIGHUP: stop the run and exit."""
+        self.stop_requested = True
+        await self.stop_run()
         self._finished.set()
 
     # -- life cycle ---------------------------------------------------------------
@@ -291,8 +342,10 @@ class Supervisor:
     async def run(self) -> int:
         self.loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-            self.loop.add_signal_handler(sig, lambda: self._tasks.spawn(self.stop_run()))
+            self.loop.add_signal_handler(sig, lambda: self._tasks.spawn(self._on_signal()))
         await self.recorder.open()  # restarted on a run directory: its fold so far, first
+        if self.events.next_seq:
+            self._restore_progress()
         try:
             if self.events.next_seq == 0:
                 self.record(
@@ -309,19 +362,31 @@ class Supervisor:
             self.workers.start_sampling(self.loop)
             async with self.commands.lock:  # a relaunch waits until these trainers started
                 if not self.stop_requested:
-                    await self.start_attempt(self.config, fresh=self.fresh, reason="start")
+                    reason = "resume" if self.resume else "start"
+                    await self.start_attempt(self.config, fresh=self.fresh, reason=reason)
             while not self._finished.is_set():
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._finished.wait(), 1.0)
+                    await asyncio.wait_for(self._finished.wait(), LIFE_CHECK_S)
                 self.keeper.tick()
-                idle = self.hub.idle_s
-                ended = not self.trainer_running and self.status in TERMINAL_STATUSES
-                if ended and idle > LINGER_S:
-                    log.info("run over and no dashboard for %.0f s: exiting", idle)
+                if self._may_exit():
+                    log.info("run over (%s) and nobody attached: exiting", self.status)
                     break
         finally:
             await self.shutdown()
         return 0
+
+    def _may_exit(self) -> bool:
+        """The run has ended, no client follows it (for LINGER_S), and no command is
+        under way (a relaunch holds the lock from the old attempt's end to the new start)."""
+        return self.ended and self.hub.idle_s >= LINGER_S and not self.commands.lock.locked()
+
+    def _restore_progress(self) -> None:
+        """Started again on a recorded run: go on from its last attempt and step."""
+        recorded = runs.read_run_info(self.run_dir)
+        state = self.keeper.state
+        last = state.last_step.step if state.last_step is not None else 0
+        self.attempt = max(self.attempt, recorded.attempt, state.attempt or 0)
+        self.last_step = max(self.last_step, recorded.step, last)
 
     async def shutdown(self) -> None:
         if self.trainer_running:
@@ -360,6 +425,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--fresh", action="store_true", help="the first attempt ignores existing checkpoints"
     )
+    parser.add_argument(
+        "--config", type=Path, default=None, help="the settings (default: RUN_DIR/config.yaml)"
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="go on with a recorded run: its next attempt, from its last checkpoint",
+    )
     args = parser.parse_args(argv)
     run_dir = args.run_dir.resolve()
     logging.basicConfig(
@@ -368,7 +441,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     socket_path = args.socket or runs.socket_path_for(run_dir.name, run_dir.parent.parent)
     try:
-        supervisor = Supervisor(run_dir, socket_path, fresh=args.fresh)
+        supervisor = Supervisor(
+            run_dir,
+            socket_path,
+            fresh=args.fresh,
+            config_path=args.config.resolve() if args.config else None,
+            resume=args.resume,
+            trainer_module=os.environ.get("GPUWATCH_TRAINER_MODULE", "trainer_runtime"),
+        )
     except ConfigError as exc:
         print(f"gpuwatch supervisor: {exc}", file=sys.stderr)
         return 2

@@ -74,6 +74,7 @@ class Client:
         self.queued_bytes = 0
         self.queue_max_bytes = queue_max_bytes
         self.subscribed_from: int | None = None
+        self.dashboard = False  # subscribed as a person's dashboard (not headless, not a tool)
         self.snapshot_seq: int | None = None  # the seq of the snapshot it was sent first
         self.replay_done = asyncio.Event()
         self.closed = False
@@ -118,15 +119,37 @@ class ClientHub:
         self.bad_frames = 0
         self.dropped_clients = 0
         self._last_client_seen = time.monotonic()
+        # Called when a client subscribes or a subscribed one goes (the supervisor's
+        # life and its spare trainers follow who is attached).
+        self.on_attached_change: Callable[[], None] | None = None
         self._tasks = TaskSet()
         self._serving: set[asyncio.Task[Any]] = set()  # one per connection (_serve)
 
     @property
+    def attached(self) -> int:
+        """Clients following the run (subscribed): dashboards and headless followers."""
+        return sum(1 for c in self.clients.values() if c.subscribed_from is not None)
+
+    @property
+    def dashboards(self) -> int:
+        """Subscribed clients that said a person watches (``subscribe`` with dashboard)."""
+        return sum(1 for c in self.clients.values() if c.dashboard)
+
+    @property
     def idle_s(self) -> float:
-        """Seconds since a dashboard was last connected (0 while one is)."""
-        if self.clients:
+        """Seconds since a client last followed the run (0 while one does). A connection
+        that only asks for status or sends a stop does not count: it keeps nothing alive."""
+        if self.attached:
             return 0.0
         return time.monotonic() - self._last_client_seen
+
+    def _attached_changed(self) -> None:
+        self._last_client_seen = time.monotonic()
+        if self.on_attached_change is not None:
+            try:
+                self.on_attached_change()
+            except Exception:  # a bug there must not take a connection's handler down
+                log.exception("attached-change callback failed")
 
     async def open(self) -> None:
         """Listen on the socket: its directory 0700, the socket itself 0600 from birth."""
@@ -167,7 +190,14 @@ class ClientHub:
             if not client.send(data):
                 self.drop(client, "too far behind")
 
-    def subscribe(self, client: Client, from_seq: int, snapshot: str | None = None) -> int:
+    def subscribe(
+        self,
+        client: Client,
+        from_seq: int,
+        snapshot: str | None = None,
+        *,
+        dashboard: bool = False,
+    ) -> int:
         """Replay [from_seq, next_seq) from the log, then go live; return next_seq.
 
         With `snapshot` (a format) and a snapshot of that format at a seq S >= from_seq,
@@ -184,9 +214,11 @@ class ClientHub:
             if found is not None and not from_seq <= found.seq < until_seq:
                 found = None
         client.subscribed_from = from_seq
+        client.dashboard = dashboard
         client.snapshot_seq = found.seq if found is not None else None
         start = found.seq + 1 if found is not None else from_seq
         self._tasks.spawn(self._replay(client, start, until_seq, found))
+        self._attached_changed()
         return until_seq
 
     async def _replay(
@@ -241,7 +273,8 @@ class ClientHub:
         self.dropped_clients += why == "too far behind"
         log.info("client %d dropped: %s", client.cid, why)
         self.clients.pop(client.cid, None)
-        self._last_client_seen = time.monotonic()
+        if client.subscribed_from is not None:
+            self._attached_changed()
         while not client.queue.empty():
             client.queue.get_nowait()
         client.queued_bytes = 0

@@ -4,9 +4,11 @@ The trainer is ``python -m trainer_runtime --run-dir DIR --config ... --attempt 
 --telemetry-fd FD`` (launch.py says what a cluster worker adds), in its own process
 group (start_new_session: a stop signals all of it), with stdout and stderr appended
 to the worker's trainer.log after one header line per attempt and the child end of
-a socketpair as its telemetry fd. Once a trainer has run a step, a spare (spare.py:
-an interpreter with TensorFlow imported, waiting) is started for the next attempt,
-which claims it instead of starting cold; when the run is over it is discarded.
+a socketpair as its telemetry fd. While a spare is wanted (a person's dashboard is
+attached to the live run: the supervisor says so) and the trainer has run a step, a
+spare (spare.py: an interpreter with TensorFlow imported, waiting) is started for the
+next attempt, which claims it instead of starting cold; once it is no longer wanted
+(the dashboard left, the run ended) it is discarded at once.
 The launcher also reads back this attempt's part of trainer.log (a crash's cause).
 """
 
@@ -48,6 +50,10 @@ class TrainerLauncher:
         self._spare: SpareTrainer | None = None
         self._spare_task: asyncio.Task[None] | None = None
         self._closed = False  # the run is over: no more spares
+        # A person's dashboard follows the live run: a relaunch may come (the supervisor
+        # says; a headless run never wants one).
+        self.spare_wanted = False
+        self._stepped = False  # this attempt's trainer has run a step
 
     @property
     def spare_pid(self) -> int | None:
@@ -76,6 +82,7 @@ class TrainerLauncher:
         if fresh:
             args.append("--fresh")
         env = trainer_env(launch)
+        self._stepped = False
         spare, self._spare = self._spare, None
         claimed = await spare.claim(args, env, self.worker_dir) if spare is not None else None
         if claimed is not None:
@@ -117,10 +124,24 @@ class TrainerLauncher:
 
     def trainer_stepped(self) -> None:
         """A trainer has run a step: start the spare for the next relaunch (never two)."""
+        self._stepped = True
+        self._maybe_spawn()
+
+    def want_spare(self, wanted: bool, *, trainer_up: bool) -> None:
+        """A spare is wanted now (and started if the trainer is up and has stepped), or not
+        (any spare is discarded at once)."""
+        self.spare_wanted = wanted
+        if not wanted:
+            self._discard_spare()
+        elif trainer_up and self._stepped:
+            self._maybe_spawn()
+
+    def _maybe_spawn(self) -> None:
         if (
             self._spare is None
             and self._spare_task is None
             and not self._closed
+            and self.spare_wanted
             and spare_enabled()
         ):
             self._spare_task = asyncio.get_running_loop().create_task(self._spawn_spare())
@@ -134,17 +155,21 @@ class TrainerLauncher:
             self._spare_task = None
         if spare is None:
             return
-        if self._spare is not None or self._closed:
+        if self._spare is not None or self._closed or not self.spare_wanted:
             spare.discard()
             return
         self._spare = spare
 
+    def _discard_spare(self) -> None:
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            log.info("spare trainer pid %d discarded: not wanted now", spare.proc.pid)
+            spare.discard()
+
     def release_spare(self) -> None:
         """The run is over: no relaunch will claim the spare."""
         self._closed = True
-        spare, self._spare = self._spare, None
-        if spare is not None:
-            spare.discard()
+        self._discard_spare()
 
     def log_lines(self) -> list[str]:
         """This attempt's lines of trainer.log (its last LOG_READ_BYTES at most)."""

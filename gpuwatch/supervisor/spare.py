@@ -9,6 +9,12 @@ socketpair and its log file are set up at spawn exactly as a cold start's are.
 
 Off with ``GPUWATCH_SPARE_TRAINER=0``. A spare that has died (OOM, killed) is
 never claimed: the relaunch starts cold, as it would without one.
+
+Until it is claimed a spare sees no accelerator: it starts with HIDDEN_ACCELERATORS
+in its environment, so even a CUDA context made by mistake while it waits could not
+take GPU memory from the job it waits beside. The claim replaces its whole
+environment with the trainer's (trainer_runtime/spare.py), where the person's own
+CUDA_VISIBLE_DEVICES (or none) holds again before TensorFlow first looks for devices.
 """
 
 from __future__ import annotations
@@ -25,6 +31,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 log = logging.getLogger("gpuwatch.supervisor")
+
+# A waiting spare's view of the accelerators: none (CUDA and ROCm read these at their
+# first device call, which a spare never makes before its claim).
+HIDDEN_ACCELERATORS = {"CUDA_VISIBLE_DEVICES": "-1", "HIP_VISIBLE_DEVICES": "-1"}
 
 
 def spare_enabled() -> bool:
@@ -72,7 +82,7 @@ class SpareTrainer:
                 pass_fds=(child_sock.fileno(),),
                 start_new_session=True,  # its own process group, as a trainer has
                 cwd=str(cwd),
-                env=env,
+                env={**env, **HIDDEN_ACCELERATORS},
             )
         except OSError as exc:
             parent_sock.close()

@@ -180,6 +180,12 @@ class Workers:
         closing = [close() for agent in self.agents if (close := getattr(agent, "close", None))]
         await asyncio.gather(*closing, return_exceptions=True)
 
+    def want_spares(self, wanted: bool) -> None:
+        """Keep a spare trainer ready on each worker (True), or none at all (False)."""
+        for agent in self.agents:
+            if want := getattr(agent, "want_spare", None):
+                want(wanted)
+
     def stop_sampling(self) -> None:
         """Ask every sampler to stop, and discard the spare trainers (no relaunch will come)."""
         for agent in self.agents:

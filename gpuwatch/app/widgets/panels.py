@@ -164,6 +164,10 @@ class DevicesPanel(StatePanel):
             text.append("  trainer ", style="dim")
             text.append(f"{fmt.pct(host.get('run_cpu_pct'))} CPU, ")
             text.append(f"{fmt.bytes_binary(host.get('run_rss_bytes'))} RSS")
+        if host.get("spare_rss_bytes") is not None:
+            # The spare trainer waiting for `r` (only while a dashboard is attached).
+            text.append("  spare ", style="dim")
+            text.append(f"{fmt.bytes_binary(host.get('spare_rss_bytes'))}")
         text.append("\ngradient sync ", style="dim")
         text.append(fmt.format_rate(sync), style="bold")
         text.append(" (estimate)", style="dim")
