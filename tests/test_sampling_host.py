@@ -121,6 +121,26 @@ def test_device_sampler_passes_run_pids_to_the_host(child) -> None:
         sampler.close()
 
 
+def test_spare_memory_is_its_own_figure_not_the_runs(child) -> None:
+    """A spare trainer holding a known 64 MiB: its RSS is spare_rss_bytes, apart from the
+    run's (it does not train), and None once it is gone."""
+    spare = child(HOLD_MEMORY)
+    assert spare.stdout is not None and spare.stdout.readline() == "ready\n"
+    sampler = DeviceSampler(run_pids=lambda: set(), spare_pids=lambda: {spare.pid},
+                            nvml=FakeNVML([]))
+    try:
+        host = sampler.sample().host
+        truth = psutil.Process(spare.pid).memory_info().rss
+        assert host.spare_rss_bytes is not None and host.spare_rss_bytes >= 64 * 2**20
+        assert abs(host.spare_rss_bytes - truth) < 4 * 2**20  # read a moment apart
+        assert host.run_rss_bytes is None
+        spare.kill()
+        spare.wait(timeout=10)
+        assert sampler.sample().host.spare_rss_bytes is None
+    finally:
+        sampler.close()
+
+
 def test_busy_pct_from_cpu_times() -> None:
     Times = namedtuple("Times", "user nice system idle iowait guest guest_nice")
     before = Times(100, 0, 50, 800, 50, 0, 0)

@@ -1,6 +1,8 @@
 """The spare trainer: a process with TensorFlow imported, waiting to become the next attempt.
 
-The agent starts one once its trainer has run a step; a relaunch claims it (the new
+While a spare is wanted (a person's dashboard is attached to the live run: the
+supervisor says so, tests/test_run_lifecycle.py checks that side) the agent starts one
+once its trainer has run a step; a relaunch claims it (the new
 attempt's trainer is that very process: same pid, the attempt's argv, environment and
 directory), and a new spare follows. A spare that died is never claimed; the run's end
 ends it; a spare whose supervisor vanished (end of its stdin) exits by itself.
@@ -27,6 +29,7 @@ from gpuwatch import runs
 from gpuwatch.client import RunClient
 from gpuwatch.supervisor.spare import SpareTrainer
 from tests.conftest import ROOT, run_async, wait_for
+from tests.support.attached import Attached
 from tests.test_supervisor import collect, read_events, start_run
 from tests.test_supervisor_parts import AgentHarness, until
 from trainer_runtime.spare import READY
@@ -40,7 +43,9 @@ def spare_on(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.fixture
 def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spare_on: None) -> AgentHarness:
     monkeypatch.setenv("GPUWATCH_USER_CWD", str(ROOT))
-    return AgentHarness(tmp_path, monkeypatch)
+    harness = AgentHarness(tmp_path, monkeypatch)
+    harness.agent.want_spare(True)  # as while a dashboard is attached
+    return harness
 
 
 def alive(pid: int) -> bool:
@@ -167,6 +172,7 @@ def test_a_full_relaunch_of_a_real_trainer_takes_the_spare_and_resumes(
 ) -> None:
     info = start_run()
     assert info.socket_path is not None
+    dashboard = Attached(info.socket_path)  # a spare waits only while a dashboard is attached
     log = info.run_dir / "trainer.log"
     wait_for(lambda: READY in log.read_text(errors="replace"), 120, "the spare to be ready")
     spare_line = next(line for line in log.read_text().splitlines() if READY in line)
@@ -195,3 +201,56 @@ def test_a_full_relaunch_of_a_real_trainer_takes_the_spare_and_resumes(
     assert steps_2[0] == resume["from_step"] + 1
     settings = yaml.safe_load((info.run_dir / "attempt-2.yaml").read_text())
     assert settings["data"]["read_latency_ms"] == 5
+    dashboard.close()
+
+
+# -- a waiting spare takes no accelerator ---------------------------------------------
+
+ENV_PROBE = "tests.data.env_probe"
+
+
+def initial_environment(pid: int) -> list[bytes]:
+    """The environment a process was started with (/proc/PID/environ)."""
+    return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+
+
+async def test_a_waiting_spare_sees_no_accelerator_and_its_claim_restores_the_persons(
+    tmp_path: Path,
+) -> None:
+    """Hidden while it waits (CUDA reads CUDA_VISIBLE_DEVICES at its first device call);
+    the claim's environment, the trainer's, is what the C library's getenv sees after."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    spare = await SpareTrainer.spawn(ENV_PROBE, tmp_path / "trainer.log", tmp_path, env)
+    assert spare is not None
+    try:
+        waiting = initial_environment(spare.proc.pid)
+        assert b"CUDA_VISIBLE_DEVICES=-1" in waiting and b"HIP_VISIBLE_DEVICES=-1" in waiting
+        out = tmp_path / "probe.json"
+        out_text = out.read_text
+        person = {**env, "CUDA_VISIBLE_DEVICES": "0,1"}
+        person.pop("HIP_VISIBLE_DEVICES", None)
+        claimed = await spare.claim(["--out", str(out)], person, tmp_path)
+        assert claimed is not None
+        proc, _sock = claimed
+        assert await asyncio.wait_for(proc.wait(), 60) == 0
+        seen = json.loads(out_text())
+        assert seen["pid"] == spare.proc.pid  # the spare itself became it
+        assert seen["CUDA_VISIBLE_DEVICES"] == {"python": "0,1", "libc": "0,1"}
+        assert seen["HIP_VISIBLE_DEVICES"] == {"python": None, "libc": None}
+    finally:
+        spare.discard()
+
+
+def test_a_spare_with_tensorflow_imported_has_made_no_device_context(tmp_path: Path) -> None:
+    """The real preload (TensorFlow, Keras, the trainer's modules): TensorFlow's runtime
+    context, where devices are made and GPU memory taken, does not exist yet."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "trainer_runtime.spare", "--module", "trainer_runtime",
+         "--run-dir", str(tmp_path)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=ROOT,
+    )
+    _out, err = proc.communicate("", timeout=120)
+    ready = next(line for line in err.splitlines() if READY in line)
+    assert "no device context" in ready, ready
+    assert proc.returncode == 0

@@ -72,6 +72,20 @@ def _set_policy(policy: int) -> None:
             pass
 
 
+def _device_context_made() -> bool:
+    """Whether TensorFlow has made its runtime context (and with it, its devices) here.
+
+    A waiting spare must not: the context is where TensorFlow takes GPU memory. Only
+    read when TensorFlow is already imported (never imports it)."""
+    eager = sys.modules.get("tensorflow.python.eager.context")
+    if eager is None:
+        return False
+    try:
+        return eager.context()._context_handle is not None
+    except Exception:  # a TensorFlow whose internals moved: say nothing was made
+        return False
+
+
 def _read_order(stream: Any) -> dict[str, Any] | None:
     """The one line that says what to become; None at end of input."""
     line = stream.readline()
@@ -93,6 +107,9 @@ def _read_order(stream: Any) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainer_runtime.spare")
     parser.add_argument("--module", default="trainer_runtime", help="what it becomes")
+    parser.add_argument(
+        "--run-dir", default=None, help="the run it waits for (so ps tells whose spare it is)"
+    )
     args = parser.parse_args(argv)
     idle = _can_leave_idle()
     if idle:
@@ -103,7 +120,12 @@ def main(argv: list[str] | None = None) -> int:
         for name in PRELOAD:
             __import__(name)
     took = time.monotonic() - started
-    print(f"spare trainer pid {os.getpid()}: {READY} ({took:.1f} s)", file=sys.stderr, flush=True)
+    context = "a device context was made" if _device_context_made() else "no device context"
+    print(
+        f"spare trainer pid {os.getpid()}: {READY} ({took:.1f} s, {context})",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         order = _read_order(sys.stdin)
     except (ValueError, json.JSONDecodeError) as exc:

@@ -157,6 +157,7 @@ class Supervisor:
             "trainer_pid": self.agents[0].pid,
             "workers": len(self.agents),
             "worker_pids": self.workers.pids,
+            "spare_pids": [pid for a in self.agents if (pid := getattr(a, "spare_pid", None))],
             "supervisor_pid": os.getpid(),
             "bad_frames": self.bad_frames,
             "dropped_clients": self.hub.dropped_clients,

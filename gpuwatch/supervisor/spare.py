@@ -76,6 +76,8 @@ class SpareTrainer:
                 "trainer_runtime.spare",
                 "--module",
                 module,
+                "--run-dir",
+                str(cwd),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=log_fd,
                 stderr=log_fd,

@@ -5,8 +5,11 @@ What it does is the word in $GPUWATCH_FAKE_TRAINER (the --config file is not rea
   finish    hello, a step, done (max_steps), exit 0
   crash     hello, a step, an error line on stderr and an error frame, exit 1
   killed    hello, a step, "Fatal Python error: Aborted" on stderr, then SIGKILL itself
-  hang      hello, then wait for SIGTERM; then done (signal), exit 0
+  hang      hello, then wait for SIGTERM (done "sigterm") or for its socket to close (the
+            supervisor is gone: done "socket_lost", as the real trainer does); exit 0
   stubborn  hello, then ignore SIGTERM and wait to be killed
+  slow      3 s of start-up (SIGTERM kills it then, as during TensorFlow's import), then hang
+  refuse    an error frame (kind "factory": bad input), exit 2 before any step
 
 While it hangs it reads its socket: a reconfigure frame is answered `reconfigured` (ok, then
 one more step) unless $GPUWATCH_FAKE_RECONFIGURE says "refuse" (ok false, a message) or
@@ -26,6 +29,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 
 from trainer_runtime.protocol import (
     Done,
@@ -56,7 +60,8 @@ def worker_mode(spec: str, worker: int) -> str:
 
 
 def answer_reconfigures(
-    sock: socket.socket, attempt: int, send: threading.Lock, config_path: str
+    sock: socket.socket, attempt: int, send: threading.Lock, config_path: str,
+    lost: threading.Event | None = None,
 ) -> None:
     """Read frames down the socket; answer each reconfigure as $GPUWATCH_FAKE_RECONFIGURE says."""
     from gpuwatch.config import load_config
@@ -72,8 +77,10 @@ def answer_reconfigures(
         try:
             chunk = sock.recv(1 << 16)
         except OSError:
-            return
-        if not chunk:
+            chunk = b""
+        if not chunk:  # the supervisor is gone
+            if lost is not None:
+                lost.set()
             return
         for frame in frames.feed(chunk):
             if frame.get("type") != "reconfigure" or how == "ignore":
@@ -110,6 +117,14 @@ def main() -> int:
                    "pid": os.getpid()}, fh)
     sock = socket.socket(fileno=args.telemetry_fd)
     stop = threading.Event()
+    if mode == "slow":
+        time.sleep(3.0)  # SIGTERM's default action ends it meanwhile
+        mode = "hang"
+    if mode == "refuse":
+        print("error: fake: no such factory", file=sys.stderr, flush=True)
+        sock.sendall(encode_event(Error(attempt=args.attempt, kind="factory",
+                                        message="fake: no such factory")))
+        return 2
     if mode == "hang":
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
     elif mode == "stubborn":
@@ -134,9 +149,13 @@ def main() -> int:
         os.kill(os.getpid(), signal.SIGKILL)
     if mode == "hang":
         send = threading.Lock()
-        threading.Thread(target=answer_reconfigures, args=(sock, attempt, send, args.config),
-                         daemon=True).start()
-        stop.wait()
+        lost = threading.Event()
+        threading.Thread(target=answer_reconfigures,
+                         args=(sock, attempt, send, args.config, lost), daemon=True).start()
+        while not stop.wait(0.05):
+            if lost.is_set():
+                print("fake trainer: the supervisor is gone; exiting", flush=True)
+                return 0
         with send:
             sock.sendall(encode_event(Done(attempt=attempt, reason="sigterm", step=1)))
         return 0

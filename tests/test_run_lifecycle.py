@@ -1,0 +1,347 @@
+"""A run that has ended leaves nothing running: every way a run ends, crossed with how it
+was started, checked in the process table.
+
+Each cell starts a real run through the CLI (a detached supervisor process, real Unix
+sockets, real process groups) with the stand-in trainer `tests.data.fake_trainer`
+(GPUWATCH_TRAINER_MODULE), so the 24 cells take seconds each rather than a TensorFlow
+start-up each; tests/test_run_lifecycle_tf.py runs the same checks with the real trainer.
+A cell ends the run one way, then checks that within 5 s of the end being recorded no
+process of the run remains: none with the run's directory in its command line, none in
+the process group of its supervisor, its trainers or its spares. The exception is a
+dashboard still attached: its supervisor stays (the end is on its screen, `r` works), and
+goes within 5 s after the dashboard detaches. Afterwards the record alone shows the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwatch import runs
+from gpuwatch.client import RunClient
+from gpuwatch.headless import recorded_state
+from tests.conftest import ROOT, TINY, gpuwatch, wait_for
+from tests.support.attached import Attached
+
+# How long after its end a run may still have a process (the issue's bound).
+END_TO_GONE_S = 5.0
+
+
+@pytest.fixture
+def fake(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
+    monkeypatch.setenv("GPUWATCH_WORKER_KILL_GRACE_S", "2")
+    return home
+
+
+# -- the process table ----------------------------------------------------------------
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+    except OSError:
+        return b""
+
+
+def run_processes(run_dir: Path, groups: set[int]) -> list[str]:
+    """Live processes of the run: its directory in their command line, or in one of its
+    process groups (the supervisor's, each trainer's, each spare's)."""
+    found = []
+    me = os.getpid()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        pid = int(entry.name)
+        if not runs.pid_alive(pid):
+            continue  # a zombie is no process of the run
+        cmdline = _cmdline(pid)
+        try:
+            group = os.getpgid(pid)
+        except OSError:
+            continue
+        if os.fsencode(run_dir) in cmdline or group in groups:
+            found.append(f"{pid} (group {group}): {cmdline.decode(errors='replace')[:160]}")
+    return found
+
+
+def run_groups(run_dir: Path) -> set[int]:
+    """The process groups the run made: its supervisor's, and each trainer's and spare's
+    (each is started in a session of its own, so its group is its pid)."""
+    groups = set()
+    info = runs.read_supervisor_info(run_dir)
+    if isinstance(info.get("pid"), int):
+        groups.add(info["pid"])
+    for event in recorded(run_dir):
+        if event["type"] == "hello":
+            groups.add(event["pid"])
+    for log in run_dir.glob("**/trainer.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if line.startswith("spare trainer pid "):
+                groups.add(int(line.split()[3].rstrip(":")))
+    return groups
+
+
+def recorded(run_dir: Path) -> list[dict[str, Any]]:
+    events = []
+    with contextlib.suppress(OSError):
+        for line in (run_dir / "events.jsonl").read_text().splitlines():
+            with contextlib.suppress(ValueError):
+                events.append(json.loads(line))
+    return events
+
+
+def end_recorded_at(run_dir: Path) -> float | None:
+    """When the run's terminal status was recorded (events.jsonl's clock), if it was."""
+    ends = [e["t"] for e in recorded(run_dir)
+            if e["type"] == "status" and e["status"] in ("finished", "stopped", "crashed")]
+    return ends[-1] if ends else None
+
+
+def assert_gone_by(run_dir: Path, groups: set[int], deadline: float, what: str) -> float:
+    """Every process of the run is gone by `deadline` (time.time()); returns when it was."""
+    while True:
+        left = run_processes(run_dir, groups | run_groups(run_dir))
+        if not left:
+            return time.time()
+        if time.time() > deadline:
+            pytest.fail(f"{what}: processes of the run still there:\n" + "\n".join(left))
+        time.sleep(0.05)
+
+
+# -- starting and ending ------------------------------------------------------------
+
+
+def cluster_config(tmp_path: Path) -> Path:
+    path = tmp_path / "cluster.yaml"
+    path.write_text(TINY.read_text() + "cluster:\n  workers: 2\n  timeout_s: 2\n")
+    return path
+
+
+# ending -> (trainer mode, the status the record ends with, how the test ends it)
+ENDINGS: dict[str, tuple[str, str]] = {
+    "finished": ("finish", "finished"),
+    "trainer_exception": ("crash", "crashed"),
+    "trainer_sigkill": ("hang", "crashed"),
+    "cluster_worker_killed": ("hang,1=killed", "crashed"),
+    "bad_factory_exit_2": ("refuse", "crashed"),
+    "stop": ("hang", "stopped"),
+    "stop_during_startup": ("slow", "stopped"),
+    "supervisor_sigkill": ("hang", "lost"),
+}
+STARTS = ("headless", "detach", "dashboard")
+
+
+def start(
+    how: str, config: Path, home: Path
+) -> tuple[Path, subprocess.Popen[str] | None]:
+    """Start a run; (its directory, the headless follower if any)."""
+    before = set((home / "runs").glob("*")) if (home / "runs").exists() else set()
+    if how == "headless":
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "gpuwatch", "train", str(config), "--headless"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        )
+        run_dir = wait_for(
+            lambda: next(iter(set((home / "runs").glob("*")) - before), None)
+            if (home / "runs").exists() else None,
+            30, "the headless run's directory",
+        )
+        wait_for(lambda: runs.read_supervisor_info(run_dir).get("pid"), 30,
+                 "the headless run's supervisor")
+        return run_dir, follower
+    proc = gpuwatch("train", str(config), "--detach", check=True)
+    run_id = proc.stdout.strip().splitlines()[-1]
+    return runs.runs_root(home) / run_id, None
+
+
+def hello_pids(run_dir: Path, count: int = 1) -> list[int]:
+    def pids() -> list[int] | None:
+        found = [e["pid"] for e in recorded(run_dir) if e["type"] == "hello"]
+        return found if len(found) >= count else None
+
+    return wait_for(pids, 30, f"{count} trainer(s) to say hello")
+
+
+def end_run(ending: str, run_dir: Path) -> float | None:
+    """End the run the cell's way; the time a run with no recorded end ended (else None)."""
+    run_id = run_dir.name
+    if ending == "trainer_sigkill":
+        os.kill(hello_pids(run_dir)[0], signal.SIGKILL)
+    elif ending == "stop":
+        hello_pids(run_dir)
+        gpuwatch("stop", run_id, check=True)
+    elif ending == "stop_during_startup":
+        assert not [e for e in recorded(run_dir) if e["type"] == "hello"]
+        gpuwatch("stop", run_id, check=True)
+    elif ending == "supervisor_sigkill":
+        hello_pids(run_dir)
+        pid = runs.read_supervisor_info(run_dir)["pid"]
+        os.kill(pid, signal.SIGKILL)
+        return time.time()
+    return None
+
+
+@pytest.mark.parametrize("how", STARTS)
+@pytest.mark.parametrize("ending", list(ENDINGS))
+def test_an_ended_run_leaves_no_process(
+    fake: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ending: str, how: str
+) -> None:
+    mode, status = ENDINGS[ending]
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", mode)
+    config = cluster_config(tmp_path) if ending == "cluster_worker_killed" else TINY
+    run_dir, follower = start(how, config, fake)
+    attached = None
+    if how == "dashboard":
+        info = runs.read_run_info(run_dir)
+        assert info.socket_path is not None
+        attached = Attached(info.socket_path)
+    try:
+        groups = run_groups(run_dir)
+        killed_at = end_run(ending, run_dir)
+        ended_at = killed_at or wait_for(lambda: end_recorded_at(run_dir), 60,
+                                         f"the run to end {status}")
+        if attached is not None and killed_at is None:
+            # A dashboard is attached: the supervisor stays, with the end on its screen.
+            wait_for(lambda: attached.saw_status(status), 20, f"the dashboard to see {status}")
+            time.sleep(2 * END_TO_GONE_S / 5)  # past the supervisor's linger (1 s)
+            pid = runs.read_supervisor_info(run_dir)["pid"]
+            assert runs.supervisor_alive(pid, run_dir), "left the attached dashboard"
+            assert not runs.read_run_info(run_dir).live
+            ended_at = attached.close()
+            attached = None
+        gone_at = assert_gone_by(run_dir, groups, ended_at + END_TO_GONE_S,
+                                 f"{ending}, started {how}")
+        assert gone_at - ended_at <= END_TO_GONE_S
+        if follower is not None:  # the headless follower ends with the run
+            code = follower.wait(END_TO_GONE_S)
+            out = follower.stdout.read() if follower.stdout else ""
+            expected_code = {"finished": 0, "stopped": 0, "lost": 1}.get(status, 1)
+            if ending == "bad_factory_exit_2":
+                expected_code = 2
+            assert code == expected_code, out
+            if status != "lost":
+                assert "summary: steps=" in out
+    finally:
+        if attached is not None:
+            attached.close()
+        if follower is not None and follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    # The record alone shows the end: no supervisor needed to read it.
+    info = runs.read_run_info(run_dir)
+    assert info.status == status and info.supervisor_pid is None
+    if status != "lost":
+        assert recorded_state(run_dir).status == status
+    listing = gpuwatch("ls")
+    assert run_dir.name in listing.stdout and status in listing.stdout
+
+
+# -- the spare trainer: only while a dashboard is attached to a live run ------------------
+
+
+@pytest.fixture
+def spares_on(fake: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("GPUWATCH_SPARE_TRAINER", "1")
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    return fake
+
+
+def status_of(socket_path: Path) -> dict[str, Any]:
+    async def ask() -> dict[str, Any]:
+        async with RunClient(socket_path) as client:
+            return await client.command("status")
+
+    return asyncio.run(ask())
+
+
+def spare_processes(run_dir: Path) -> list[int]:
+    return [int(line.split()[0]) for line in run_processes(run_dir, set())
+            if "trainer_runtime.spare" in line]
+
+
+def test_a_headless_run_never_starts_a_spare(spares_on: Path) -> None:
+    run_dir, follower = start("headless", TINY, spares_on)
+    assert follower is not None
+    try:
+        hello_pids(run_dir)
+        deadline = time.monotonic() + 3.0  # a spare would come right after the first step
+        while time.monotonic() < deadline:
+            assert not spare_processes(run_dir)
+            time.sleep(0.1)
+        socket_path = runs.read_run_info(run_dir).socket_path
+        assert socket_path is not None and status_of(socket_path)["spare_pids"] == []
+    finally:
+        gpuwatch("stop", run_dir.name)
+        follower.wait(30)
+    assert "spare trainer pid" not in (run_dir / "trainer.log").read_text()
+
+
+def test_a_spare_waits_only_while_a_dashboard_is_attached(spares_on: Path) -> None:
+    run_dir, _ = start("detach", TINY, spares_on)
+    hello_pids(run_dir)
+    info = runs.read_run_info(run_dir)
+    assert info.socket_path is not None
+    time.sleep(1.0)
+    assert not spare_processes(run_dir), "a spare before any dashboard attached"
+    for _ in range(2):  # attach, detach, and again
+        dashboard = Attached(info.socket_path)
+        try:
+            spares = wait_for(lambda: spare_processes(run_dir), 20, "a spare to wait")
+            assert status_of(info.socket_path)["spare_pids"] == spares
+        finally:
+            detached_at = dashboard.close()
+        wait_for(lambda: not spare_processes(run_dir), END_TO_GONE_S,
+                 "the spare to go once the dashboard detached")
+        assert time.time() - detached_at <= END_TO_GONE_S
+        assert runs.read_run_info(run_dir).live, "detaching ends nothing but the spare"
+    dashboard = Attached(info.socket_path)
+    try:
+        wait_for(lambda: spare_processes(run_dir), 20, "a spare to wait")
+        gpuwatch("stop", run_dir.name, check=True)
+        # The run ended: no relaunch needs the spare, though the dashboard stays.
+        wait_for(lambda: not spare_processes(run_dir), END_TO_GONE_S,
+                 "the spare to go once the run ended")
+    finally:
+        detached_at = dashboard.close()
+    assert_gone_by(run_dir, set(), detached_at + END_TO_GONE_S, "after the last detach")
+
+
+def test_a_relaunch_from_an_attached_dashboard_after_the_end_starts_the_next_attempt(
+    fake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor a dashboard keeps up after a stop relaunches as it is (`r`)."""
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    run_dir, _ = start("detach", TINY, fake)
+    hello_pids(run_dir)
+    info = runs.read_run_info(run_dir)
+    assert info.socket_path is not None
+    dashboard = Attached(info.socket_path)
+    try:
+        gpuwatch("stop", run_dir.name, check=True)
+        wait_for(lambda: dashboard.saw_status("stopped"), 20, "the stop on the dashboard")
+
+        async def relaunch() -> dict[str, Any]:
+            assert info.socket_path is not None
+            async with RunClient(info.socket_path) as client:
+                return await client.command("relaunch", overrides={}, live=True)
+
+        reply = asyncio.run(relaunch())
+        assert reply["attempt"] == 2
+        hello_pids(run_dir, 2)
+        assert runs.read_run_info(run_dir).live
+    finally:
+        dashboard.close()
+    gpuwatch("stop", run_dir.name, check=True)
+    assert_gone_by(run_dir, set(), time.time() + END_TO_GONE_S, "after the stop")
+

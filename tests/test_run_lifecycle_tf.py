@@ -1,0 +1,179 @@
+"""The run life cycle with the real TensorFlow trainer: ended runs leave no process, and
+`gpuwatch resume` continues them (same run, next attempt, from the last checkpoint).
+
+tests/test_run_lifecycle.py crosses every ending with every way of starting on the
+stand-in trainer; these are the endings where the real trainer's own behaviour matters
+(it checkpoints at a stop or when its supervisor is gone; its checkpoint and data
+position are what a resume continues from), each followed by a resume.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwatch import runs
+from tests.conftest import TINY, gpuwatch, wait_for
+from tests.test_run_lifecycle import END_TO_GONE_S, assert_gone_by, end_recorded_at, run_groups
+
+pytestmark = pytest.mark.slow
+
+
+def events(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+
+
+def of(run_dir: Path, kind: str, attempt: int | None = None) -> list[dict[str, Any]]:
+    return [e for e in events(run_dir)
+            if e["type"] == kind and (attempt is None or e.get("attempt") == attempt)]
+
+
+def the_run(home: Path) -> Path:
+    (info,) = runs.list_runs(home)
+    return info.run_dir
+
+
+def gone_after_end(run_dir: Path, ended_at: float | None = None) -> None:
+    ended_at = ended_at or wait_for(lambda: end_recorded_at(run_dir), 120, "the run's end")
+    assert_gone_by(run_dir, run_groups(run_dir), ended_at + END_TO_GONE_S, run_dir.name)
+
+
+def assert_resumed(run_dir: Path, attempt: int, from_step: int) -> None:
+    """Attempt `attempt` resumed the same run from the checkpoint at from_step and went on
+    from the next step, with the data position the checkpoint saved."""
+    (resume,) = of(run_dir, "resume", attempt)
+    assert resume["from_step"] == from_step
+    assert resume["data_order"] == "continued"
+    # The data position is where the checkpointed step left the data: that step's own
+    # position, and with tiny.yaml's batch of 64, 64 examples a step.
+    saved = next(e for e in of(run_dir, "step") if e["step"] == from_step and e["worker"] == 0)
+    assert resume["position"] == saved["position"] == from_step * 64
+    steps = [e["step"] for e in of(run_dir, "step", attempt) if e["worker"] == 0]
+    assert steps[0] == from_step + 1 and steps == list(range(steps[0], steps[-1] + 1))
+    (started,) = of(run_dir, "attempt", attempt)
+    assert started["reason"] == "resume"
+    assert len(of(run_dir, "run")) == 1, "the same run, one record"
+
+
+def test_a_finished_headless_run_leaves_nothing_and_resumes_where_it_ended(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A spare would be allowed; a headless run must still start none.
+    monkeypatch.setenv("GPUWATCH_SPARE_TRAINER", "1")
+    done = gpuwatch("train", str(TINY), "--headless", "--max-steps", "30")
+    assert done.returncode == 0, done.stderr
+    run_dir = the_run(home)
+    gone_after_end(run_dir)
+    assert "spare trainer pid" not in (run_dir / "trainer.log").read_text()
+    last_checkpoint = max(e["step"] for e in of(run_dir, "checkpoint", 1))
+    assert last_checkpoint == 30  # the trainer checkpoints as it finishes
+
+    again = gpuwatch("resume", run_dir.name, "--headless", "--max-steps", "45")
+    assert again.returncode == 0, again.stderr
+    assert "summary: steps=45" in again.stdout and "attempt=2" in again.stdout
+    assert_resumed(run_dir, 2, 30)
+    gone_after_end(run_dir)
+    info = runs.read_run_info(run_dir)
+    assert (info.status, info.attempt, info.step) == ("finished", 2, 45)
+
+
+def test_a_stopped_run_resumes_from_the_checkpoint_its_stop_wrote(home: Path) -> None:
+    run_id = gpuwatch("train", str(TINY), "--detach", check=True).stdout.split()[-1]
+    run_dir = runs.runs_root(home) / run_id
+    wait_for(lambda: any(e["step"] >= 10 for e in of(run_dir, "step")), 120, "10 steps")
+    assert gpuwatch("stop", run_id).returncode == 0
+    gone_after_end(run_dir)
+    stopped_at = max(e["step"] for e in of(run_dir, "step", 1))
+    assert max(e["step"] for e in of(run_dir, "checkpoint", 1)) == stopped_at
+
+    assert gpuwatch("resume", run_id, "--detach", check=True).stdout.split()[-1] == run_id
+    wait_for(lambda: len(of(run_dir, "step", 2)) >= 5, 120, "5 steps of attempt 2")
+    assert_resumed(run_dir, 2, stopped_at)
+    (resume,) = of(run_dir, "resume", 2)
+    assert resume["lost_steps"] == 0
+    assert gpuwatch("stop", run_id).returncode == 0
+    gone_after_end(run_dir)
+
+
+def test_a_sigkilled_trainer_crashes_the_run_and_a_resume_counts_the_lost_steps(
+    home: Path,
+) -> None:
+    run_id = gpuwatch("train", str(TINY), "--detach", check=True).stdout.split()[-1]
+    run_dir = runs.runs_root(home) / run_id
+    wait_for(lambda: any(e["step"] >= 25 for e in of(run_dir, "checkpoint"))
+             and any(e["step"] >= 32 for e in of(run_dir, "step")), 120,
+             "a checkpoint at 25 and step 32")
+    (hello,) = of(run_dir, "hello", 1)
+    os.kill(hello["pid"], signal.SIGKILL)
+    gone_after_end(run_dir)
+    assert runs.read_run_info(run_dir).status == "crashed"
+    last_step = max(e["step"] for e in of(run_dir, "step", 1))
+    last_checkpoint = max(e["step"] for e in of(run_dir, "checkpoint", 1))
+
+    assert gpuwatch("resume", run_id, "--detach", check=True).returncode == 0
+    wait_for(lambda: of(run_dir, "step", 2), 120, "a step of attempt 2")
+    assert_resumed(run_dir, 2, last_checkpoint)
+    (resume,) = of(run_dir, "resume", 2)
+    assert resume["lost_steps"] == last_step - last_checkpoint
+    assert gpuwatch("stop", run_id).returncode == 0
+    gone_after_end(run_dir)
+
+
+def test_a_killed_supervisor_takes_its_trainer_down_and_the_lost_run_resumes(
+    home: Path,
+) -> None:
+    run_id = gpuwatch("train", str(TINY), "--detach", check=True).stdout.split()[-1]
+    run_dir = runs.runs_root(home) / run_id
+    wait_for(lambda: any(e["step"] >= 10 for e in of(run_dir, "step")), 120, "10 steps")
+    groups = run_groups(run_dir)
+    os.kill(runs.read_supervisor_info(run_dir)["pid"], signal.SIGKILL)
+    killed_at = time.time()
+    # The trainer sees its socket close, checkpoints, and exits by itself.
+    assert_gone_by(run_dir, groups, killed_at + END_TO_GONE_S, "after the supervisor's kill")
+    assert runs.read_run_info(run_dir).status == "lost"
+    saved = max(e["step"] for e in of(run_dir, "checkpoint", 1)) if of(run_dir, "checkpoint", 1) \
+        else None
+    index = sorted((run_dir / "checkpoints").glob("ckpt-*.index"))
+    assert index, "it checkpointed before exiting"
+    # Its last checkpoint may not have reached the record (the supervisor was gone).
+    on_disk = max(int(p.name.split("-")[1].split(".")[0]) for p in index)
+    assert saved is None or on_disk >= saved
+
+    assert gpuwatch("resume", run_id, "--detach", check=True).returncode == 0
+    wait_for(lambda: of(run_dir, "step", 2), 120, "a step of attempt 2")
+    (resume,) = of(run_dir, "resume", 2)
+    assert resume["from_step"] == on_disk
+    steps = [e["step"] for e in of(run_dir, "step", 2)]
+    assert steps[0] == on_disk + 1
+    assert gpuwatch("stop", run_id).returncode == 0
+    gone_after_end(run_dir)
+
+
+def test_resume_refuses_a_live_run_and_a_bad_override_in_one_line(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    run_id = gpuwatch("train", str(TINY), "--detach", check=True).stdout.split()[-1]
+    live = gpuwatch("resume", run_id)
+    assert live.returncode == 2
+    (line,) = live.stderr.strip().splitlines()
+    assert line.startswith(f"gpuwatch: run {run_id} is ") and "it needs no resume" in line
+    assert gpuwatch("stop", run_id).returncode == 0
+    run_dir = runs.runs_root(home) / run_id
+    gone_after_end(run_dir)
+    for bad in (["--set", "train.global_batch_size=-3"], ["--set", "nosuch.key=1"],
+                ["--max-steps", "0"]):
+        refused = gpuwatch("resume", run_id, *bad)
+        assert refused.returncode == 2, refused.stderr
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("gpuwatch: ") and "Traceback" not in \
+            refused.stderr, refused.stderr
+    assert gpuwatch("resume", "nosuchrun").returncode == 2
+    assert len(of(run_dir, "attempt")) == 1, "a refused resume starts nothing"
