@@ -7,7 +7,6 @@ detached supervisor and a TensorFlow trainer with 2 CPU replicas.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -24,6 +23,7 @@ from gpuwatch import runs
 from gpuwatch.client import CommandError, ConnectionLost, RunClient
 from gpuwatch.supervisor import peer_allowed, peer_credentials
 from tests.conftest import ROOT, TINY, gpuwatch, run_async, wait_for
+from tests.support.attached import Attached
 
 pytestmark = pytest.mark.slow
 
@@ -133,6 +133,8 @@ def test_trainer_crash_is_reported_with_its_log_and_relaunch_works(home: Path) -
         "model.kwargs={fail_after_steps: 20}",
     )
     assert info.socket_path is not None
+    # A dashboard stays attached: it keeps the crashed run's supervisor up for `r`.
+    dashboard = Attached(info.socket_path)
     events = run_async(
         collect(
             info.socket_path,
@@ -167,6 +169,7 @@ def test_trainer_crash_is_reported_with_its_log_and_relaunch_works(home: Path) -
     assert any(
         e["type"] == "status" and e["status"] == "running" and e["attempt"] == 2 for e in after
     )
+    dashboard.close()
 
 
 def test_sigkilled_trainer_is_crashed_and_the_next_attempt_resumes_and_counts_lost_steps(
@@ -174,6 +177,7 @@ def test_sigkilled_trainer_is_crashed_and_the_next_attempt_resumes_and_counts_lo
 ) -> None:
     info = start_run()
     assert info.socket_path is not None
+    dashboard = Attached(info.socket_path)  # keeps the crashed run's supervisor up for `r`
     events = run_async(
         collect(
             info.socket_path,
@@ -207,6 +211,7 @@ def test_sigkilled_trainer_is_crashed_and_the_next_attempt_resumes_and_counts_lo
     resume = next(e for e in resumed if e["type"] == "resume")
     assert resume["from_step"] == last_checkpoint
     assert resume["lost_steps"] == last_step - last_checkpoint
+    dashboard.close()
 
 
 def test_killed_supervisor_takes_its_trainer_down_and_the_run_shows_lost(home: Path) -> None:
@@ -412,15 +417,18 @@ def test_a_stop_with_a_dashboard_attached_logs_no_error(home: Path) -> None:
             while not has_step(3)(events):
                 events.extend(await client.next_batch())
             stopping = asyncio.create_task(asyncio.to_thread(gpuwatch, "stop", info.run_id))
-            with contextlib.suppress(ConnectionLost):
-                while True:  # until the supervisor exits and cuts us off
-                    events.extend(await asyncio.wait_for(client.next_batch(), 60))
+            # The supervisor stays while we are attached (the end is on our screen)...
+            while not any(e["type"] == "status" and e["status"] == "stopped" for e in events):
+                events.extend(await asyncio.wait_for(client.next_batch(), 60))
             assert (await stopping).returncode == 0
+            await asyncio.sleep(1.5)  # past its linger: still up for us
+            assert process_exists(info.supervisor_pid or 0)
         return events
 
     events = run_async(attached_through_the_stop())
     assert events[-1]["type"] == "status" and events[-1]["status"] == "stopped"
-    wait_for(lambda: not process_exists(info.supervisor_pid or 0), 30, "the supervisor to exit")
+    # ...and goes once we detached.
+    wait_for(lambda: not process_exists(info.supervisor_pid or 0), 5, "the supervisor to exit")
     log = (info.run_dir / "supervisor.log").read_text()
     assert "Traceback" not in log and " ERROR " not in log, log
 
