@@ -5,7 +5,9 @@ reader task splits incoming frames: replies (``ack``/``err`` with the command's
 ``id``) resolve the waiting ``command()`` call; snapshot parts are joined into one
 ``snapshot`` frame; everything else is an event and goes to ``events()``. A lost
 connection ends ``events()`` with ``ConnectionLost`` so the caller can reconnect
-and resubscribe from the last ``seq`` it saw.
+and resubscribe from the last ``seq`` it saw. ``connect`` waits out a full listen
+backlog on the supervisor's socket until its deadline (``connect_unix`` says why asyncio's
+own connect cannot be used for that).
 
 The events wait in a bounded inbox (``INBOX_MAX_EVENTS``): when the caller falls
 behind, the reader stops reading the socket until there is room, so the kernel's
@@ -25,7 +27,9 @@ commands share the socket: they may wait up to an interval too.
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
+import socket
 import time
 from collections import deque
 from collections.abc import AsyncIterator
@@ -52,6 +56,11 @@ INBOX_MAX_EVENTS = 4096
 # More than this read in one read interval is a bulk transfer (a replay): no pauses.
 # Under what the kernel holds for an unread Unix socket (about 208 KiB), above a live run.
 BULK_BYTES = 1 << 17
+
+
+# A connect refused for a full backlog is tried again after this long, doubling up to the
+# second figure, until the caller's deadline.
+CONNECT_RETRY_S = (0.005, 0.1)
 
 
 class ClientError(Exception):
@@ -138,11 +147,14 @@ class RunClient:
         self._closed = False
 
     async def connect(self, timeout_s: float = 5.0) -> None:
+        """Connect within timeout_s, waiting out a full listen backlog (see connect_unix)."""
+        sock = await connect_unix(self.socket_path, timeout_s)
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(str(self.socket_path), limit=READ_CHUNK), timeout_s
+            self._reader, self._writer = await asyncio.open_unix_connection(
+                sock=sock, limit=READ_CHUNK
             )
-        except (OSError, TimeoutError) as exc:
+        except OSError as exc:
+            sock.close()
             raise ConnectionLost(f"cannot connect to {self.socket_path}: {exc}") from None
         self._read_task = asyncio.create_task(self._read_loop(), name="gpuwatch-client-reader")
 
@@ -310,6 +322,57 @@ class RunClient:
                 await self._read_task
             except (asyncio.CancelledError, Exception):
                 pass
+
+
+async def connect_unix(path: Path, timeout_s: float) -> socket.socket:
+    """A non-blocking AF_UNIX socket connected to path, tried again until timeout_s while
+    the supervisor's listen backlog is full; else ConnectionLost with one line.
+
+    Why not ``asyncio.open_unix_connection(path)``: on Linux a non-blocking AF_UNIX connect
+    to a listener whose backlog is full fails at once with EAGAIN (unix_stream_connect:
+    the receive queue is full and the socket may not wait); the socket stays unconnected
+    and nothing is ever queued for it. asyncio's ``sock_connect`` takes every
+    BlockingIOError, EAGAIN included, for a TCP-style "connect in progress": it waits
+    for the socket to be writable, which an unconnected Unix socket is at once (epoll
+    says EPOLLOUT|EPOLLHUP), finds SO_ERROR 0 and reports success. The transport's first
+    recv() on that socket then fails with EINVAL (unix_stream_read_generic: not
+    TCP_ESTABLISHED), the stream reader keeps that error, and the first
+    ``writer.drain()`` raises it: the "cannot send to the supervisor: [Errno 22] Invalid
+    argument" seen with 400 idle connections on a run's socket (strace: connect = -1
+    EAGAIN, getsockopt SO_ERROR = 0, recvfrom = -1 EINVAL; no sendto at all). A busy
+    box makes it likelier: the supervisor accepts less often, the backlog stays full.
+
+    So connect here and treat EAGAIN as the refusal it is: wait a moment (the supervisor
+    accepts in bursts) and try again with a new socket. ECONNREFUSED while the socket
+    file exists is tried again too: it is what BSDs answer for a full backlog, and what
+    Linux answers in the instant between a supervisor's bind() and listen(). No socket
+    file (ENOENT, on any try) fails at once; no room for the whole of timeout_s fails then.
+    """
+    deadline = time.monotonic() + timeout_s
+    delay_s, longest_s = CONNECT_RETRY_S
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(str(path))
+            return sock
+        except (BlockingIOError, ConnectionRefusedError) as exc:
+            sock.close()
+            if isinstance(exc, BlockingIOError) and exc.errno != errno.EAGAIN:
+                raise ConnectionLost(f"cannot connect to {path}: {exc}") from None
+            why = (
+                "its listen backlog stayed full (the supervisor is not accepting)"
+                if isinstance(exc, BlockingIOError)
+                else "connection refused (nobody listens on it)"
+            )
+        except OSError as exc:
+            sock.close()
+            raise ConnectionLost(f"cannot connect to {path}: {exc}") from None
+        left_s = deadline - time.monotonic()
+        if left_s <= 0:
+            raise ConnectionLost(f"cannot connect to {path}: {why} for {timeout_s:g} s")
+        await asyncio.sleep(min(delay_s, left_s))
+        delay_s = min(2 * delay_s, longest_s)
 
 
 def build(frame_type: str, /, **fields: Any) -> Command:

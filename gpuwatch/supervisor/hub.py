@@ -7,6 +7,11 @@ A client that asks for a snapshot in a format the hub has gets it first (the
 run's state after event S), then the events from S + 1 (the log seeks there).
 Each client has a bounded outgoing queue; one that falls too far behind is cut
 off rather than let the supervisor's memory grow.
+
+Under connection load a real dashboard still gets in: the listen backlog is the
+system's largest (SOMAXCONN), the open-files limit is raised to its hard limit, and a
+connection that sends no valid command is closed after CLIENT_IDLE_S (the oldest such
+one at once past a cap), so idle sockets cannot fill the backlog or use up descriptors.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import socket
 import struct
 import time
@@ -28,8 +34,10 @@ from gpuwatch.supervisor.snapshots import Snapshot
 from trainer_runtime.protocol import (
     MAX_FRAME_BYTES,
     FrameBuffer,
+    InvalidCommand,
     ProtocolError,
     encode,
+    parse_command,
     snapshot_frames,
 )
 
@@ -37,6 +45,11 @@ log = logging.getLogger("gpuwatch.supervisor")
 
 # A dashboard that stops reading is cut off once this much is queued for it.
 CLIENT_QUEUE_MAX_BYTES = int(os.environ.get("GPUWATCH_CLIENT_QUEUE_MAX_BYTES", str(8 << 20)))
+# A connection that has sent no valid command this long after it was accepted is closed.
+CLIENT_IDLE_S = float(os.environ.get("GPUWATCH_CLIENT_IDLE_S", "5"))
+# At most this many such connections (and never over half the open-files limit): past it
+# the oldest is closed at once. A real client sends its first command as it connects.
+CLIENT_UNIDENTIFIED_MAX = int(os.environ.get("GPUWATCH_CLIENT_UNIDENTIFIED_MAX", "1024"))
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
@@ -49,6 +62,45 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
 def peer_allowed(peer_uid: int, own_uid: int | None = None) -> bool:
     """Only the user who owns the run may talk to its supervisor (as tmux does)."""
     return peer_uid == (os.getuid() if own_uid is None else own_uid)
+
+
+def listen_backlog() -> int:
+    """The largest listen backlog the system grants (net.core.somaxconn; listen() caps
+    any larger figure to it), so a burst of connects waits in the kernel for accept()
+    rather than being refused. asyncio's default is 100."""
+    try:
+        return max(socket.SOMAXCONN, int(Path("/proc/sys/net/core/somaxconn").read_text()))
+    except (OSError, ValueError):
+        return socket.SOMAXCONN
+
+
+def raise_open_files_limit() -> int:
+    """Raise this process's soft limit on open files to its hard limit; the soft limit now.
+
+    Every connection is a descriptor: at the common default of 1,024 a thousand idle
+    connections leave accept() failing with EMFILE (asyncio then stops accepting for a
+    second) and real dashboards waiting in a full backlog.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (ValueError, OSError) as exc:
+        log.warning("cannot raise the open-files limit from %d to %d: %s", soft, target, exc)
+        return soft
+    return target
+
+
+def is_valid_command(frame: Any) -> bool:
+    """Whether a decoded frame is a command the supervisor accepts (it may still refuse
+    to carry it out): the sign of a real client, not an idle socket."""
+    try:
+        parse_command(frame)
+    except InvalidCommand:
+        return False
+    return True
 
 
 class TaskSet:
@@ -90,6 +142,62 @@ class Client:
         return True
 
 
+class Unidentified:
+    """Connections that have not sent a valid command yet, oldest first.
+
+    Each is closed (by `close`) idle_s after it was accepted unless it sends one first;
+    past max_count the oldest is closed at once. A client that has sent a valid command
+    (a subscribed dashboard has) is no longer here and is never closed for idling.
+    """
+
+    # A timer this late means the loop was busy: the connection's first command may have
+    # arrived meanwhile, read but not yet handled. Look again just after.
+    LATE_S = 1.0
+    RECHECK_S = 0.1
+
+    def __init__(self, idle_s: float, max_count: int, close: Callable[[Client, str], None]):
+        self.idle_s = idle_s
+        self.max_count = max_count
+        self._close = close
+        self._timers: dict[int, tuple[Client, asyncio.TimerHandle]] = {}
+        self.culled = 0  # connections closed for sending no command (tests, logs)
+
+    def __len__(self) -> int:
+        return len(self._timers)
+
+    def __contains__(self, client: Client) -> bool:
+        return client.cid in self._timers
+
+    def add(self, client: Client) -> None:
+        timer = asyncio.get_running_loop().call_later(self.idle_s, self._expire, client)
+        self._timers[client.cid] = (client, timer)
+        while len(self._timers) > self.max_count:
+            oldest = next(iter(self._timers.values()))[0]
+            self._cull(oldest, f"the oldest of over {self.max_count} with no command yet")
+
+    def discard(self, client: Client) -> None:
+        """It sent a valid command, or it is gone: no longer a candidate for closing."""
+        entry = self._timers.pop(client.cid, None)
+        if entry is not None:
+            entry[1].cancel()
+
+    def _expire(self, client: Client) -> None:
+        entry = self._timers.get(client.cid)
+        if entry is None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() - entry[1].when() > self.LATE_S:
+            recheck = loop.call_later(self.RECHECK_S, self._expire, client)
+            self._timers[client.cid] = (client, recheck)
+            return
+        self._cull(client, f"no command within {self.idle_s:g} s")
+
+    def _cull(self, client: Client, why: str) -> None:
+        self.discard(client)
+        self.culled += 1
+        self._close(client, why)
+
+
 # What the hub does with each frame a client sends: the reply to write back.
 Answer = Callable[[dict[str, Any], Client], Awaitable[bytes]]
 # The latest snapshot in a format (a schema id), if there is one.
@@ -98,6 +206,11 @@ SnapshotSource = Callable[[str], Snapshot | None]
 
 class ClientHub:
     """Serves the run's socket: connections, subscriptions, fan-out, back-pressure."""
+
+    # Connections that sent no valid command yet (Unidentified): set up by open().
+    unidentified_idle_s: float = CLIENT_IDLE_S
+    unidentified_max: int = CLIENT_UNIDENTIFIED_MAX
+    unidentified: Unidentified
 
     def __init__(
         self,
@@ -152,14 +265,27 @@ class ClientHub:
                 log.exception("attached-change callback failed")
 
     async def open(self) -> None:
-        """Listen on the socket: its directory 0700, the socket itself 0600 from birth."""
+        """Listen on the socket: its directory 0700, the socket itself 0600 from birth.
+
+        The backlog is the system's largest and the open-files limit its hard limit, so
+        a burst of connections waits to be accepted instead of being refused.
+        """
+        open_files = raise_open_files_limit()
+        self.unidentified = Unidentified(
+            self.unidentified_idle_s,
+            max(16, min(self.unidentified_max, open_files // 2)),
+            self.drop,
+        )
         runs.ensure_private_dir(self.socket_path.parent)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
         old_umask = os.umask(0o177)  # the socket is born 0600: no window where others could connect
         try:
             self.server = await asyncio.start_unix_server(
-                self._serve, path=str(self.socket_path), limit=MAX_FRAME_BYTES
+                self._serve,
+                path=str(self.socket_path),
+                limit=MAX_FRAME_BYTES,
+                backlog=listen_backlog(),
             )
         finally:
             os.umask(old_umask)
@@ -314,6 +440,7 @@ class ClientHub:
         client = Client(self._client_ids, writer, self.queue_max_bytes)
         self.clients[client.cid] = client
         self._last_client_seen = time.monotonic()
+        self.unidentified.add(client)  # until its first valid command
         writer_task = asyncio.create_task(self._drain_queue(client))
         frames = FrameBuffer()
         try:
@@ -328,10 +455,13 @@ class ClientHub:
                     log.info("client %d sent a bad frame (%s); closing it", client.cid, exc)
                     break
                 for frame in batch:
+                    if client in self.unidentified and is_valid_command(frame):
+                        self.unidentified.discard(client)
                     self._tasks.spawn(self._respond(frame, client))
         except OSError:
             pass
         finally:
+            self.unidentified.discard(client)
             self.drop(client, "disconnected")
             writer_task.cancel()
 
