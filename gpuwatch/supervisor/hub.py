@@ -439,7 +439,6 @@ class ClientHub:
         self._client_ids += 1
         client = Client(self._client_ids, writer, self.queue_max_bytes)
         self.clients[client.cid] = client
-        self._last_client_seen = time.monotonic()
         self.unidentified.add(client)  # until its first valid command
         writer_task = asyncio.create_task(self._drain_queue(client))
         frames = FrameBuffer()
