@@ -177,3 +177,32 @@ def test_resume_refuses_a_live_run_and_a_bad_override_in_one_line(
             refused.stderr, refused.stderr
     assert gpuwatch("resume", "nosuchrun").returncode == 2
     assert len(of(run_dir, "attempt")) == 1, "a refused resume starts nothing"
+
+
+def test_a_bad_factory_ends_headless_with_exit_2_and_leaves_nothing(home: Path) -> None:
+    refused = gpuwatch("train", str(TINY), "--headless",
+                       "--set", "model.factory=tests.data.factories:no_such_factory")
+    assert refused.returncode == 2, refused.stderr
+    assert "no_such_factory" in refused.stderr and "Traceback" not in refused.stderr
+    run_dir = the_run(home)
+    gone_after_end(run_dir)
+    assert runs.read_run_info(run_dir).status == "crashed"
+
+
+def test_an_ended_run_is_read_without_its_supervisor(home: Path) -> None:
+    """ls, logs, export and the TensorBoard files need no live supervisor."""
+    done = gpuwatch("train", str(TINY), "--headless", "--max-steps", "12")
+    assert done.returncode == 0, done.stderr
+    run_dir = the_run(home)
+    gone_after_end(run_dir)
+    assert runs.read_run_info(run_dir).supervisor_pid is None
+    listing = gpuwatch("ls", check=True).stdout
+    assert run_dir.name in listing and "finished" in listing
+    log = gpuwatch("logs", run_dir.name, check=True).stdout
+    assert log == (run_dir / "trainer.log").read_text() and "attempt 1 starting" in log
+    steps = gpuwatch("export", run_dir.name, "--what", "steps", check=True).stdout.splitlines()
+    assert len(steps) == 1 + 12  # a header, then one row per step
+    attempts = gpuwatch("export", run_dir.name, "--what", "attempts", check=True).stdout
+    assert len(attempts.splitlines()) == 2 and "finished" in attempts
+    board = list((run_dir / "tensorboard" / "attempt-1").glob("events.out.tfevents.*"))
+    assert board and board[0].stat().st_size > 0
