@@ -897,9 +897,20 @@ class _Locator:
                 return line
         return None
 
+    def override_under(self, loc: Loc) -> str | None:
+        """The first override that set a key under loc (`--set trian.max_steps=1` made the
+        key `trian`), when the file itself has no such key."""
+        wanted = _str_loc(loc)
+        if any(_str_loc(key) == wanted for key in self.lines):
+            return None
+        for key, label in self.overrides.items():
+            if _str_loc(key)[: len(wanted)] == wanted:
+                return label
+        return None
+
     def where(self, loc: Loc) -> tuple[str, int | None, bool]:
         """(text before the key, line, whether an override is the source)."""
-        label = self.override_for(loc)
+        label = self.override_for(loc) or self.override_under(loc)
         if label is not None:
             return label, None, True
         line = self.line_for(loc)

@@ -646,6 +646,29 @@ def test_set_unknown_key_suggests(tmp_path: Path) -> None:
     )
 
 
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    path=st.lists(st.from_regex(r"[a-z][a-z_]{0,8}", fullmatch=True), min_size=1, max_size=5),
+    known=st.sampled_from(["", "train.", "data.", "model.", "strategy.", "checkpoint."]),
+)
+@example(path=["trian", "max_steps"], known="")  # the issue's own: it blamed the file
+def test_an_unknown_key_at_any_depth_of_a_set_names_the_set(
+    tmp_path: Path, path: list[str], known: str
+) -> None:
+    """Whatever the depth of the wrong key a --set makes, the error names that --set, never
+    the file (which has no such key)."""
+    dotted = known + ".".join(path)
+    override = f"{dotted}=1"
+    try:
+        load_config(write(tmp_path, GOOD), (override,))
+    except ConfigError as exc:
+        message = str(exc)
+        assert message.startswith(f"--set {override}: "), message
+        assert str(tmp_path) not in message, message
+
+
 def test_set_out_of_range(tmp_path: Path) -> None:
     path = write(tmp_path, GOOD)
     assert load_error(path, ("train.accumulation_steps=0",)) == (
