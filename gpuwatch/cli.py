@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import subprocess
+
     from gpuwatch.runs import RunInfo
 
 EXIT_OK = 0
@@ -84,7 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     attach = sub.add_parser(
-        "attach", help="watch a run again (the most recent live one by default)"
+        "attach",
+        help="watch a run again (the most recent live one by default); a run that has "
+        "ended is shown from its record, and r there resumes it",
     )
     attach.add_argument("run", nargs="?", help="run id or a unique prefix of it")
 
@@ -349,6 +353,7 @@ def start_supervisor(
         # Alive, not a resumed run's old supervisor.json (a killed one leaves its file).
         alive = isinstance(pid, int) and runs.supervisor_alive(pid, run_dir)
         if alive and Path(str(info.get("socket"))).exists():
+            _reap_when_done(proc)
             return runs.read_run_info(run_dir)
         if method == "setsid" and proc.poll() is not None:
             break
@@ -366,21 +371,45 @@ def start_supervisor(
     )
 
 
+def _reap_when_done(proc: subprocess.Popen[bytes]) -> None:
+    """Wait for the started process in a thread: a caller that lives on (the dashboard,
+    which resumes runs with `r`) would otherwise hold each supervisor that exits as a
+    zombie until it quits."""
+    import threading
+
+    threading.Thread(target=proc.wait, name="gpuwatch-reap", daemon=True).start()
+
+
 # -- attach, ls, stop, logs ---------------------------------------------------------
 
 
 def _dashboard(info: RunInfo) -> int:
+    """The dashboard of a run: following its supervisor, or, once the run has ended and its
+    supervisor is gone (an ended run attached to, or one that ended as it started), from
+    its record, where `r` resumes it."""
     from gpuwatch.app import run_dashboard
-    from gpuwatch.runs import gpuwatch_home
+    from gpuwatch.runs import gpuwatch_home, read_run_info
 
-    if info.socket_path is None:
-        _err(f"run {info.run_id} has no live supervisor")
-        return EXIT_FAILED
-    result = run_dashboard(gpuwatch_home(), info.run_id, info.socket_path)
+    home = gpuwatch_home()
+    if _supervisor_up(info):
+        result = run_dashboard(home, info.run_id, info.socket_path)
+    else:
+        info = read_run_info(info.run_dir)
+        if _supervisor_up(info):  # started again meanwhile (a resume elsewhere)
+            result = run_dashboard(home, info.run_id, info.socket_path)
+        else:
+            result = run_dashboard(home, info.run_id, record=info)
     if result == "stop":  # asked for, not yet acknowledged by the supervisor
-        return _stop(info)
+        return _stop(read_run_info(info.run_dir))
     if result == "stopped":
         print(f"gpuwatch: run {info.run_id} stopped.")
+        return EXIT_OK
+    if result == "ended":
+        status = read_run_info(info.run_dir).status
+        print(
+            f"gpuwatch: run {info.run_id} has ended ({status}); "
+            f"gpuwatch resume {info.run_id} continues it"
+        )
         return EXIT_OK
     print(
         f"gpuwatch: detached from run {info.run_id}; training goes on. "
@@ -389,16 +418,19 @@ def _dashboard(info: RunInfo) -> int:
     return EXIT_OK
 
 
+def _supervisor_up(info: RunInfo) -> bool:
+    return (
+        info.supervisor_pid is not None
+        and info.socket_path is not None
+        and info.socket_path.exists()
+    )
+
+
 def cmd_attach(args: argparse.Namespace) -> int:
     from gpuwatch.runs import resolve_run
 
     info = resolve_run(args.run)  # RunError: main() prints it, exit 2
-    if info.supervisor_pid is None or info.socket_path is None or not info.socket_path.exists():
-        _err(
-            f"run {info.run_id} is {info.status}; nothing to attach to "
-            f"(gpuwatch logs {info.run_id} shows its log)"
-        )
-        return EXIT_FAILED
+    # A run that has ended is shown from its record (no supervisor): `r` there resumes it.
     return _dashboard(info)
 
 

@@ -19,6 +19,8 @@ constants below, and so are `--set` values and the mappings `apply_overrides` is
 
 from __future__ import annotations
 
+import json
+import math
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,6 +45,7 @@ __all__ = [
     "check_replicas",
     "dump_config",
     "expected_replicas",
+    "format_override",
     "load_config",
     "parse_override",
 ]
@@ -173,6 +176,55 @@ def parse_override(text: str) -> tuple[str, Any]:
     """
     _check_overrides_length([text])
     return _parse_override(text, _Budget())
+
+
+def format_override(key: str, value: Any) -> str:
+    """The "key.path=value" text that parse_override reads back as (key, value).
+
+    The value is written as JSON, which YAML reads the same, but for floats and text:
+    YAML 1.1 reads "1e-05" as a string, so an exponent gets a mantissa with a dot
+    ("1.0e-05") and infinities are YAML's own (".inf"); a character beyond U+FFFF is one
+    \\U escape, not JSON's two surrogates (which YAML would keep as two). How a
+    dashboard's pending settings (a mapping of dotted keys to JSON values) become `--set`
+    arguments of a resume.
+    """
+    return f"{key}={_yaml_value(value)}"
+
+
+def _yaml_value(value: Any) -> str:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return ".nan"
+        if math.isinf(value):
+            return ".inf" if value > 0 else "-.inf"
+        text = repr(value)
+        mantissa, exponent, power = text.partition("e")
+        return f"{mantissa}.0e{power}" if exponent and "." not in mantissa else text
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_yaml_value(item) for item in value) + "]"
+    if isinstance(value, Mapping):
+        items = (f"{_yaml_text(str(k))}: {_yaml_value(v)}" for k, v in value.items())
+        return "{" + ", ".join(items) + "}"
+    if isinstance(value, str):
+        return _yaml_text(value)
+    return json.dumps(value)
+
+
+def _yaml_text(text: str) -> str:
+    """A YAML double-quoted scalar: printable ASCII as it is, the rest escaped."""
+    out = ['"']
+    for char in text:
+        code = ord(char)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif 0x20 <= code < 0x7F:
+            out.append(char)
+        elif code <= 0xFFFF:
+            out.append(f"\\u{code:04x}")
+        else:
+            out.append(f"\\U{code:08x}")
+    out.append('"')
+    return "".join(out)
 
 
 def _parse_override(text: str, budget: _Budget) -> tuple[str, Any]:

@@ -130,3 +130,37 @@ def test_help_lists_every_command() -> None:
     proc = gpuwatch("--help", check=True)
     for command in ("train", "attach", "ls", "stop", "logs", "doctor"):
         assert command in proc.stdout
+
+
+def test_a_run_whose_supervisor_has_gone_is_shown_from_its_record_and_quitting_says_so(
+    home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`train` whose run ended before its dashboard came up (or `attach` of an ended run):
+    the dashboard reads the record, and quitting it says the run has ended."""
+    import dataclasses
+
+    import gpuwatch.app
+    from gpuwatch import cli
+    from gpuwatch.runs import read_run_info
+    from tests.app.conftest import load_events
+    from tests.support.recorded import finished, write_run_dir
+
+    run_dir = home / "runs" / "0612-kq7m"
+    write_run_dir(run_dir, finished(load_events("cpu_one_attempt.jsonl")))
+    # What `train` saw as it started it: a supervisor, and its socket, both gone since.
+    started = dataclasses.replace(
+        read_run_info(run_dir), supervisor_pid=2**22 + 1, socket_path=home / "gone.sock"
+    )
+    shown: dict[str, object] = {}
+
+    def dashboard(home_dir: Path, run_id: str, socket_path: Path | None = None, **how: object):
+        shown.update(run_id=run_id, socket_path=socket_path, **how)
+        return "ended"
+
+    monkeypatch.setattr(gpuwatch.app, "run_dashboard", dashboard)
+    assert cli._dashboard(started) == 0
+    record = shown["record"]
+    assert shown["socket_path"] is None and record.status == "finished"  # type: ignore[attr-defined]
+    assert capsys.readouterr().out == (
+        "gpuwatch: run 0612-kq7m has ended (finished); gpuwatch resume 0612-kq7m continues it\n"
+    )

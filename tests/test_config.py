@@ -20,6 +20,7 @@ from gpuwatch.config import (
     check_replicas,
     dump_config,
     expected_replicas,
+    format_override,
     load_config,
     parse_override,
 )
@@ -601,6 +602,32 @@ def test_any_scalar_in_a_file_is_read_or_refused_with_its_line(
         message = assert_clean(err)
         assert "cannot load config" not in message, message
         assert message.startswith(f"{path}:"), message
+
+
+# What a dashboard's pending settings hold: JSON values (the relaunch command's overrides).
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**12), 10**12)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                max_size=3),
+    max_leaves=8,
+)
+
+
+@given(json_values)
+@example(1e-05)
+@example(1e20)
+@example("😀 on")
+@example("on")
+@example({"a": [True, None]})
+def test_format_override_is_read_back_by_parse_override_exactly(value: Any) -> None:
+    """A resume from the dashboard passes its pending settings as --set texts."""
+    key, parsed = parse_override(format_override("data.prefetch", value))
+    assert key == "data.prefetch"
+    assert parsed == value and repr(parsed) == repr(value)  # 1 is not 1.0, -0.0 not 0.0
 
 
 def test_parse_override_bad_yaml_value() -> None:

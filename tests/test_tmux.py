@@ -66,6 +66,10 @@ class Tmux:
     def screen(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", self.name)
 
+    def lines(self) -> str:
+        """The screen with lines the terminal wrapped joined again (what a program printed)."""
+        return self._tmux("capture-pane", "-p", "-J", "-t", self.name)
+
     def alive(self) -> bool:
         return self.name in self._tmux("list-sessions", "-F", "#{session_name}").split()
 
@@ -314,3 +318,46 @@ def test_settings_screen_change_applies_live_and_a_full_relaunch_takes_the_spare
     term.wait_screen(r"Detach", timeout_s=10)
     term.press("s")
     wait_for(lambda: not term.alive(), 60, "the dashboard to exit after stop")
+
+
+def test_attach_to_an_ended_run_shows_its_record_r_resumes_it_and_q_says_it_ended(
+    home: Path, tmux_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stand-in trainer (tests/data/fake_trainer.py): each attempt finishes at once.
+    fake = {"GPUWATCH_TRAINER_MODULE": "tests.data.fake_trainer", "GPUWATCH_FAKE_TRAINER": "finish"}
+    for key, value in fake.items():
+        monkeypatch.setenv(key, value)
+    env = {**tmux_env, **fake}
+    run_id = gpuwatch("train", "tests/data/tiny.yaml", "--detach", check=True).stdout.strip()
+    run_dir = home / "runs" / run_id
+
+    def ended_and_gone() -> bool:
+        info = runs.read_run_info(run_dir)
+        return info.status == "finished" and not (run_dir / "supervisor.json").exists()
+
+    wait_for(ended_and_gone, 30, "the run to finish and its supervisor to exit")
+    ended = rf"gpuwatch: run {run_id} has ended \(finished\); gpuwatch resume {run_id} continues it"
+
+    # The shell stays after the dashboard, so what it prints on quitting stays on screen.
+    term = Tmux("ended", gpuwatch_command("attach", run_id) + "; sleep 60", env)
+    term.wait_screen(r"attempt 1\s+finished .* record", timeout_s=30)
+    screen = term.screen()
+    assert "run ended (finished); r resumes it" in screen
+    assert "link" not in screen.splitlines()[0]
+    term.press("q")
+    wait_for(lambda: re.search(ended, term.lines()), 15, lambda: f"{ended!r}:\n{term.lines()}")
+    term.kill()
+
+    # r: a supervisor again, attempt 2 followed live; q once it has finished too.
+    term = Tmux("resumed", gpuwatch_command("attach", run_id) + "; sleep 60", env)
+    term.wait_screen(r"attempt 1\s+finished .* record", timeout_s=30)
+    term.press("r")
+    term.wait_screen(r"attempt 2\s+finished", timeout_s=30)
+    assert " record " not in term.screen().splitlines()[0], "followed live, not the record"
+    term.press("q")
+    wait_for(lambda: re.search(ended, term.lines()), 15, lambda: f"{ended!r}:\n{term.lines()}")
+    record = events(run_dir)
+    reasons = [(e["attempt"], e["reason"]) for e in record if e["type"] == "attempt"]
+    assert reasons == [(1, "start"), (2, "resume")]
+    assert [e["seq"] for e in record] == list(range(len(record)))
+    wait_for(lambda: not (run_dir / "supervisor.json").exists(), 15, "the supervisor to exit")

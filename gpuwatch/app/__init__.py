@@ -3,26 +3,50 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpuwatch.app.link import RunLink
+    from gpuwatch.runs import RunInfo
 
 
-def run_dashboard(home: Path, run_id: str, socket_path: Path) -> str:
+def run_dashboard(
+    home: Path,
+    run_id: str,
+    socket_path: Path | None = None,
+    *,
+    record: RunInfo | None = None,
+    link: RunLink | None = None,
+) -> str:
     """Show the dashboard for a run until the person quits.
 
-    Returns "detach" (run left as it was), "stopped" (stop sent and acknowledged)
-    or "stop" (stop asked for but not acknowledged: the caller should stop it).
+    Follows the run's supervisor at socket_path; or, with `record` (a run that has
+    ended, no supervisor), shows the run from its directory, where `r` resumes it
+    (RecordLink); or follows `link`.
+
+    Returns "detach" (run left as it was), "ended" (closed on a run that has ended),
+    "stopped" (stop sent and acknowledged) or "stop" (stop asked for but not
+    acknowledged: the caller should stop it).
     """
     from gpuwatch.app.app import GpuwatchApp
-    from gpuwatch.app.link import SocketLink
+    from gpuwatch.app.link import RecordLink, SocketLink
     from gpuwatch.app.painters import READ_INTERVAL_S
-    from gpuwatch.runs import RunInfo, socket_path_for
+    from gpuwatch.runs import socket_path_for
 
-    def link(path: Path) -> SocketLink:
+    def live_link(path: Path) -> SocketLink:
         # Frames are read once per repaint: a busy run wakes the dashboard per batch.
         return SocketLink(path, read_interval_s=READ_INTERVAL_S)
 
     def link_for(info: RunInfo) -> SocketLink:
-        return link(info.socket_path or socket_path_for(info.run_id, home))
+        return live_link(info.socket_path or socket_path_for(info.run_id, home))
 
-    app = GpuwatchApp(link(socket_path), home=home, run_id=run_id, link_for=link_for)
+    if link is None:
+        if record is not None:
+            link = RecordLink(record, read_interval_s=READ_INTERVAL_S)
+        elif socket_path is not None:
+            link = live_link(socket_path)
+        else:
+            raise ValueError("run_dashboard needs a socket_path, a record or a link")
+    app = GpuwatchApp(link, home=home, run_id=run_id, link_for=link_for)
     result = app.run()
     return result or "detach"

@@ -8,9 +8,13 @@ and the screen is current within half a second), views that move every 2 s, the
 per-GPU history and the plots screen (``g``) at most once a second. A panel repaints
 only the cells that changed (``StatePanel.set_text``). Keys change *pending* settings
 (``e`` opens a screen to type them); nothing restarts until ``r`` sends ``relaunch``.
+On a run that has ended ``r`` works with nothing pending too: it goes on as it was, the
+next attempt from the last checkpoint (a relaunch by its supervisor, or, shown from its
+record with no supervisor, a resume: RecordLink).
 
 The app's return value says what happened to the run:
   "detach"   the dashboard closed, the run was left as it was;
+  "ended"    the dashboard closed on a run that has ended (nothing of it runs on);
   "stopped"  the person stopped the run and the supervisor acknowledged;
   "stop"     the person asked to stop but no ack came (connection lost): the
              caller should stop the run itself (e.g. ``gpuwatch stop ID``).
@@ -33,7 +37,7 @@ from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
 from gpuwatch.app import keys
-from gpuwatch.app.link import RunLink
+from gpuwatch.app.link import RECORD, RunLink
 from gpuwatch.app.painters import HISTORY_INTERVAL_S, RENDER_INTERVAL_S, Repainter
 from gpuwatch.app.screens.modals import (
     ConfirmStopScreen,
@@ -110,6 +114,7 @@ class GpuwatchApp(App[str]):
         self.state = RunState()
         self.repainter = Repainter(self, render_interval_s, history_interval_s)
         self._stopped_by_person = False
+        self._relaunched_attempt = 0  # the attempt the latest r started (it may not show yet)
 
     # ---- layout ---------------------------------------------------------
 
@@ -186,8 +191,10 @@ class GpuwatchApp(App[str]):
         live = pending_applies_live(
             self.state.settings, self.pending, running=self.state.status == "running"
         )
+        # Shown from its record: the bar says the run has ended and what r does.
+        note = self.state.link_message if self.state.link_state == RECORD else None
         self.query_one(PendingBar).show_pending(
-            describe_pending(self.state.settings, self.pending), live=live
+            describe_pending(self.state.settings, self.pending), live=live, note=note
         )
         self.refresh_bindings()
 
@@ -240,16 +247,20 @@ class GpuwatchApp(App[str]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("relaunch", "discard"):
-            # None: shown greyed out in the footer while nothing is pending.
-            return True if pending_overrides(self.state.settings, self.pending) else None
+            # None: shown greyed out in the footer while nothing is pending; a run that
+            # has ended goes on with r as it was.
+            if pending_overrides(self.state.settings, self.pending):
+                return True
+            return True if action == "relaunch" and self.state.terminal else None
         return True
 
     # ---- commands -------------------------------------------------------
 
     def action_relaunch(self, live: bool = True) -> None:
-        """r: live where the trainer can change them (the supervisor decides); R: live=False."""
+        """r: live where the trainer can change them (the supervisor decides); R: live=False.
+        On a run that has ended: the next attempt, with nothing pending too."""
         overrides = pending_overrides(self.state.settings, self.pending)
-        if overrides:
+        if overrides or self.state.terminal:
             self.send_relaunch(overrides, live=live)
 
     @work(group="command", exit_on_error=False)
@@ -264,10 +275,15 @@ class GpuwatchApp(App[str]):
             return
         if pending_overrides(self.state.settings, self.pending) == overrides:
             self.pending = {}
+        if isinstance(reply.get("attempt"), int):
+            self._relaunched_attempt = max(self._relaunched_attempt, reply["attempt"])
         if reply.get("live"):
             self.notify(f"applied live: {description}", title="live")
+        elif reply.get("resumed"):
+            with_what = f": {description}" if description else ""
+            self.notify(f"resuming as attempt {reply.get('attempt')}{with_what}", title="resume")
         else:
-            self.notify(f"relaunching: {description}", title="relaunch")
+            self.notify(f"relaunching: {description or 'the same settings'}", title="relaunch")
 
     def action_stop_run(self) -> None:
         def confirmed(answer: bool | None) -> None:
@@ -291,9 +307,18 @@ class GpuwatchApp(App[str]):
         else:
             self.notify("stop sent: the trainer checkpoints and exits", title="stop")
 
+    @property
+    def run_ended(self) -> bool:
+        """The run has ended as far as this dashboard knows: its status is terminal, and no
+        attempt that r started is still to come."""
+        return self.state.terminal and self.state.attempt >= self._relaunched_attempt
+
     def action_quit_dashboard(self) -> None:
-        if self.state.terminal or self._stopped_by_person:
-            self.exit("stopped" if self._stopped_by_person else "detach")
+        if self._stopped_by_person:
+            self.exit("stopped")
+            return
+        if self.run_ended:
+            self.exit("ended")
             return
 
         def chosen(choice: QuitChoice | None) -> None:
@@ -349,6 +374,7 @@ class GpuwatchApp(App[str]):
         self.run_id = run_id
         self.state = RunState()
         self.pending = {}
+        self._relaunched_attempt = 0
         self.follow_link()  # exclusive: cancels the old follower
         self.run_worker(old.close(), group="close", exit_on_error=False)
         self.refresh_view(flush=True)

@@ -1,4 +1,5 @@
-"""Links between the dashboard and a run: the socket one, and a replay one for tests and demos.
+"""Links between the dashboard and a run: the socket one, the record of an ended run, and a
+replay one for tests and demos.
 
 A link yields batches of events and sends commands. It owns reconnecting: when
 the connection drops it yields a synthetic ``{"type": "link", "state": "lost"}``
@@ -11,22 +12,37 @@ then sends its fold up to some seq S (one ``snapshot`` frame, which RunState
 takes as its whole state) and only the events after S, so attaching to a long
 run costs the tail, not the whole history. A reconnect asks for none: the state
 already holds everything up to the last seq.
+
+An ended run has no supervisor: ``RecordLink`` reads its directory the same way
+(snapshot.json as that snapshot frame, then the events after it) and then says
+``{"type": "link", "state": "record"}``. Its ``relaunch`` resumes the run
+(gpuwatch/resume.py) and from then on it follows the new supervisor as SocketLink
+does, from the last seq it delivered + 1.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterable
+import time
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuwatch.client import ConnectionLost, RunClient, build
+from gpuwatch.client import CommandError, ConnectionLost, RunClient, build
+from gpuwatch.record import RecordReader, line_offset, saved_snapshot
+from gpuwatch.runs import RunInfo, read_run_info, socket_path_for
 from gpuwatch.runstate import RunState
+from trainer_runtime.protocol import StatusChange, event_frame
 
 BATCH_MAX_EVENTS = 2000
 # The from_seq of the latest subscriptions, kept for tests and logs.
 SUBSCRIPTIONS_KEPT = 100
+# The link state of a run shown from its record: it has ended and nothing of it runs.
+RECORD = "record"
+# A lost connection to a resumed run's supervisor: how long to wait to learn whether it is
+# exiting (its socket is gone before its pid and supervisor.json are).
+SUPERVISOR_EXIT_WAIT_S = 3.0
 
 
 def link_event(state: str, message: str = "") -> dict[str, Any]:
@@ -73,7 +89,7 @@ class SocketLink:
         self._client: RunClient | None = None
         self._closed = False
 
-    async def events(self) -> AsyncIterator[list[dict[str, Any]]]:
+    async def events(self) -> AsyncGenerator[list[dict[str, Any]], None]:
         delay, longest = self._backoff_s
         attempt = 0
         while not self._closed:
@@ -125,6 +141,214 @@ class SocketLink:
         self._closed = True
         if self._client is not None:
             await self._client.close()
+
+
+class RecordLink:
+    """An ended run read from its directory, with no supervisor; `r` resumes it, live.
+
+    events(): the record (gpuwatch/record.py): snapshot.json as the snapshot frame a
+    supervisor would send, when its format is RunState's and events.jsonl holds its seq,
+    then the events after it (all of them without one), ``batch_size`` at a time from a
+    file that is streamed, never held; then a ``record`` link event, and nothing more until
+    a resume. A record that stops while the run was live (read_run_info calls it "lost":
+    its supervisor is gone) gets a ``lost`` status event first, with no seq.
+
+    command("relaunch", overrides=...) resumes the run: ``gpuwatch.resume.resume_run`` in a
+    thread (it waits for the new supervisor's socket), the overrides as its `--set` texts;
+    its ConfigError, ResumeError or RuntimeError (or OSError) is a CommandError with the same
+    line. The link then follows that supervisor as SocketLink does, subscribing from the
+    last seq it delivered + 1: the events already folded are not sent again, and none is
+    missed. If that supervisor exits (the resumed run ended and it was told to go), the
+    events it recorded after the last one delivered are read from the record, and the link
+    is a record again. Any other command while it is a record is refused.
+    """
+
+    def __init__(
+        self,
+        info: RunInfo,
+        *,
+        batch_size: int = BATCH_MAX_EVENTS,
+        snapshot: bool = True,
+        read_interval_s: float = 0.0,
+        backoff_s: tuple[float, float] = (0.5, 10.0),
+    ) -> None:
+        self.info = info
+        self.run_dir = info.run_dir
+        self.batch_size = batch_size
+        self.read_interval_s = read_interval_s
+        self.last_seq = -1
+        self.snapshot_format = RunState.snapshot_format() if snapshot else None
+        self.snapshot_seq: int | None = None  # the seq of snapshot.json, when it was used
+        self.bad_lines = 0  # lines of events.jsonl that are not frames (skipped)
+        self._attempt = 0  # the latest attempt the record read so far names
+        self.resumes = 0  # resumes started from this link
+        self.live: SocketLink | None = None  # the resumed run's supervisor, once resumed
+        self._backoff_s = backoff_s
+        self._read = False  # the record was read to its end (a resume waits for that)
+        self._resuming = False
+        self._follow = asyncio.Event()  # a resume started: follow its supervisor
+        self._closed = False
+
+    @property
+    def following(self) -> bool:
+        """Whether a resumed run's supervisor is followed (else the record is shown)."""
+        return self.live is not None
+
+    async def events(self) -> AsyncIterator[list[dict[str, Any]]]:
+        while not self._closed:
+            async for batch in self._read_record():
+                yield batch
+            if self._closed:
+                return
+            self.info = info = await asyncio.to_thread(read_run_info, self.run_dir)
+            self._read = True
+            end = [link_event(RECORD, f"run ended ({info.status}); r resumes it")]
+            if info.status == "lost":
+                # The record stops while the run was live (its supervisor was killed, the
+                # machine went down): say what `gpuwatch ls` says. No seq: not recorded.
+                attempt = max(info.attempt, self._attempt)
+                lost = StatusChange(attempt=attempt, status="lost", message=info.message)
+                end.insert(0, event_frame(lost))
+            yield end
+            await self._follow.wait()
+            self._follow.clear()
+            if self._closed:
+                return
+            self._read = False
+            async for batch in self._follow_live():
+                yield batch
+
+    async def _read_record(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """The record after the last seq delivered: from snapshot.json on, when it fits."""
+        offset: int | None = None
+        if self.last_seq < 0 and self.snapshot_format is not None:
+            saved = await asyncio.to_thread(saved_snapshot, self.run_dir, self.snapshot_format)
+            if saved is not None:
+                offset = saved.offset
+                self.snapshot_seq = self.last_seq = saved.frame["seq"]
+                self._attempt = max(self._attempt, saved.attempt)
+                yield [saved.frame]
+        if offset is None:
+            offset = await asyncio.to_thread(line_offset, self.run_dir, self.last_seq + 1)
+        # seq is the line number; were it not, reading from the start loses nothing (the
+        # seqs already delivered are left out here, and RunState skips them too).
+        reader = RecordReader(self.run_dir, offset or 0)
+        try:
+            while not self._closed:
+                frames = await asyncio.to_thread(reader.read, self.batch_size)
+                if not frames:
+                    return
+                batch = []
+                for frame in frames:
+                    seq = frame.get("seq")
+                    if isinstance(seq, int):
+                        if seq <= self.last_seq:
+                            continue
+                        self.last_seq = seq
+                    attempt = frame.get("attempt")
+                    if type(attempt) is int and attempt > self._attempt:
+                        self._attempt = attempt
+                    batch.append(frame)
+                if batch:
+                    yield batch
+        finally:
+            self.bad_lines += reader.bad_lines
+
+    async def _follow_live(self) -> AsyncIterator[list[dict[str, Any]]]:
+        """The resumed run's supervisor, until it exits (then back to the record)."""
+        live = self.live
+        if live is None:
+            return
+        stream = live.events()
+        try:
+            async for batch in stream:
+                lost = any(e.get("type") == "link" and e.get("state") == "lost" for e in batch)
+                if lost and await self._supervisor_exited():
+                    return
+                self.last_seq = max(self.last_seq, live.last_seq)
+                yield batch
+        finally:
+            self.live = None
+            await stream.aclose()
+            await live.close()
+
+    async def _supervisor_exited(self) -> bool:
+        """Whether the resumed run's supervisor has exited (waiting a moment for one whose
+        socket is gone already: it is on its way out)."""
+        deadline = time.monotonic() + SUPERVISOR_EXIT_WAIT_S
+        while True:
+            info = await asyncio.to_thread(read_run_info, self.run_dir)
+            if info.supervisor_pid is None:
+                return True
+            socket = info.socket_path
+            if (socket is not None and socket.exists()) or time.monotonic() >= deadline:
+                return False  # it is there: SocketLink reconnects
+            await asyncio.sleep(0.05)
+
+    async def command(self, frame_type: str, **fields: Any) -> dict[str, Any]:
+        live = self.live
+        if live is not None:
+            return await live.command(frame_type, **fields)
+        build(frame_type, **fields)  # refused here as a supervisor would refuse it
+        if frame_type != "relaunch":
+            raise CommandError(
+                f"run {self.info.run_id} has ended ({self.info.status}): nothing to "
+                f"{frame_type} (r resumes it)"
+            )
+        if fields.get("fresh"):
+            raise CommandError("a resume goes on from the last checkpoint; gpuwatch train "
+                               "--fresh starts a run from step 0")
+        if not self._read or self._closed:
+            raise CommandError("the run's record is still being read; try again in a moment")
+        if self._resuming:
+            raise CommandError("the run is being resumed already")
+        from gpuwatch.config import format_override
+
+        overrides = dict(fields.get("overrides") or {})
+        texts = [format_override(key, value) for key, value in overrides.items()]
+        self._resuming = True
+        try:
+            before, resumed = await asyncio.to_thread(self._resume, texts)
+        finally:
+            self._resuming = False
+        home = self.run_dir.parent.parent
+        socket = resumed.socket_path or socket_path_for(self.run_dir.name, home)
+        live = SocketLink(
+            socket,
+            snapshot=False,  # the state holds everything up to last_seq already
+            read_interval_s=self.read_interval_s,
+            backoff_s=self._backoff_s,
+        )
+        live.last_seq = self.last_seq
+        self.live = live
+        self.info = resumed
+        self.resumes += 1
+        self._follow.set()
+        return {
+            "type": "ack",
+            "attempt": before.attempt + 1,
+            "live": False,
+            "resumed": True,
+            "overrides": overrides,
+        }
+
+    def _resume(self, overrides: Sequence[str]) -> tuple[RunInfo, RunInfo]:
+        """Start the run's supervisor again (blocks until its socket answers): the run as it
+        was, and as it is now."""
+        from gpuwatch import resume
+        from gpuwatch.config import ConfigError
+
+        before = read_run_info(self.run_dir)
+        try:
+            return before, resume.resume_run(before, overrides)
+        except (ConfigError, resume.ResumeError, RuntimeError, OSError) as exc:
+            raise CommandError(str(exc)) from None
+
+    async def close(self) -> None:
+        self._closed = True
+        self._follow.set()  # a follower waiting for a resume ends
+        if self.live is not None:
+            await self.live.close()
 
 
 class ReplayLink:

@@ -107,7 +107,7 @@ class Repainter:
             # An attempt ending at once; its running figures slowly.
             Painter("attempts", {"status": now, "attempts": slow}, self._attempts),
             Painter("crash", {"status": now}, self._crash),
-            Painter("pending", {"pending": now}, self.app.show_pending),
+            Painter("pending", {"pending": now, "link": now}, self.app.show_pending),
         ]
 
     def add(self, painter: Painter) -> None:

@@ -195,17 +195,12 @@ def load_index(path: Path, index_path: Path) -> tuple[array[int], int, int]:
     carries its seq), the rest of the file is counted from there, and events.idx is
     rewritten only if it changed.
     """
-    offsets: array[int] = array("Q")
     try:
         raw = index_path.read_bytes()
     except FileNotFoundError:
         raw = b""
     header = _INDEX_HEADER.pack(_INDEX_MAGIC, INDEX_EVERY)
-    if raw.startswith(header):
-        body = raw[len(header):]
-        offsets.frombytes(body[: len(body) // 8 * 8])
-        if sys.byteorder == "big":  # pragma: no cover - the file is little-endian
-            offsets.byteswap()
+    offsets = _index_offsets(raw)
     try:
         size = path.stat().st_size
     except FileNotFoundError:
@@ -232,6 +227,27 @@ def load_index(path: Path, index_path: Path) -> tuple[array[int], int, int]:
         offsets.extend(added)
         _rewrite_index(index_path, header, offsets)
     return offsets, seq, offset
+
+
+def read_index(index_path: Path) -> array[int]:
+    """The offsets events.idx holds, as written (unchecked; nothing is rewritten): for a
+    reader of a run directory that no supervisor owns, which checks each one it uses
+    against events.jsonl (``seq_at``)."""
+    try:
+        return _index_offsets(index_path.read_bytes())
+    except OSError:
+        return array("Q")
+
+
+def _index_offsets(raw: bytes) -> array[int]:
+    offsets: array[int] = array("Q")
+    header = _INDEX_HEADER.pack(_INDEX_MAGIC, INDEX_EVERY)
+    if raw.startswith(header):
+        body = raw[len(header):]
+        offsets.frombytes(body[: len(body) // 8 * 8])
+        if sys.byteorder == "big":  # pragma: no cover - the file is little-endian
+            offsets.byteswap()
+    return offsets
 
 
 def _rewrite_index(index_path: Path, header: bytes, offsets: array[int]) -> None:

@@ -10,6 +10,7 @@ from textual.widget import Widget
 
 from gpuwatch.advisor import Advice, Straggler
 from gpuwatch.app import fmt
+from gpuwatch.app.link import RECORD
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
 from gpuwatch.runstate import WARMUP_STEPS, RunState, WorkerSummary
 from trainer_runtime.protocol import Hello
@@ -52,7 +53,10 @@ class HeaderBar(StatePanel):
         text.append("  ")
         text.append(f" {status} ", style=STATUS_STYLE.get(status, ""))
         text.append(f"  elapsed {fmt.duration(state.elapsed_s(now))}")
-        if state.link_state and state.link_state != "connected":
+        if state.link_state == RECORD:  # an ended run read from its directory: all is well
+            text.append("  ")
+            text.append(" record ", style="reverse")
+        elif state.link_state and state.link_state != "connected":
             text.append("  ")
             text.append(f" link {state.link_state} ", style="bold white on red")
         self.set_text(text)
@@ -395,13 +399,19 @@ class PendingBar(StatePanel):
         self.idle_hint = idle_hint  # the keys that change a setting
         self.pending_hint = pending_hint  # the keys that relaunch or discard
 
-    def show_pending(self, description: str, *, live: bool = False) -> None:
-        """live: `r` would apply it in the running trainer, not relaunch (the bar says which)."""
+    def show_pending(
+        self, description: str, *, live: bool = False, note: str | None = None
+    ) -> None:
+        """live: `r` would apply it in the running trainer, not relaunch (the bar says which).
+        note: said instead of "no pending changes" (an ended run's "r resumes it")."""
         if description:
             how = "live" if live else "relaunch"
             text = Text(f"pending ({how}): ", style="bold yellow")
             text.append(description)
             text.append(f" — {self.pending_hint}", style="bold")
+        elif note:
+            text = Text(note, style="bold")
+            text.append(f" · {self.idle_hint}", style="dim")
         else:
             text = Text(f"no pending changes · {self.idle_hint}", style="dim")
         self.set_text(text)
