@@ -2,11 +2,17 @@
 
 `gpuwatch train CONFIG --headless [--max-steps N]` runs the same supervisor and
 trainer as the dashboard; this client prints a line every few seconds and,
-when the run ends, `summary: steps=N examples_per_s=X input_wait_pct=Y
-replicas=R attempt=A workers=W` (W: a cluster's workers, 1 on one host). Exit 0
-when the run finished (or was stopped), 1 when the trainer crashed or the
-supervisor was lost (with the tail of the error).
-Ctrl-C stops the run (the trainer checkpoints first).
+when the run ends, one line that says what the summary measured, then
+`summary: steps=N examples_per_s=X input_wait_pct=Y replicas=R attempt=A workers=W`
+(W: a cluster's workers, 1 on one host). A progress line's figures are the last
+20 steps; the summary's are the whole attempt after its warm-up steps (the median
+examples/s, the summed input wait over the summed step time), or, for an attempt
+too short to have any after warm-up, all its steps, and the line before it says so.
+
+Exit codes: 0 when the run finished or was stopped (`gpuwatch stop`, the dashboard),
+2 when the trainer refused its settings (a bad config or factory), 1 when the trainer
+crashed or the supervisor was lost (with the tail of the error), 130 when Ctrl-C
+stopped it (the shell's code for an interrupt; the trainer checkpoints first).
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from typing import Any, TextIO
 from gpuwatch.advisor import VERDICTS, input_bound_level
 from gpuwatch.client import ClientError, ConnectionLost, RunClient
 from gpuwatch.runs import RunInfo, read_run_info, workers_in
-from gpuwatch.runstate import RunState
+from gpuwatch.runstate import CURRENT_STEPS, WARMUP_STEPS, RunState, steps_input_wait_pct
 from trainer_runtime.protocol import ProtocolError, decode
 
 PROGRESS_EVERY_S = 3.0
@@ -47,10 +53,26 @@ def progress_line(state: RunState) -> str:
     )
 
 
-def summary_line(state: RunState, workers: int = 1) -> str:
+def summary_window(state: RunState) -> tuple[float | None, float | None, str]:
+    """The attempt's examples/s and input wait %, and what they were measured over."""
     current = state.current
-    rate = current.median_examples_per_s if current else None
-    wait = current.input_wait_pct if current else None
+    if current is not None and current.measured:
+        return (current.median_examples_per_s, current.input_wait_pct,
+                f"its {current.measured_steps:,} steps after the first {WARMUP_STEPS} "
+                "(warm-up)")
+    # Too short to leave warm-up out: what it did measure, said so.
+    points = [p for p in state.window if p.event.attempt == state.attempt
+              and p.event.worker == 0 and p.event.step_time_ms > 0]
+    if not points:
+        return None, None, "no step with a time"
+    rates = sorted(r for p in points if (r := p.event.examples_per_s) is not None)
+    rate = rates[len(rates) // 2] if rates else None
+    wait = steps_input_wait_pct(points)
+    return rate, wait, f"all its {len(points)} steps, warm-up included (too few to leave it out)"
+
+
+def summary_line(state: RunState, workers: int = 1) -> str:
+    rate, wait, _ = summary_window(state)
     steps = state.last_step.step if state.last_step else 0
     return (
         f"summary: steps={steps} examples_per_s={_fmt(rate, '.1f')} "
@@ -152,6 +174,9 @@ def _ended(
 ) -> int:
     """The last progress line, the summary and the exit code of an ended run."""
     print(progress_line(state), file=out, flush=True)
+    _, _, window = summary_window(state)
+    print(f"gpuwatch: attempt {state.attempt}'s figures over {window}; a progress line's are "
+          f"its last {CURRENT_STEPS} steps", file=out, flush=True)
     print(summary_line(state, workers), file=out, flush=True)
     error = state.error
     if (
