@@ -463,7 +463,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         workers = f"  workers={info.workers}" if info.workers > 1 else ""
         print(
             f"{info.run_id:<10} {info.name[:12]:<12} {info.status:<9} {info.attempt:>7} "
-            f"{info.step:>8} {rate:>9}  {_format_age(info.started)}{workers}"
+            f"{info.step:>8,} {rate:>9}  {_format_age(info.started)}{workers}"
         )
         if info.status in FAILED_STATUSES and info.message:
             print(f"{'':<10} {info.message}")
@@ -599,10 +599,32 @@ def cmd_export(args: argparse.Namespace) -> int:
     skipped = report.bad_summary(events_path)
     if skipped:
         _err(skipped)
+    if args.what == "samples" and args.worker is not None and report.rows == 0:
+        _err(_no_samples_note(info, args.worker, events_path))
     if args.output is not None:
         print(f"gpuwatch: {report.rows} {args.what} rows of run {info.run_id} -> {args.output}",
               file=sys.stderr)
     return EXIT_OK
+
+
+def _no_samples_note(info: RunInfo, worker: int, events_path: Path) -> str:
+    """Why a worker has no sample rows: one sampler per host, and which workers have one."""
+    import json
+
+    samplers: set[int] = set()
+    with contextlib.suppress(OSError), open(events_path, "rb") as fh:
+        for line in fh:
+            if b'"type":"sample"' in line:
+                with contextlib.suppress(ValueError, AttributeError):
+                    samplers.add(int(json.loads(line).get("worker", 0)))
+    if not samplers:
+        return f"run {info.run_id} has no device samples yet"
+    others = ", ".join(str(w) for w in sorted(samplers))
+    return (
+        f"no samples of worker {worker}: each host is sampled once, by one of its workers, "
+        f"and only worker(s) {others} sent samples (a worker sharing a host with one of them "
+        f"is covered by its samples: --worker {min(samplers)})"
+    )
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

@@ -46,6 +46,7 @@ from typing import Any, BinaryIO, TextIO
 from gpuwatch.sampling import GPU_FRAME_KEYS, HOST_FRAME_KEYS
 from trainer_runtime.protocol import (
     MAX_FRAME_BYTES,
+    TERMINAL_STATUSES,
     Attempt,
     Envelope,
     Event,
@@ -295,9 +296,14 @@ def attempt_rows(
     sections = frozenset(
         key.rsplit(".", i)[0] for key in settings_keys for i in range(1, key.count(".") + 1)
     )
+    last = max(state.attempts, default=0)
     for number in sorted(state.attempts):
         summary = state.attempts[number]
         noted = more.get(number, _AttemptMore())
+        if number < last and noted.status not in TERMINAL_STATUSES | {"relaunching"}:
+            # Its last status was recorded while it ran: a live change ended it, in the
+            # same process, and the next attempt began.
+            noted.status = "superseded"
         hello, resume = summary.hello, summary.resume
         row: Row = {
             "attempt": number,

@@ -648,8 +648,11 @@ def _on_status(state: RunState, event: StatusChange, t: float | None) -> None:
     state.signal = event.signal
     if event.log_tail:
         state.log_tail = event.log_tail[-LOG_TAIL_LINES:]
-    if state.status == "crashed" and number in state.attempts:
-        state.attempts[number].end = "crashed"
+    # How an attempt ended, in the person's words: the trainer's own reason (its Done:
+    # max_steps, epochs) unless the supervisor ended it (its SIGTERM is not the story).
+    ended_as = {"crashed": "crashed", "stopped": "stopped", "relaunching": "relaunch"}
+    if state.status in ended_as and number in state.attempts:
+        state.attempts[number].end = ended_as[state.status]
         state.changed.add("attempts")
     if state.status == "crashed" and event.worker is not None:
         figures = state._worker(event.worker, number)
@@ -665,7 +668,9 @@ def _on_done(state: RunState, event: Done, t: float | None) -> None:
     if event.worker != CHIEF:
         return
     state.done = event
-    state._attempt(event.attempt).end = event.reason or "done"
+    summary = state._attempt(event.attempt)
+    if summary.end not in ("crashed", "stopped", "relaunch"):  # the supervisor's word stands
+        summary.end = event.reason or "done"
     state.changed.update(("header", "attempts"))
 
 

@@ -164,3 +164,26 @@ def test_a_run_whose_supervisor_has_gone_is_shown_from_its_record_and_quitting_s
     assert capsys.readouterr().out == (
         "gpuwatch: run 0612-kq7m has ended (finished); gpuwatch resume 0612-kq7m continues it\n"
     )
+
+
+def test_samples_of_a_worker_that_sends_none_get_a_note_and_ls_separates_thousands(
+    home: Path,
+) -> None:
+    """A local 2-worker run: one host, sampled once (by worker 0)."""
+    from tests.app.conftest import load_events
+    from tests.support.recorded import finished, write_run_dir
+
+    recorded = load_events("cpu_two_workers.jsonl")
+    frames = [f for f in recorded if not (f["type"] == "sample" and f.get("worker"))]
+    last_step = next(f for f in reversed(frames) if f["type"] == "step" and not f.get("worker"))
+    frames.append({**last_step, "step": 12345})  # a run some hours old
+    frames = finished(frames)
+    run_dir = home / "runs" / "0101-wkrs"
+    write_run_dir(run_dir, frames)
+    done = gpuwatch("export", "0101-wkrs", "--what", "samples", "--worker", "1")
+    assert done.returncode == 0 and done.stdout.count("\n") == 1  # the header alone
+    (note,) = done.stderr.strip().splitlines()
+    assert note.startswith("gpuwatch: no samples of worker 1: each host is sampled once")
+    assert "--worker 0" in note
+    row = next(line for line in gpuwatch("ls").stdout.splitlines() if "0101-wkrs" in line)
+    assert " 12,345 " in row

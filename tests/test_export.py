@@ -414,7 +414,7 @@ def test_attempts_are_one_row_each_with_figures_and_dotted_settings(
         n: max(t for _, t, e, _ in run.events if getattr(e, "attempt", 0) == n) for n in (1, 2)
     }
     expected = []
-    for number, status, end in ((1, "relaunching", None), (2, "finished", "max_steps")):
+    for number, status, end in ((1, "relaunching", "relaunch"), (2, "finished", "max_steps")):
         t, event = attempt_events[number]
         settings_ = event.settings
         figures = chief_figures(run, number)
@@ -739,3 +739,28 @@ def test_garbage_lines_anywhere_are_counted_and_every_step_still_exported(
         assert {f.name: row[f.name] for f in fields(Step)} == {
             f.name: getattr(event, f.name) for f in fields(Step)
         }
+
+
+def test_an_attempt_a_live_change_ended_is_superseded_and_a_user_stop_is_stopped(
+    tmp_path: Path,
+) -> None:
+    """Its last recorded status was `running` (recorded while it ran): the table says how
+    it ended instead; a stop's SIGTERM reads `stopped`, not `sigterm`."""
+    from trainer_runtime.protocol import Attempt, Done, StatusChange, encode_event
+
+    events = [
+        Attempt(attempt=1, settings={}, fresh=True, reason="start", config_path="a1"),
+        StatusChange(attempt=1, status="running"),
+        Attempt(attempt=2, settings={}, fresh=False, reason="live", config_path="a2"),
+        StatusChange(attempt=2, status="running"),
+        Done(attempt=2, reason="sigterm", step=9),
+        StatusChange(attempt=2, status="stopped", message="stopped on request"),
+    ]
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(encode_event(e, seq=i, t=1.0 + i) for i, e in enumerate(events)))
+    out = io.StringIO()
+    export_events(path, "attempts", "jsonl", out)
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert [(r["attempt"], r["status"], r["end"]) for r in rows] == [
+        (1, "superseded", "live"), (2, "stopped", "stopped")
+    ]
