@@ -127,3 +127,71 @@ async def test_an_ended_run_from_its_record_resumes_with_r_and_is_followed_live(
     assert folded.pop("events_applied") == recorded.pop("events_applied") + link_events
     assert folded == recorded
     assert not any(e["type"] == SNAPSHOT for e in events)
+
+
+async def _live_dashboard(run_dir: Path, home: Path) -> tuple[GpuwatchApp, Tap, RecordLink]:
+    info = read_run_info(run_dir)
+    assert info.socket_path is not None
+    link = RecordLink.live_first(info, info.socket_path)
+    tap = Tap(link)
+    return GpuwatchApp(tap, home=home, run_id=run_dir.name), tap, link
+
+
+async def test_a_killed_supervisor_shows_lost_at_once_not_reconnecting(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The dashboard of a live run knows when its supervisor died: `lost`, as `gpuwatch ls`
+    says, within a second or two; r then resumes it."""
+    import os
+    import signal
+    import time
+
+    monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    monkeypatch.chdir(ROOT)
+    run_id = gpuwatch("train", str(TINY), "--detach", check=True, timeout_s=60).stdout.strip()
+    run_dir = home / "runs" / run_id
+    app, tap, link = await _live_dashboard(run_dir, home)
+    waiter = Waiter()
+    async with app.run_test(size=SIZE, message_hook=waiter.hook) as pilot:
+        await waiter.until(lambda: app.state.status == "running", "the live run")
+        assert link.following and tap.states[0] == "connected"
+        os.kill(read_run_info(run_dir).supervisor_pid or 0, signal.SIGKILL)
+        killed_at = time.monotonic()
+        await waiter.until(lambda: app.state.status == "lost", "lost on screen", timeout_s=5)
+        assert time.monotonic() - killed_at < 5
+        await waiter.until(lambda: app.state.link_state == RECORD, "the record")
+        assert "lost" not in tap.states, "never a lost link: the run is lost, and says so"
+        assert "reconnecting" not in tap.states
+        app.refresh_view(flush=True)
+        await pilot.pause()
+        header = app.query_one(HeaderBar).plain
+        assert "lost" in header and "reconnecting" not in header
+    wait_for(lambda: not any(
+        os.fsencode(run_dir) in Path(f"/proc/{p}/cmdline").read_bytes()
+        for p in os.listdir("/proc") if p.isdigit() and Path(f"/proc/{p}/cmdline").exists()
+    ), 10, "the trainer to see its supervisor gone and exit")
+
+
+async def test_a_clean_stop_is_an_end_not_a_lost_link(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    monkeypatch.chdir(ROOT)
+    run_id = gpuwatch("train", str(TINY), "--detach", check=True, timeout_s=60).stdout.strip()
+    run_dir = home / "runs" / run_id
+    app, tap, _link = await _live_dashboard(run_dir, home)
+    waiter = Waiter()
+    async with app.run_test(size=SIZE, message_hook=waiter.hook) as pilot:
+        await waiter.until(lambda: app.state.status == "running", "the live run")
+        assert gpuwatch("stop", run_id).returncode == 0
+        await waiter.until(lambda: app.state.status == "stopped", "stopped on screen")
+        # `gpuwatch stop` once more: the ended run's supervisor goes; the screen keeps the
+        # end, read from the record, and says so (no red link lost, no reconnecting).
+        assert gpuwatch("stop", run_id).returncode == 0
+        await waiter.until(lambda: app.state.link_state == RECORD, "the record", timeout_s=10)
+        assert app.state.status == "stopped"
+        assert "lost" not in tap.states and "reconnecting" not in tap.states
+        await pilot.press("q")
+    assert app.return_value == "ended"

@@ -29,16 +29,19 @@ def run_dashboard(
     acknowledged: the caller should stop it).
     """
     from gpuwatch.app.app import GpuwatchApp
-    from gpuwatch.app.link import RecordLink, SocketLink
+    from gpuwatch.app.link import RecordLink
     from gpuwatch.app.painters import READ_INTERVAL_S
-    from gpuwatch.runs import socket_path_for
+    from gpuwatch.runs import read_run_info, runs_root, socket_path_for
 
-    def live_link(path: Path) -> SocketLink:
-        # Frames are read once per repaint: a busy run wakes the dashboard per batch.
-        return SocketLink(path, read_interval_s=READ_INTERVAL_S)
+    def live_link(path: Path) -> RecordLink:
+        # Frames are read once per repaint: a busy run wakes the dashboard per batch. Once
+        # the supervisor is gone (the run ended, or it was killed), the record.
+        info = read_run_info(runs_root(home) / run_id)
+        return RecordLink.live_first(info, path, read_interval_s=READ_INTERVAL_S)
 
-    def link_for(info: RunInfo) -> SocketLink:
-        return live_link(info.socket_path or socket_path_for(info.run_id, home))
+    def link_for(info: RunInfo) -> RunLink:
+        path = info.socket_path or socket_path_for(info.run_id, home)
+        return RecordLink.live_first(info, path, read_interval_s=READ_INTERVAL_S)
 
     if link is None:
         if record is not None:

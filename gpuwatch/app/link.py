@@ -189,12 +189,28 @@ class RecordLink:
         self._follow = asyncio.Event()  # a resume started: follow its supervisor
         self._closed = False
 
+    @classmethod
+    def live_first(
+        cls, info: RunInfo, socket_path: Path, *, read_interval_s: float = 0.0, **kwargs: Any
+    ) -> RecordLink:
+        """A live run: follow its supervisor (as SocketLink does, snapshot first) until that
+        supervisor is gone, then the rest from the record. So a dashboard knows when the run
+        has ended or its supervisor died: a killed supervisor shows `lost` at once (the
+        record's status, as `gpuwatch ls` says it), never an endless "reconnecting"."""
+        link = cls(info, read_interval_s=read_interval_s, **kwargs)
+        link.live = SocketLink(socket_path, read_interval_s=read_interval_s,
+                               backoff_s=link._backoff_s)
+        return link
+
     @property
     def following(self) -> bool:
         """Whether a resumed run's supervisor is followed (else the record is shown)."""
         return self.live is not None
 
     async def events(self) -> AsyncIterator[list[dict[str, Any]]]:
+        if self.live is not None:  # live_first: the supervisor, then the record
+            async for batch in self._follow_live():
+                yield batch
         while not self._closed:
             async for batch in self._read_record():
                 yield batch
