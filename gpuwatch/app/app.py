@@ -251,16 +251,19 @@ class GpuwatchApp(App[str]):
             # has ended goes on with r as it was.
             if pending_overrides(self.state.settings, self.pending):
                 return True
-            return True if action == "relaunch" and self.state.terminal else None
+            if action == "relaunch" and (self.state.terminal or parameters[:1] == (False,)):
+                return True  # an ended run goes on; R always relaunches
+            return None
         return True
 
     # ---- commands -------------------------------------------------------
 
     def action_relaunch(self, live: bool = True) -> None:
         """r: live where the trainer can change them (the supervisor decides); R: live=False.
-        On a run that has ended: the next attempt, with nothing pending too."""
+        On a run that has ended: the next attempt, with nothing pending too. R always
+        relaunches, as it is when nothing is pending (a trainer that seems stuck)."""
         overrides = pending_overrides(self.state.settings, self.pending)
-        if overrides or self.state.terminal:
+        if overrides or self.state.terminal or not live:
             self.send_relaunch(overrides, live=live)
 
     @work(group="command", exit_on_error=False)

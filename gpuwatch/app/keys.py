@@ -137,7 +137,10 @@ BINDINGS: list[BindingType] = [
         "full relaunch",
         id="relaunch.full",
         show=False,
-        tooltip="Relaunch with the pending settings in a new trainer, even if they can apply live",
+        tooltip=(
+            "Relaunch in a new trainer: with the pending settings even if they can apply "
+            "live, or as it is when none is pending"
+        ),
     ),
     Binding("s", "stop_run", "stop", id="stop", tooltip="Stop training (asks first)"),
     Binding("l", "runs", "runs", id="runs", tooltip="List the live runs and switch to one"),

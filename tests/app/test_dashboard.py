@@ -436,3 +436,31 @@ async def test_pending_bar_says_relaunch_when_no_trainer_runs_and_R_is_a_full_re
         assert link.commands == [
             ("relaunch", {"overrides": {"data.prefetch": True}, "fresh": False, "live": False})
         ]
+
+
+async def test_after_a_crash_r_relaunches_as_it_is_and_R_always_relaunches():
+    """The README: `r` relaunches after a crash, `R` always relaunches; with nothing
+    pending, both go on as the run is (a live supervisor's relaunch)."""
+    app, link = make_app("cpu_crashed.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        assert app.state.status == "crashed" and not app.pending
+        await pilot.press("r")
+        await wait_commands(app)
+        assert link.commands[-1] == ("relaunch", {"overrides": {}, "fresh": False, "live": True})
+        await pilot.press("R")
+        await wait_commands(app)
+        assert link.commands[-1] == ("relaunch", {"overrides": {}, "fresh": False, "live": False})
+
+
+async def test_R_relaunches_a_live_run_with_nothing_pending_and_r_does_not():
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        assert app.state.status == "running"
+        await pilot.press("r")  # nothing pending: nothing to apply
+        await pilot.pause()
+        assert link.commands == []
+        await pilot.press("R")
+        await wait_commands(app)
+        assert link.commands == [("relaunch", {"overrides": {}, "fresh": False, "live": False})]
