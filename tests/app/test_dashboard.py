@@ -464,3 +464,32 @@ async def test_R_relaunches_a_live_run_with_nothing_pending_and_r_does_not():
         await pilot.press("R")
         await wait_commands(app)
         assert link.commands == [("relaunch", {"overrides": {}, "fresh": False, "live": False})]
+
+
+async def test_the_keys_list_scrolls_to_its_last_key_and_always_says_how_to_close():
+    """At 80x24 there are more keys than the dialog holds: the rows scroll, the way out
+    stays on screen (it used to be cut off with the last keys)."""
+    from textual.containers import VerticalScroll
+
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("question_mark")
+        screen = app.screen
+        assert isinstance(screen, KeysScreen)
+        await pilot.pause()
+        close = screen.query_one("#keys-close")
+        width, height = SIZE
+        assert close.region.height == 1 and close.region.bottom <= height
+        assert "Esc or ? closes this list" in str(close.render())
+        scroll = screen.query_one("#keys-scroll", VerticalScroll)
+        assert scroll.max_scroll_y > 0, "more rows than the box: it must scroll"
+        await pilot.press("end")
+        await pilot.pause()
+        assert scroll.scroll_y == scroll.max_scroll_y
+        rows = str(screen.query_one("#keys-text").render()).rstrip("\n").splitlines()
+        last_binding = GpuwatchApp.BINDINGS[-1]
+        assert isinstance(last_binding, Binding)
+        assert rows[-1].strip().startswith(app.get_key_display(last_binding))
+        await pilot.press("question_mark")
+        assert not isinstance(app.screen, KeysScreen)

@@ -10,7 +10,7 @@ from typing import ClassVar, Literal
 from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal, Vertical
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, OptionList, Static
 from textual.widgets.option_list import Option
@@ -136,11 +136,18 @@ class KeysScreen(ModalScreen[None]):
         self.rows = rows
 
     def compose(self) -> ComposeResult:
+        # The rows scroll (more keys than an 80x24 dialog holds); the title and the way
+        # out stay in view.
         width = max(len(key) for key, _ in self.rows)
-        lines = ["Keys", ""] + [f"{key:>{width}}  {what}" for key, what in self.rows]
-        lines += ["", "Esc or ? closes this list."]
-        with Vertical(classes="dialog dialog-wide"):
-            yield Static("\n".join(lines), id="keys-text", classes="dialog-text")
+        lines = [f"{key:>{width}}  {what}" for key, what in self.rows]
+        with Vertical(classes="dialog dialog-wide", id="keys-dialog"):
+            yield Static("Keys", id="keys-title")
+            with VerticalScroll(id="keys-scroll"):
+                yield Static("\n".join(lines) + "\n", id="keys-text")
+            yield Static("Esc or ? closes this list · ↑↓ PgUp PgDn scroll", id="keys-close")
+
+    def on_mount(self) -> None:
+        self.query_one("#keys-scroll").focus()  # the arrows scroll it at once
 
     def action_close(self) -> None:
         self.dismiss(None)
