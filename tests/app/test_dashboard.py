@@ -479,7 +479,7 @@ async def test_the_keys_list_scrolls_to_its_last_key_and_always_says_how_to_clos
         assert isinstance(screen, KeysScreen)
         await pilot.pause()
         close = screen.query_one("#keys-close")
-        width, height = SIZE
+        _width, height = SIZE
         assert close.region.height == 1 and close.region.bottom <= height
         assert "Esc or ? closes this list" in str(close.render())
         scroll = screen.query_one("#keys-scroll", VerticalScroll)
@@ -493,3 +493,34 @@ async def test_the_keys_list_scrolls_to_its_last_key_and_always_says_how_to_clos
         assert rows[-1].strip().startswith(app.get_key_display(last_binding))
         await pilot.press("question_mark")
         assert not isinstance(app.screen, KeysScreen)
+
+
+def _two_attempts_then_a_crash() -> list[dict]:
+    """The two-attempt recording, its second attempt then crashing (the crash's status)."""
+    events = load_events("cpu_two_attempts.jsonl")
+    (crashed,) = [e for e in load_events("cpu_crashed.jsonl")
+                  if e["type"] == "status" and e["status"] == "crashed"]
+    last = events[-1]
+    attempt = max(e.get("attempt") or 0 for e in events)
+    return [*events, {**crashed, "seq": last["seq"] + 1, "t": last["t"] + 1, "attempt": attempt}]
+
+
+async def test_at_80x24_a_crash_leaves_the_latest_attempts_and_the_pending_bar_in_view():
+    events = _two_attempts_then_a_crash()
+    link = ReplayLink(events, batch_size=50)
+    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        assert app.query_one(CrashPanel).display
+        await pilot.press("p")
+        await settle(app, link, pilot)
+        await pilot.pause()
+        _width, height = SIZE
+        attempts = app.query_one(AttemptsPanel)
+        pending = app.query_one(PendingBar)
+        assert pending.region.height == 1 and pending.region.bottom <= height - 1  # footer
+        assert "pending (relaunch): prefetch" in pending.plain
+        shown = attempts.plain.splitlines()[: attempts.content_size.height]
+        assert [row.split()[0] for row in shown[1:]] == ["1", "2"]
+        assert shown[2].split()[-1] == "crashed"
+        assert attempts.region.bottom <= pending.region.y

@@ -350,9 +350,24 @@ class HistoryPanel(StatePanel):
 class AttemptsPanel(StatePanel):
     """Each attempt's settings and its measured figures after warm-up, side by side."""
 
+    _last_state: RunState | None = None
+
+    def on_resize(self) -> None:
+        """How many attempts fit changed (a crash panel came, the terminal shrank)."""
+        shown = self._last_state
+        if shown is not None:
+            self.call_after_refresh(lambda: self.show_state(shown))
+
     def show_state(self, state: RunState) -> None:
+        self._last_state = state
         text = Text()
         attempts = list(state.attempts.values())
+        # The latest attempts that fit under the header (at most 8): on a short screen the
+        # newest stay in view, not the oldest.
+        rows = self.content_size.height - 1 if self.content_size.height else 8
+        if any(s.data_restarted for s in attempts[-8:]):
+            rows -= 1  # the note under the rows
+        attempts = attempts[-max(1, min(8, rows)):] if attempts else attempts
         # A workers column only for a cluster: one-host runs read as they always did.
         cluster = any(s.workers > 1 for s in attempts[-8:])
         header = f"{'#':>2} {'prefetch':>8} {'accum':>5} {'batch':>6} {'steps':>6}"
