@@ -285,6 +285,10 @@ async def test_a_killed_worker_ends_the_attempt_on_all_and_a_relaunch_starts_all
     sup = make_supervisor(short_dir, 3)
     running = asyncio.create_task(sup.run())
     await until(lambda: sup.status == "running", "every worker to say hello")
+    # A dashboard follows the run: it keeps the crashed run's supervisor up for `r`.
+    watcher = RunClient(sup.socket_path)
+    await watcher.connect()
+    await watcher.subscribe(0, dashboard=True)
     pids = [agent.pid for agent in sup.agents]
     assert all(pids)
     os.kill(pids[1], signal.SIGKILL)
@@ -305,6 +309,7 @@ async def test_a_killed_worker_ends_the_attempt_on_all_and_a_relaunch_starts_all
         assert all(new_pids) and not set(new_pids) & set(pids)
         assert all(launch_of(sup, i, 2)["tf_config"] for i in range(3))
         await client.command("stop")
+    await watcher.close()
     assert await asyncio.wait_for(running, 20) == 0
     await gone([pid for pid in new_pids if pid])
     assert statuses(sup.run_dir)[-1]["status"] == "stopped"

@@ -345,3 +345,21 @@ def test_a_relaunch_from_an_attached_dashboard_after_the_end_starts_the_next_att
     gpuwatch("stop", run_dir.name, check=True)
     assert_gone_by(run_dir, set(), time.time() + END_TO_GONE_S, "after the stop")
 
+
+
+async def test_a_relaunch_that_meets_the_supervisor_on_its_way_out_says_how_to_resume(
+    tmp_path: Path,
+) -> None:
+    """The run ended with nobody attached and the supervisor began to exit: a relaunch that
+    comes now is refused in one line naming `gpuwatch resume`, not an internal error."""
+    from gpuwatch.supervisor import Supervisor
+
+    run_dir = tmp_path / "runs" / "r1"
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(TINY.read_text())
+    sup = Supervisor(run_dir, tmp_path / "sock" / "r1.sock")
+    sup.status = "finished"
+    sup.exiting = True
+    with pytest.raises(ValueError, match=r"^run r1 has ended and its supervisor is exiting; "
+                                         r"gpuwatch resume r1 continues it$"):
+        await sup.relaunch(sup.config, fresh=False)

@@ -110,6 +110,7 @@ class Supervisor:
         self._hellos: set[int] = set()  # this attempt's workers that said hello
         self._last_step_before = 0  # the chief's step when the attempt started
         self._finished = asyncio.Event()
+        self.exiting = False  # it has decided to exit: no new attempt starts here
         self.loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -286,6 +287,11 @@ class Supervisor:
                 "change on a relaunch (the agents are this run's); start a new run with "
                 "gpuwatch train"
             )
+        if self.exiting:
+            raise ValueError(
+                f"run {self.run_id} has ended and its supervisor is exiting; "
+                f"gpuwatch resume {self.run_id} continues it"
+            )
         if self.ended:  # a relaunch after the end (a stop, a crash): the run goes on
             self.stop_requested = False
         self.exit_policy.relaunching = True
@@ -390,6 +396,7 @@ class Supervisor:
         self.last_step = max(self.last_step, recorded.step, last)
 
     async def shutdown(self) -> None:
+        self.exiting = True
         if self.trainer_running:
             self.stop_requested = True
             await self.stop_trainers()
