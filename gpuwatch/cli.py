@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import subprocess
 
+    from gpuwatch.config import LoadedConfig
     from gpuwatch.runs import RunInfo
 
 EXIT_OK = 0
@@ -39,22 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser("train", help="start a training run and watch it")
     train.add_argument("config", help="the run's YAML config, e.g. demo/demo.yaml")
-    train.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a config key, e.g. --set data.prefetch=on (repeatable)",
-    )
-    mode = train.add_mutually_exclusive_group()
-    mode.add_argument(
-        "--headless", action="store_true", help="no dashboard: progress lines, then a summary"
-    )
-    mode.add_argument(
-        "--detach", action="store_true", help="start the run, print its id and return"
-    )
-    train.add_argument("--max-steps", type=int, default=None, help="stop after N optimizer steps")
+    _add_run_options(train, "override a config key, e.g. --set data.prefetch=on (repeatable)",
+                     "start the run, print its id and return", "stop after N optimizer steps")
     train.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
 
     resume = sub.add_parser(
@@ -65,25 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
         "included), with the settings of its last attempt and any --set on top.",
     )
     resume.add_argument("run", help="run id or a unique prefix of it")
-    resume.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="change a setting for the resumed attempt, e.g. --set data.prefetch=on",
-    )
-    resume_mode = resume.add_mutually_exclusive_group()
-    resume_mode.add_argument(
-        "--headless", action="store_true", help="no dashboard: progress lines, then a summary"
-    )
-    resume_mode.add_argument(
-        "--detach", action="store_true", help="resume the run, print its id and return"
-    )
-    resume.add_argument(
-        "--max-steps", type=int, default=None,
-        help="stop once the run's step reaches N (counted from the run's start)",
-    )
+    _add_run_options(resume, "change a setting for the resumed attempt, e.g. --set "
+                     "data.prefetch=on", "resume the run, print its id and return",
+                     "stop once the run's step reaches N (counted from the run's start)")
 
     attach = sub.add_parser(
         "attach",
@@ -139,6 +110,49 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_run_options(
+    parser: argparse.ArgumentParser, set_help: str, detach_help: str, max_steps_help: str
+) -> None:
+    """--set, --headless | --detach and --max-steps: the options of train and resume."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help=set_help,
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--headless", action="store_true", help="no dashboard: progress lines, then a summary"
+    )
+    mode.add_argument("--detach", action="store_true", help=detach_help)
+    parser.add_argument("--max-steps", type=int, default=None, help=max_steps_help)
+
+
+def _overrides_of(args: argparse.Namespace) -> list[str] | None:
+    """The --set overrides, and --max-steps as one; None (said) for a --max-steps below 1."""
+    overrides = list(args.overrides)
+    if args.max_steps is not None:
+        if args.max_steps < 1:
+            _err(f"--max-steps must be at least 1 (got {args.max_steps})")
+            return None
+        overrides.append(f"train.max_steps={args.max_steps}")
+    return overrides
+
+
+def check_startable(loaded: LoadedConfig) -> None:
+    """ConfigError unless a run of these settings can start from here: a cluster that can
+    launch (slurm inside an allocation) and a batch that splits over the replicas."""
+    from gpuwatch.config import check_replicas, expected_replicas
+    from gpuwatch.supervisor.cluster import plan_workers
+
+    plan_workers(loaded.config, Path("."), env=os.environ)
+    check_replicas(
+        loaded.config,
+        expected_replicas(loaded.config),
+        source=loaded.where(
+            "train.global_batch_size", "train.accumulation_steps", "strategy.cpu_replicas"
+        ),
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -182,31 +196,16 @@ def cmd_train(args: argparse.Namespace) -> int:
     from gpuwatch import runs
     from gpuwatch.config import (
         ConfigError,
-        check_replicas,
         dump_config,
-        expected_replicas,
         load_config,
     )
 
-    overrides = list(args.overrides)
-    if args.max_steps is not None:
-        if args.max_steps < 1:
-            _err(f"--max-steps must be at least 1 (got {args.max_steps})")
-            return EXIT_USAGE
-        overrides.append(f"train.max_steps={args.max_steps}")
-    from gpuwatch.supervisor.cluster import plan_workers
-
+    overrides = _overrides_of(args)
+    if overrides is None:
+        return EXIT_USAGE
     try:
         loaded = load_config(args.config, overrides)
-        # A cluster that cannot launch from here (slurm outside an allocation) says so now.
-        plan_workers(loaded.config, Path("."), env=os.environ)
-        check_replicas(
-            loaded.config,
-            expected_replicas(loaded.config),
-            source=loaded.where(
-                "train.global_batch_size", "train.accumulation_steps", "strategy.cpu_replicas"
-            ),
-        )
+        check_startable(loaded)
     except ConfigError as exc:
         _err(str(exc))
         return EXIT_USAGE
@@ -247,12 +246,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
     from gpuwatch.runs import resolve_run
 
     info = resolve_run(args.run)  # RunError: main() prints it, exit 2
-    overrides = list(args.overrides)
-    if args.max_steps is not None:
-        if args.max_steps < 1:
-            _err(f"--max-steps must be at least 1 (got {args.max_steps})")
-            return EXIT_USAGE
-        overrides.append(f"train.max_steps={args.max_steps}")
+    overrides = _overrides_of(args)
+    if overrides is None:
+        return EXIT_USAGE
     try:
         resumed = resume_run(info, overrides)
     except (ConfigError, ResumeError) as exc:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpuwatch import runs
-from gpuwatch.config import check_replicas, dump_config, expected_replicas, load_config
+from gpuwatch.config import dump_config, load_config
 
 
 class ResumeError(Exception):
@@ -37,7 +37,7 @@ def resume_run(info: runs.RunInfo, overrides: Sequence[str] = ()) -> runs.RunInf
     ResumeError: the run is live (or its supervisor still up); ConfigError: the
     settings or an override are wrong; RuntimeError: the supervisor did not start.
     """
-    from gpuwatch.cli import start_supervisor
+    from gpuwatch.cli import check_startable, start_supervisor
 
     current = runs.read_run_info(info.run_dir)
     if current.supervisor_pid is not None:
@@ -50,20 +50,8 @@ def resume_run(info: runs.RunInfo, overrides: Sequence[str] = ()) -> runs.RunInf
             f"run {info.run_id} has ended ({current.status}) but a dashboard is still attached "
             f"to it: press r there, or detach it first"
         )
-    import os
-
-    from gpuwatch.supervisor.cluster import plan_workers
-
     loaded = load_config(settings_path(current), overrides)
-    # A cluster that cannot launch from here (slurm outside an allocation) says so now.
-    plan_workers(loaded.config, Path("."), env=os.environ)
-    check_replicas(
-        loaded.config,
-        expected_replicas(loaded.config),
-        source=loaded.where(
-            "train.global_batch_size", "train.accumulation_steps", "strategy.cpu_replicas"
-        ),
-    )
+    check_startable(loaded)  # as `train` checks: the cluster can launch, the batch splits
     path = info.run_dir / "resume.yaml"
     try:
         path.write_text(dump_config(loaded.config))
