@@ -22,7 +22,6 @@ the same update, or none does.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import math
 import os
@@ -44,6 +43,7 @@ from trainer_runtime.live_settings import LiveSettings, reconfigure, too_late
 from trainer_runtime.models import build_model
 from trainer_runtime.protocol import Checkpoint, Resume, Step
 from trainer_runtime.schema import RunConfig, per_replica_batch
+from trainer_runtime.teardown import PipelineReaper
 from trainer_runtime.telemetry import NullEmitter, ReconfigureRequest, SocketEmitter
 from trainer_runtime.update_graph import UpdateGraph
 
@@ -214,6 +214,7 @@ class Trainer:
         self._batch_checked = False
         self._iterator: Any = None
         self.dist_dataset: Any = None
+        self.reaper = PipelineReaper()  # old input pipelines go there (drop_data)
         # train.max_steps given on the command line: kept over live settings.
         self.pinned_max_steps: int | None = None
         self.live = LiveSettings(self)  # settings changed between two updates
@@ -230,14 +231,20 @@ class Trainer:
         self._iterator = None
 
     def drop_data(self) -> None:
-        """Forget the input pipeline: `iterator` makes it again, at the position then."""
+        """Forget the input pipeline: `iterator` makes it again, at the position then.
+
+        The old pipeline is torn down on the reaper's thread: destroyed here, a
+        pipeline a minute old held the training thread for up to a minute while
+        its autotuner slept out its period (``teardown.py``).
+        """
+        box = [self._iterator, self.dist_dataset]
         self._iterator = None
         self.dist_dataset = None
+        self.reaper.drop(box)  # box now holds the only references
 
     def restart_data(self) -> None:
         """The input pipeline again from the current position, its iterator made now."""
         self._make_data(self.position)
-        gc.collect()  # the old pipeline's iterator threads and buffers go now, not later
         _ = self.iterator  # made now: a live switch's cost is counted in the switch
 
     @property
