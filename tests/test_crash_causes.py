@@ -74,7 +74,7 @@ def test_memory_error_while_training_is_named_in_ls(home: Path) -> None:
 
 
 @pytest.mark.slow
-def test_a_c_level_abort_is_named_and_stop_releases_the_ended_runs_supervisor(
+def test_a_c_level_abort_is_named_and_the_ended_runs_supervisor_exits_by_itself(
     home: Path,
 ) -> None:
     info, row = _crash(
@@ -82,15 +82,12 @@ def test_a_c_level_abort_is_named_and_stop_releases_the_ended_runs_supervisor(
         "data.kwargs={after_batches: 20}",
     )
     assert row["message"] == "killed by SIGABRT: Fatal Python error: Aborted"
+    # Nobody follows the run: its supervisor exits by itself once the crash is recorded.
     pid = info.supervisor_pid
-    assert pid is not None and runs.pid_alive(pid), "the supervisor lingers for a relaunch"
-
+    wait_for(lambda: pid is None or not runs.pid_alive(pid), 5, "the supervisor to exit")
     stopped = gpuwatch("stop", info.run_id)
     assert stopped.returncode == 0, stopped.stderr
-    assert stopped.stdout.strip() == (
-        f"gpuwatch: run {info.run_id} was already crashed; its supervisor (pid {pid}) has exited"
-    )
-    assert not runs.pid_alive(pid)
+    assert stopped.stdout.strip() == f"gpuwatch: run {info.run_id} is already crashed"
     after = json.loads(gpuwatch("ls", "--json", check=True).stdout.splitlines()[0])
     assert (after["status"], after["message"]) == ("crashed", row["message"])
     again = gpuwatch("stop", info.run_id)
