@@ -20,7 +20,6 @@ constants below, and so are `--set` values and the mappings `apply_overrides` is
 from __future__ import annotations
 
 import json
-import math
 import stat
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,7 +29,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from gpuwatch.config_words import Loc, key_text, kind, problems, show
+from gpuwatch.config_words import Loc, key_text, kind, problems, show, yaml_float
 from trainer_runtime.schema import RunConfig, divisibility_error
 
 __all__ = [
@@ -193,13 +192,7 @@ def format_override(key: str, value: Any) -> str:
 
 def _yaml_value(value: Any) -> str:
     if isinstance(value, float):
-        if math.isnan(value):
-            return ".nan"
-        if math.isinf(value):
-            return ".inf" if value > 0 else "-.inf"
-        text = repr(value)
-        mantissa, exponent, power = text.partition("e")
-        return f"{mantissa}.0e{power}" if exponent and "." not in mantissa else text
+        return yaml_float(value)
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_yaml_value(item) for item in value) + "]"
     if isinstance(value, Mapping):

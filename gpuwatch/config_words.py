@@ -342,6 +342,18 @@ def key_text(loc: Loc) -> str:
     return text
 
 
+def yaml_float(value: float) -> str:
+    """A float as YAML 1.1 reads it back: its own .nan and .inf, and an exponent with a
+    dotted mantissa ("1.0e-05"; a bare "1e-05" reads as text)."""
+    if math.isnan(value):
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    text = repr(value)
+    mantissa, exponent, power = text.partition("e")
+    return f"{mantissa}.0e{power}" if exponent and "." not in mantissa else text
+
+
 def show(value: Any) -> str:
     """A value as a person wrote it in YAML, on one short line."""
     if value is True:
@@ -351,11 +363,7 @@ def show(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, float):
-        if math.isnan(value):
-            return ".nan"
-        if math.isinf(value):
-            return ".inf" if value > 0 else "-.inf"
-        text = repr(value)
+        text = repr(value) if math.isfinite(value) else yaml_float(value)
     elif isinstance(value, int | str):
         text = repr(value)
     else:

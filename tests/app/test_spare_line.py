@@ -27,7 +27,7 @@ async def test_a_waiting_spare_shows_its_memory_on_the_host_line() -> None:
         await settle(app, link, pilot)
         host = next(line for line in app.query_one(DevicesPanel).plain.splitlines()
                     if "host CPU" in line)
-        assert "spare 480.0 MiB" in host, host
+        assert "spare trainer 480.0 MiB" in host, host
 
 
 async def test_no_spare_no_spare_figure() -> None:

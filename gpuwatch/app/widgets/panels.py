@@ -170,7 +170,7 @@ class DevicesPanel(StatePanel):
             text.append(f"{fmt.bytes_binary(host.get('run_rss_bytes'))} RSS")
         if host.get("spare_rss_bytes") is not None:
             # The spare trainer waiting for `r` (only while a dashboard is attached).
-            text.append("  spare ", style="dim")
+            text.append("  spare trainer ", style="dim")
             text.append(f"{fmt.bytes_binary(host.get('spare_rss_bytes'))}")
         text.append("\ngradient sync ", style="dim")
         text.append(fmt.format_rate(sync), style="bold")
