@@ -561,6 +561,9 @@ class FakeRun:
     def can_reconfigure(self) -> bool:
         return False
 
+    def live_in_flight(self) -> str | None:
+        return None
+
     async def reconfigure(self, config: RunConfig) -> dict[str, Any]:
         raise AssertionError("no trainer runs here")
 
@@ -769,7 +772,7 @@ async def test_a_refused_live_change_is_an_err_and_the_old_settings_go_on(
     assert types.count("attempt") == 1 and "reconfigured" in types
 
 
-async def test_a_live_change_with_no_answer_times_out_and_changes_nothing(
+async def test_a_live_change_with_no_answer_stays_in_flight_until_the_trainer_goes(
     core: Supervisor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
@@ -778,11 +781,39 @@ async def test_a_live_change_with_no_answer_times_out_and_changes_nothing(
     monkeypatch.setattr(live_module, "LIVE_ANSWER_GRACE_S", 0.5)
     running = await _running_core(core)
     async with RunClient(core.socket_path) as client:
-        with pytest.raises(CommandError, match="did not answer within"):
-            await client.command("relaunch", overrides={"data.prefetch": 2})
+        reply = await client.command("relaunch", overrides={"data.prefetch": 2})
+        assert reply["pending"] is True and reply["attempt"] == 2
+        assert "training goes on with the old settings until it applies" in reply["message"]
         assert (await client.command("status"))["attempt"] == 1
+        # One change at a time: the next is refused while this one is in flight.
+        with pytest.raises(CommandError, match="still being applied"):
+            await client.command("relaunch", overrides={"data.prefetch": 3})
         await client.command("stop")
     assert await asyncio.wait_for(running, 20) == 0
+    assert core.live.change is None  # the trainer went: the change with it
+    assert [kind for kind, _ in _recorded(core.run_dir)].count("attempt") == 1
+
+
+async def test_a_late_ok_is_the_new_attempt_and_its_steps_are_filed_under_it(
+    core: Supervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    monkeypatch.setenv("GPUWATCH_FAKE_RECONFIGURE", "late")  # ok after 1.5 s
+    monkeypatch.setattr(live_module, "LIVE_TIMEOUT_S", 0.2)
+    monkeypatch.setattr(live_module, "LIVE_ANSWER_GRACE_S", 0.3)
+    running = await _running_core(core)
+    async with RunClient(core.socket_path) as client:
+        reply = await client.command("relaunch", overrides={"data.prefetch": 2})
+        assert reply["pending"] is True and reply["attempt"] == 2
+        await until(lambda: core.attempt == 2, "the late ok to begin attempt 2")
+        await until(lambda: core.last_step == 2, "the step after the change")
+        await client.command("stop")
+    assert await asyncio.wait_for(running, 20) == 0
+    assert core.config.data.prefetch == 2
+    recorded = _recorded(core.run_dir)
+    at = recorded.index(("reconfigured", 1))
+    assert recorded[at:at + 4] == [("reconfigured", 1), ("attempt", 2), ("status", "running"),
+                                   ("step", 2)]
 
 
 @pytest.mark.parametrize(

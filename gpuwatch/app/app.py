@@ -37,10 +37,10 @@ from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
 from gpuwatch.app import keys
+from gpuwatch.app.commands import CommandsMixin
 from gpuwatch.app.link import RECORD, RunLink
 from gpuwatch.app.painters import HISTORY_INTERVAL_S, RENDER_INTERVAL_S, Repainter
 from gpuwatch.app.screens.modals import (
-    ConfirmStopScreen,
     KeysScreen,
     QuitChoice,
     QuitScreen,
@@ -62,7 +62,6 @@ from gpuwatch.app.widgets.panels import (
     PendingBar,
     WorkersPanel,
 )
-from gpuwatch.client import ClientError
 from gpuwatch.runs import RunInfo, list_runs
 from gpuwatch.runstate import (
     RunState,
@@ -76,7 +75,7 @@ from gpuwatch.runstate import (
 )
 
 
-class GpuwatchApp(App[str]):
+class GpuwatchApp(CommandsMixin, App[str]):
     """Live dashboard of one training run (and a switcher between the live runs)."""
 
     CSS_PATH = "gpuwatch.tcss"
@@ -130,7 +129,7 @@ class GpuwatchApp(App[str]):
         yield CrashPanel(id="crash")
         yield AttemptsPanel(id="attempts")
         yield PendingBar(
-            idle_hint=self.settings_keys_hint(), pending_hint=self.pending_keys_hint(), id="pending"
+            idle_hint=self.settings_keys_hint(), pending_hint=self.pending_keys_hint, id="pending"
         )
         yield Footer(compact=True)
 
@@ -165,6 +164,7 @@ class GpuwatchApp(App[str]):
     def _tick(self) -> None:
         if not self.state.terminal:
             self.repainter.tick()
+        self.check_applying()
 
     def refresh_view(self, *, flush: bool = False) -> None:
         """Repaint the parts that are due now; flush: every part whose state changed, whatever
@@ -193,8 +193,12 @@ class GpuwatchApp(App[str]):
         )
         # Shown from its record: the bar says the run has ended and what r does.
         note = self.state.link_message if self.state.link_state == RECORD else None
+        if self.applying is not None and self.applying.settled(self.state):
+            self.applying = None  # the record says how it went: its attempt, or a refusal
+        applying = self.applying.line() if self.applying is not None else None
         self.query_one(PendingBar).show_pending(
-            describe_pending(self.state.settings, self.pending), live=live, note=note
+            describe_pending(self.state.settings, self.pending), live=live, note=note,
+            applying=applying,
         )
         self.refresh_bindings()
 
@@ -258,58 +262,6 @@ class GpuwatchApp(App[str]):
 
     # ---- commands -------------------------------------------------------
 
-    def action_relaunch(self, live: bool = True) -> None:
-        """r: live where the trainer can change them (the supervisor decides); R: live=False.
-        On a run that has ended: the next attempt, with nothing pending too. R always
-        relaunches, as it is when nothing is pending (a trainer that seems stuck)."""
-        overrides = pending_overrides(self.state.settings, self.pending)
-        if overrides or self.state.terminal or not live:
-            self.send_relaunch(overrides, live=live)
-
-    @work(group="command", exit_on_error=False)
-    async def send_relaunch(self, overrides: dict[str, Any], live: bool = True) -> None:
-        description = describe_pending(self.state.settings, overrides)
-        try:
-            reply = await self.link.command(
-                "relaunch", overrides=overrides, fresh=False, live=live
-            )
-        except (ClientError, TimeoutError) as exc:
-            self.notify(f"relaunch failed: {exc}", severity="error")
-            return
-        if pending_overrides(self.state.settings, self.pending) == overrides:
-            self.pending = {}
-        if isinstance(reply.get("attempt"), int):
-            self._relaunched_attempt = max(self._relaunched_attempt, reply["attempt"])
-        if reply.get("live"):
-            self.notify(f"applied live: {description}", title="live")
-        elif reply.get("resumed"):
-            with_what = f": {description}" if description else ""
-            self.notify(f"resuming as attempt {reply.get('attempt')}{with_what}", title="resume")
-        else:
-            self.notify(f"relaunching: {description or 'the same settings'}", title="relaunch")
-
-    def action_stop_run(self) -> None:
-        def confirmed(answer: bool | None) -> None:
-            if answer:
-                self.send_stop(exit_after=False)
-
-        self.push_screen(ConfirmStopScreen(), callback=confirmed)
-
-    @work(group="command", exit_on_error=False)
-    async def send_stop(self, exit_after: bool) -> None:
-        try:
-            await self.link.command("stop")
-        except (ClientError, TimeoutError) as exc:
-            self.notify(f"stop failed: {exc}", severity="error")
-            if exit_after:
-                self.exit("stop")
-            return
-        self._stopped_by_person = True
-        if exit_after:
-            self.exit("stopped")
-        else:
-            self.notify("stop sent: the trainer checkpoints and exits", title="stop")
-
     @property
     def run_ended(self) -> bool:
         """The run has ended as far as this dashboard knows: its status is terminal, and no
@@ -352,8 +304,10 @@ class GpuwatchApp(App[str]):
     def settings_keys_hint(self) -> str:
         return keys.settings_hint(self.SETTING_BINDINGS, self.get_key_display)
 
-    def pending_keys_hint(self) -> str:
-        return keys.pending_hint(self.PENDING_BINDINGS, self.get_key_display)
+    def pending_keys_hint(self, *, live: bool = False, short: bool = False) -> str:
+        return keys.pending_hint(
+            self.PENDING_BINDINGS, self.get_key_display, live=live, short=short
+        )
 
     # ---- switching runs ---------------------------------------------
 

@@ -48,9 +48,18 @@ def settings_hint(bindings: Sequence[Binding], display: Display) -> str:
     )
 
 
-def pending_hint(bindings: Sequence[Binding], display: Display) -> str:
-    """'press r to relaunch, c to discard': what to do with pending settings."""
-    return "press " + ", ".join(f"{display(b)} to {b.description}" for b in bindings)
+def pending_hint(
+    bindings: Sequence[Binding], display: Display, *, live: bool = False, short: bool = False
+) -> str:
+    """'press r to relaunch, c to discard': what to do with pending settings. live: r
+    applies them in the running trainer ('apply live'); short: 'r apply live · c discard'."""
+
+    def words(binding: Binding) -> str:
+        return "apply live" if live and binding.id == "relaunch" else binding.description
+
+    if short:
+        return " · ".join(f"{display(b)} {words(b)}" for b in bindings)
+    return "press " + ", ".join(f"{display(b)} to {words(b)}" for b in bindings)
 
 
 # The keys that change a pending setting; the pending bar's hint lists them.

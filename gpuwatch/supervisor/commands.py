@@ -53,6 +53,8 @@ class Run(Protocol):
 
     def can_reconfigure(self) -> bool: ...
 
+    def live_in_flight(self) -> str | None: ...
+
     async def reconfigure(self, config: RunConfig) -> dict[str, Any]: ...
 
     async def stop_run(self) -> None: ...
@@ -112,6 +114,10 @@ class Commands:
         config = apply_overrides(self.run.config, overrides, source="relaunch")
         check_replicas(config, self.run.replicas_for(config), source="relaunch")
         live_keys, other_keys = live_changes(self.run.config, config)
+        in_flight = self.run.live_in_flight()
+        if in_flight and command.live and not command.fresh:
+            # One change at a time: the next is measured against what the trainer runs.
+            raise ValueError(f"{in_flight}; wait for it (R relaunches in a new trainer instead)")
         if (command.live and not command.fresh and live_keys and not other_keys
                 and self.run.can_reconfigure()):
             # Only settings a running trainer can change: the next attempt, same process.

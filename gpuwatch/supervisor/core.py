@@ -308,6 +308,9 @@ class Supervisor:
     def can_reconfigure(self) -> bool:
         return self.live.possible()
 
+    def live_in_flight(self) -> str | None:
+        return self.live.in_flight()
+
     async def reconfigure(self, config: RunConfig) -> dict[str, Any]:
         """Apply config in the running trainers (live.py): the next attempt, same processes."""
         return await self.live.apply(config)

@@ -1,14 +1,19 @@
 """Live settings changes: the next attempt's settings applied in the running trainers.
 
 A relaunch that changes only live keys (commands.py decides) comes here: attempt
-N+1's YAML is written, every agent sends its trainer a ``reconfigure`` (id N+1;
-``at_step`` 0 for one worker, the furthest worker's last step + LIVE_STEP_MARGIN
-for a cluster, so all switch after the same update), and every worker's
-``reconfigured`` is awaited. All ok: the supervisor begins attempt N+1 (before
-any of its steps: frames of workers that switched first are held until then).
-A refusal, an unreachable trainer, a trainer that exits, or no answer in time:
-nothing is recorded but the answers, the held frames go on as attempt N's, and
-the relaunch is answered err.
+N+1's YAML is written, every agent sends its trainer a ``reconfigure`` (a request id
+of its own, never reused; ``at_step`` 0 for one worker, the furthest worker's last
+step + LIVE_STEP_MARGIN for a cluster, so all switch after the same update), and
+every worker's ``reconfigured`` is awaited.
+
+The record follows what the trainers run, whenever they answer: all ok, the
+supervisor begins attempt N+1 (before any of its steps: frames of workers that
+switched first are held until then); a refusal, or a trainer that exits before any
+worker applied it, leaves attempt N going (the held frames are attempt N's). The
+change stays in flight until then: the command is answered when the trainers answer,
+or after LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S with ``pending: true`` (a late ``ok`` is
+still attempt N+1), and no other live change is sent while one is in flight. The
+trainer has LIVE_TIMEOUT_S to begin the switch (its own deadline: past it, it refuses).
 """
 
 from __future__ import annotations
@@ -53,23 +58,26 @@ class LiveRun(Protocol):
 
 
 class LiveChange:
-    """A live settings change sent to every worker, waiting for their `reconfigured`."""
+    """A live settings change sent to every worker, in flight until every one has answered."""
 
-    def __init__(self, attempt: int, config: RunConfig, path: Path, workers: int) -> None:
-        self.attempt = attempt  # the attempt it becomes (also the request's id)
+    def __init__(
+        self, request_id: int, attempt: int, config: RunConfig, path: Path, workers: int
+    ) -> None:
+        self.id = request_id  # the reconfigure request's id: one per change, never reused
+        self.attempt = attempt  # the attempt it becomes
         self.config = config
         self.path = path
         self.waiting = set(range(workers))
+        self.applied: set[int] = set()  # workers whose trainer said ok
         # Frames of workers that switched while others have not said so yet: recorded
-        # after the new attempt's event (or, if the change is abandoned, as the old one's).
+        # after the new attempt's event (or, if the change is refused, as the old one's).
         self.held: list[tuple[int, Event, float | None]] = []
         self.started = time.monotonic()
         # None: applied on every worker; else the one-line reason it was not.
         self.outcome: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
 
-    def settle(self, outcome: str | None) -> None:
-        if not self.outcome.done():
-            self.outcome.set_result(outcome)
+    def age_s(self) -> float:
+        return time.monotonic() - self.started
 
 
 class LiveChanges:
@@ -80,6 +88,7 @@ class LiveChanges:
         self.workers = workers
         self.change: LiveChange | None = None
         self.worker_steps: dict[int, int] = {}  # each worker's last step: where a change applies
+        self._last_id = 0
 
     def possible(self) -> bool:
         """A change may be applied live: every worker runs and its agent can send frames down."""
@@ -91,15 +100,18 @@ class LiveChanges:
             and self.workers.live_capable
         )
 
+    def in_flight(self) -> str | None:
+        """A line saying which change the trainers have yet to answer (None: none)."""
+        change = self.change
+        if change is None:
+            return None
+        return (f"the live change to attempt {change.attempt} is still being applied "
+                f"(asked {change.age_s():.0f} s ago)")
+
     def hold(self, index: int, event: Event, t: float | None) -> bool:
         """Keep a frame of a worker that switched before the others (True: held, not recorded)."""
         change = self.change
-        if (
-            change is not None
-            and not change.outcome.done()
-            and index not in change.waiting
-            and not isinstance(event, Reconfigured)
-        ):
+        if change is not None and index in change.applied and not isinstance(event, Reconfigured):
             change.held.append((index, event, t))
             return True
         return False
@@ -107,8 +119,9 @@ class LiveChanges:
     async def apply(self, config: RunConfig) -> dict[str, Any]:
         """Apply config in the running trainers (live keys only): the next attempt, same processes.
 
-        Nothing is recorded unless every worker applied it; ValueError (training goes on with
-        the old settings) if one refuses, is not reached, or does not answer in time.
+        The answer comes when every trainer has answered, or after the wait (pending: True,
+        the change still in flight); ValueError (training goes on with the old settings) if
+        one refuses, is not reached, or exits first.
         """
         run = self.run
         attempt = run.attempt + 1
@@ -123,52 +136,77 @@ class LiveChanges:
         if run.clustered:
             at_step = max(self.worker_steps.values(), default=0) + LIVE_STEP_MARGIN
         agents = self.workers.agents
-        change = self.change = LiveChange(attempt, config, attempt_path, len(agents))
+        self._last_id += 1
+        change = self.change = LiveChange(self._last_id, attempt, config, attempt_path,
+                                          len(agents))
         settings = config.model_dump(mode="json")
         try:
             for agent in agents:
-                await agent.reconfigure(attempt, attempt, settings, at_step, LIVE_TIMEOUT_S)
-            outcome = await asyncio.wait_for(
-                asyncio.shield(change.outcome), LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S
-            )
+                await agent.reconfigure(change.id, attempt, settings, at_step, LIVE_TIMEOUT_S)
         except AgentStartError as exc:
-            outcome = str(exc)
+            # A worker that never got it never applies it: in a cluster, the ones that did
+            # refuse it when it runs out of time (their answers come for a change gone).
+            self._finish(change, str(exc))
+        waited = LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S
+        try:
+            outcome = await asyncio.wait_for(asyncio.shield(change.outcome), waited)
         except TimeoutError:
-            waited = LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S
-            outcome = f"the trainer did not answer within {waited:.0f} s"
-        finally:
-            self.change = None
+            # Still in flight: whatever comes later is honoured (answer, trainer_exited), so
+            # the record follows what the trainer runs. Until then, the old settings run.
+            return {"attempt": attempt, "live": True, "pending": True, "request": change.id,
+                    "seconds": change.age_s(),
+                    "message": (f"no answer from the trainer within {waited:.0f} s: training "
+                                f"goes on with the old settings until it applies the change, "
+                                f"which then becomes attempt {attempt}")}
         if outcome is not None:
-            for agent in agents:
-                agent.cancel_reconfigure(run.attempt)
-            for index, event, t in change.held:  # they stay the old attempt's
-                run.on_trainer_frame(index, replace(event, attempt=run.attempt), t)  # type: ignore[call-arg]
             raise ValueError(f"not applied live: {outcome}; training goes on with the old settings")
-        return {"attempt": attempt, "live": True, "seconds": time.monotonic() - change.started}
+        return {"attempt": attempt, "live": True, "request": change.id,
+                "seconds": change.age_s()}
 
     def answer(self, index: int, event: Reconfigured) -> None:
-        """A worker's `reconfigured` (already recorded): the change settles once all have said."""
+        """A worker's `reconfigured` (already recorded): the change settles once all have said,
+        however late (the command's answer may have gone)."""
         change = self.change
-        if change is None or event.id != change.attempt or change.outcome.done():
-            return
+        if change is None or event.id != change.id:
+            return  # an answer to a change already settled
         if not event.ok:
             message = event.message or "refused"
             if self.run.clustered:
                 message = f"{self.workers.who(index)}: {message}"
-            change.settle(message)
+            self._finish(change, message)
             return
+        change.applied.add(index)
         change.waiting.discard(index)
-        if change.waiting:
-            return
-        # Every worker runs the new settings: the new attempt begins now, before its steps.
-        self.run.begin_live_attempt(change)
-        change.settle(None)
-        held, change.held = change.held, []
-        for index, held_event, held_t in held:
-            self.run.on_trainer_frame(index, held_event, held_t)
+        if not change.waiting:
+            self._finish(change, None)
 
     def trainer_exited(self, index: int) -> None:
-        """A trainer that exits before applying the change abandons it."""
-        if self.change is not None:
+        """A trainer that exits before answering settles the change: applied if any worker
+        said it applied it (the workers agree on it, in one collective), else not."""
+        change = self.change
+        if change is None:
+            return
+        if change.applied:
+            self._finish(change, None)
+        else:
             who = self.workers.who(index)
-            self.change.settle(f"{who}'s trainer exited before applying the change")
+            self._finish(change, f"{who}'s trainer exited before applying the change")
+
+    def _finish(self, change: LiveChange, outcome: str | None) -> None:
+        """Settle change. Applied: the new attempt begins now, before any of its frames (the
+        held ones follow). Not: the agents stamp the old attempt again, on the held frames too."""
+        if self.change is change:
+            self.change = None
+        run = self.run
+        if outcome is None:
+            run.begin_live_attempt(change)
+            for index, held_event, held_t in change.held:
+                run.on_trainer_frame(index, held_event, held_t)
+        else:
+            for agent in self.workers.agents:
+                agent.cancel_reconfigure(run.attempt)
+            for index, event, t in change.held:  # they stay the old attempt's
+                run.on_trainer_frame(index, replace(event, attempt=run.attempt), t)  # type: ignore[call-arg]
+        change.held = []
+        if not change.outcome.done():
+            change.outcome.set_result(outcome)

@@ -112,7 +112,7 @@ async def test_prefetch_key_shows_pending_and_r_relaunches_with_override():
         assert link.commands == []
         await pilot.press("p")
         assert text(app, PendingBar).startswith(
-            "pending (live): prefetch off→on — press r to relaunch"
+            "pending (live): prefetch off→on — press r to apply live"
         )
         assert app.check_action("relaunch", ()) is True
         await pilot.press("a")

@@ -12,8 +12,9 @@ What it does is the word in $GPUWATCH_FAKE_TRAINER (the --config file is not rea
   refuse    an error frame (kind "factory": bad input), exit 2 before any step
 
 While it hangs it reads its socket: a reconfigure frame is answered `reconfigured` (ok, then
-one more step) unless $GPUWATCH_FAKE_RECONFIGURE says "refuse" (ok false, a message) or
-"ignore" (no answer). Its pid never changes: a live change is the same process.
+one more step) unless $GPUWATCH_FAKE_RECONFIGURE says "refuse" (ok false, a message),
+"ignore" (no answer) or "late" (ok after 1.5 s: a switch that outlasts a shortened wait).
+Its pid never changes: a live change is the same process.
 
 A cluster's workers may do different things: "hang,1=killed" is hang for every worker
 but worker 1, which is killed. Each run writes its arguments and TF_CONFIG to
@@ -93,6 +94,8 @@ def answer_reconfigures(
                 with send:
                     sock.sendall(encode_event(answer))
                 continue
+            if how == "late":
+                time.sleep(1.5)
             settings = frame["settings"]
             answer = Reconfigured(attempt=attempt, id=frame["id"], ok=True, step=last_step,
                                   changed=changed, seconds=0.01)

@@ -1,0 +1,128 @@
+"""A live change in flight is on screen: "applying live: ..." from `r` until the trainer has
+settled it, with no invitation to press `r` again, whether the supervisor's answer comes at
+once, comes as `pending` (its wait ran out) and the record settles it later, or never."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from typing import Any
+
+from gpuwatch.app.app import GpuwatchApp
+from gpuwatch.app.link import ReplayLink
+from gpuwatch.app.widgets.panels import PendingBar, fit_line
+
+from .conftest import SIZE, frozen_clock_for, load_events, settle, wait_commands
+
+FIXTURE = "cpu_one_attempt.jsonl"
+
+
+class HeldLink(ReplayLink):
+    """Replays the fixture; a relaunch is answered only once `release` is set, with `reply`."""
+
+    def __init__(self, events: list[dict[str, Any]], reply: dict[str, Any]) -> None:
+        super().__init__(events, batch_size=50)
+        self.release = asyncio.Event()
+        self.reply = reply
+
+    async def command(self, frame_type: str, **fields: Any) -> dict[str, Any]:
+        answer = await super().command(frame_type, **fields)
+        if frame_type == "relaunch":
+            await self.release.wait()
+            answer.update(self.reply)
+        return answer
+
+
+def _app(reply: dict[str, Any]) -> tuple[GpuwatchApp, HeldLink, list[dict[str, Any]]]:
+    events = load_events(FIXTURE)
+    link = HeldLink(events, reply)
+    return GpuwatchApp(link, clock=frozen_clock_for(events)), link, events
+
+
+def bar(app: GpuwatchApp) -> str:
+    return app.query_one(PendingBar).plain
+
+
+def _next_attempt(events: list[dict[str, Any]], attempt: int) -> dict[str, Any]:
+    """The fixture's attempt event as the supervisor records a live change's."""
+    event = copy.deepcopy(next(e for e in events if e["type"] == "attempt"))
+    event.update(seq=len(events), attempt=attempt, reason="live")
+    event["settings"]["data"]["prefetch"] = True
+    return event
+
+
+async def test_applying_shows_from_r_until_the_answer_and_never_says_press_r() -> None:
+    app, link, _ = _app({"attempt": 2, "live": True, "request": 1, "seconds": 0.8})
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("p")
+        assert "press r" in bar(app) or "r apply live" in bar(app)
+        await pilot.press("r")
+        await pilot.pause()
+        assert bar(app).startswith("applying live: prefetch off→on · ")
+        assert "press" not in bar(app) and " r " not in bar(app)
+        link.release.set()
+        await wait_commands(app)
+        await pilot.pause()
+        assert bar(app).startswith("no pending changes")
+
+
+async def test_a_pending_answer_keeps_applying_until_the_new_attempt_is_recorded() -> None:
+    app, link, events = _app({"attempt": 2, "live": True, "pending": True, "request": 7,
+                              "message": "no answer from the trainer within 40 s"})
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("p", "r")
+        link.release.set()
+        await wait_commands(app)
+        await pilot.pause()
+        assert bar(app).startswith("applying live: prefetch off→on")
+        app.check_applying()  # the 1 s tick: still no attempt 2 in the record
+        assert bar(app).startswith("applying live")
+        link.push([_next_attempt(events, 2)])
+        await settle(app, link, pilot)
+        assert app.state.attempt == 2
+        assert bar(app).startswith("no pending changes")
+
+
+async def test_a_pending_answer_then_a_refusal_settles_it_on_the_old_settings() -> None:
+    app, link, events = _app({"attempt": 2, "live": True, "pending": True, "request": 7,
+                              "message": "no answer from the trainer within 40 s"})
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("p", "r")
+        link.release.set()
+        await wait_commands(app)
+        refused = {"v": 1, "type": "reconfigured", "seq": len(events) + 1, "t": events[-1]["t"],
+                   "attempt": 1, "id": 7, "ok": False, "step": 45, "changed": [],
+                   "seconds": 0.0, "message": "not applied: too late"}
+        other = dict(refused, seq=len(events), id=6)
+        link.push([other])  # another request's refusal settles nothing
+        await settle(app, link, pilot)
+        assert bar(app).startswith("applying live")
+        link.push([refused])
+        await settle(app, link, pilot)
+        assert app.state.attempt == 1 and not bar(app).startswith("applying")
+
+
+async def test_an_err_answer_ends_applying_and_says_why(notifications: list[str]) -> None:
+    from gpuwatch.client import CommandError
+
+    events = load_events(FIXTURE)
+    link = ReplayLink(events, batch_size=50,
+                      replies={"relaunch": CommandError("not applied live: refused")})
+    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("p", "r")
+        await wait_commands(app)
+        await pilot.pause()
+        assert app.applying is None and not bar(app).startswith("applying")
+        assert any("not applied live: refused" in n for n in notifications)
+
+
+def test_fit_line_cuts_the_head_and_keeps_the_tail_whole() -> None:
+    line = "applying live: prefetch off→on, accumulation 1→2, batch 256→512 · 12 s"
+    assert fit_line(line, 200) == line
+    cut = fit_line(line, 40, keep=" · 12 s")
+    assert len(cut) <= 40 and cut.endswith("… · 12 s") and cut.startswith("applying live: ")
