@@ -63,10 +63,14 @@ def first_step_end(run_dir: Path, attempt: int, timeout_s: float = 120) -> float
 
 
 def reconfigured_seconds(run_dir: Path, attempt: int) -> float | None:
-    """The trainer's own time for the switch to `attempt` (its `reconfigured` event)."""
+    """The trainer's own time for the switch to `attempt` (its `reconfigured` event: the one
+    recorded just before attempt's `attempt` event)."""
+    answer = None
     for event in events(run_dir):
-        if event["type"] == "reconfigured" and event.get("id") == attempt and event["ok"]:
-            return float(event["seconds"])
+        if event["type"] == "reconfigured" and event["ok"]:
+            answer = event
+        elif event["type"] == "attempt" and event["attempt"] == attempt and answer is not None:
+            return float(answer["seconds"])
     return None
 
 
