@@ -31,18 +31,17 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import runs
-from gpuwatch.config import ConfigError, dump_config, expected_replicas, load_config
-from gpuwatch.supervisor.agent import AgentStartError
+from gpuwatch.config import ConfigError, load_config
+from gpuwatch.supervisor.attempts import Attempts
 from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.exit_policy import ExitPolicy
 from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.hub import Client, TaskSet
-from gpuwatch.supervisor.live import LiveChange, LiveChanges
+from gpuwatch.supervisor.live import LiveChanges
 from gpuwatch.supervisor.recorder import Recorder
-from gpuwatch.supervisor.workers import Workers, WorkerStartError
+from gpuwatch.supervisor.workers import Workers
 from trainer_runtime.protocol import (
     TERMINAL_STATUSES,
-    Attempt,
     Event,
     Hello,
     Reconfigured,
@@ -56,14 +55,13 @@ from trainer_runtime.schema import RunConfig
 
 log = logging.getLogger("gpuwatch.supervisor")
 
-STOP_GRACE_S = float(os.environ.get("GPUWATCH_STOP_GRACE_S", "30"))
 # Once the run has ended and no client follows it, exit after this long (seconds).
 LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "1"))
 # How often the supervisor looks at whether the run has ended with nobody attached.
 LIFE_CHECK_S = 0.25
 
 
-class Supervisor:
+class Supervisor(Attempts):
     """One run: its record, its dashboards, and its agents (one per trainer host).
 
     It orchestrates its parts: the agents as one group (workers.py), how their exits
@@ -205,72 +203,6 @@ class Supervisor:
         if self.trainer_running or self.status not in TERMINAL_STATUSES:
             self.record(Sample(**{**fields, "worker": index}))
 
-    # -- attempts -----------------------------------------------------------------
-
-    @property
-    def trainer_running(self) -> bool:
-        return self.workers.running
-
-    def replicas_for(self, config: RunConfig) -> int:
-        """Replicas the trainers reported, or what the config asks for before they have."""
-        # The chief's hello says the run's replicas (in a cluster: all workers' together).
-        replicas: int | None = self.agents[0].replicas
-        return replicas or expected_replicas(config)
-
-    async def start_attempt(self, config: RunConfig, *, fresh: bool, reason: str) -> int:
-        self.attempt += 1
-        attempt = self.attempt
-        self.config = config
-        attempt_path = self.run_dir / f"attempt-{attempt}.yaml"
-        try:
-            attempt_path.write_text(dump_config(config))
-        except OSError as exc:
-            self.set_status("crashed", message=f"could not write {attempt_path}: {exc}")
-            return attempt
-        self._record_attempt(attempt_path, reason, fresh=fresh)
-        self.set_status("starting")
-        self._hellos = set()
-        self.exit_policy.new_attempt()
-        if not self.clustered:
-            try:
-                await self.agents[0].start(attempt, attempt_path, fresh=fresh)
-            except AgentStartError as exc:
-                self.set_status("crashed", message=str(exc))
-            return attempt
-        await self._start_workers(attempt, attempt_path, fresh=fresh)
-        return attempt
-
-    def _record_attempt(self, path: Path, reason: str, *, fresh: bool = False) -> None:
-        """Attempt self.attempt begins with self.config: recorded before any of its frames."""
-        self._last_step_before = self.last_step
-        settings = self.config.model_dump(mode="json")
-        attempt = Attempt(attempt=self.attempt, settings=settings, fresh=fresh, reason=reason,
-                          config_path=str(path))
-        self.record(attempt)
-
-    async def _start_workers(self, attempt: int, attempt_path: Path, *, fresh: bool) -> None:
-        """Start every worker, chief first; one that cannot start fails the attempt (the ones
-        already started are stopped)."""
-        policy = self.exit_policy
-        try:
-            await self.workers.start(
-                self.config, attempt, attempt_path, fresh=fresh,
-                # One already started has failed, or a stop came: start no more.
-                go_on=lambda: policy.failed_worker is None and not self.stop_requested,
-            )
-        except WorkerStartError as exc:
-            policy.start_failed(exc.index, str(exc))
-        if policy.failed_worker is not None:
-            await policy.stop_workers()
-        elif self.stop_requested and self.trainer_running:
-            await self.stop_trainers()
-
-    async def stop_trainers(self, grace_s: float = STOP_GRACE_S) -> None:
-        """Stop every agent's trainer (SIGTERM, then SIGKILL after grace_s); return when gone."""
-        if self.workers.stoppable and self.status not in TERMINAL_STATUSES:
-            self.set_status("stopping")
-        await self.workers.stop(grace_s)
-
     # -- what the commands ask (commands.Run) ---------------------------------------
 
     def subscribe(
@@ -278,32 +210,6 @@ class Supervisor:
         dashboard: bool = False,
     ) -> int:
         return self.hub.subscribe(client, from_seq, snapshot, dashboard=dashboard)
-
-    async def relaunch(self, config: RunConfig, *, fresh: bool) -> int:
-        """Stop the trainers (not a terminal status), then start the next attempt."""
-        if topology(config) != topology(self.config):
-            raise ValueError(
-                "cluster workers, hosts, launcher, ports, python and ssh_options cannot "
-                "change on a relaunch (the agents are this run's); start a new run with "
-                "gpuwatch train"
-            )
-        if self.exiting:
-            raise ValueError(
-                f"run {self.run_id} has ended and its supervisor is exiting; "
-                f"gpuwatch resume {self.run_id} continues it"
-            )
-        if self.ended:  # a relaunch after the end (a stop, a crash): the run goes on
-            self.stop_requested = False
-        self.exit_policy.relaunching = True
-        try:
-            await self.stop_trainers()
-        finally:
-            self.exit_policy.relaunching = False
-        if self.stop_requested:  # a stop (a signal) came while the old attempt stopped
-            if self.status not in TERMINAL_STATUSES:
-                self.set_status("stopped", message="stopped on request")
-            raise ValueError("the run was stopped while relaunching; nothing was started")
-        return await self.start_attempt(config, fresh=fresh, reason="relaunch")
 
     def can_reconfigure(self) -> bool:
         return self.live.possible()
@@ -314,13 +220,6 @@ class Supervisor:
     async def reconfigure(self, config: RunConfig) -> dict[str, Any]:
         """Apply config in the running trainers (live.py): the next attempt, same processes."""
         return await self.live.apply(config)
-
-    def begin_live_attempt(self, change: LiveChange) -> None:
-        """Every worker runs change's settings: its attempt begins now, before any of its steps."""
-        self.attempt = change.attempt
-        self.config = change.config
-        self._record_attempt(change.path, "live")
-        self.set_status("running")  # the new attempt's, and state.json's for `gpuwatch ls`
 
     async def stop_run(self) -> None:
         """The stop command: end the run. On a run already over it also lets the supervisor
@@ -416,17 +315,6 @@ class Supervisor:
 
     async def _open_socket(self) -> None:
         await self.hub.open()
-
-
-def topology(config: RunConfig) -> tuple[Any, ...] | None:
-    """What a run's agents are made from: fixed for the run (a worker's data, the collective
-    and its timeout reach the trainers through each attempt's config, so they may change)."""
-    cluster = config.cluster
-    if cluster is None:
-        return None
-    hosts = tuple(worker.host for worker in cluster.workers)
-    ports = tuple(cluster.ports) if cluster.ports is not None else None
-    return (cluster.launcher, hosts, ports, cluster.python, tuple(cluster.ssh_options))
 
 
 def main(argv: list[str] | None = None) -> int:
