@@ -138,10 +138,7 @@ async def _play(run_dir: Path, workers: int, script: list[Move]) -> list[Trainer
             trainer.alive = False
             trainer.request = None
             core.live.trainer_exited(index)
-        elif (kind == "ask" and all(t.alive for t in trainers)
-              and all(task.done() for task in commands)):
-            # (One command at a time: one queued behind another's wait would find the
-            # trainers gone at the end and relaunch them, which the stand-ins cannot.)
+        elif kind == "ask" and all(t.alive for t in trainers):
             asked += 1
             frame = {"v": 1, "type": "relaunch", "id": asked,
                      "overrides": {"data.read_latency_ms": BASE_LATENCY + asked}}
@@ -152,6 +149,8 @@ async def _play(run_dir: Path, workers: int, script: list[Move]) -> list[Trainer
         await asyncio.sleep(0)
     # The end of the attempt: the commands' waits run out, every trainer exits; what is in
     # flight settles.
+    for _ in range(5):  # every command sent: waiting for its answer, or answered
+        await asyncio.sleep(0)
     await asyncio.sleep(0.05)
     for index, trainer in enumerate(trainers):
         if trainer.alive:

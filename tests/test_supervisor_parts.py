@@ -12,6 +12,7 @@ import shutil
 import signal
 import socket
 import tempfile
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -791,6 +792,25 @@ async def test_a_live_change_with_no_answer_stays_in_flight_until_the_trainer_go
         await client.command("stop")
     assert await asyncio.wait_for(running, 20) == 0
     assert core.live.change is None  # the trainer went: the change with it
+    assert [kind for kind, _ in _recorded(core.run_dir)].count("attempt") == 1
+
+
+async def test_a_stop_goes_ahead_while_a_live_change_waits_and_settles_it(
+    core: Supervisor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    monkeypatch.setenv("GPUWATCH_FAKE_RECONFIGURE", "ignore")  # the default 40 s wait
+    running = await _running_core(core)
+    async with RunClient(core.socket_path) as relauncher, RunClient(core.socket_path) as stopper:
+        change = asyncio.create_task(
+            relauncher.command("relaunch", overrides={"data.prefetch": 2}))
+        await until(lambda: core.live.change is not None, "the change to be sent")
+        started = time.monotonic()
+        await asyncio.wait_for(stopper.command("stop"), 10)
+        assert time.monotonic() - started < 10, "the stop did not wait out the change"
+        with pytest.raises(CommandError, match="exited before applying the change"):
+            await asyncio.wait_for(change, 10)
+    assert await asyncio.wait_for(running, 20) == 0
     assert [kind for kind, _ in _recorded(core.run_dir)].count("attempt") == 1
 
 

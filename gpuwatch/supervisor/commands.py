@@ -4,13 +4,15 @@
 command. A refused one is answered err and changes nothing; a relaunch whose
 settings do not validate is refused before the trainer is touched; one that changes
 only live keys (schema.LIVE_KEYS) of a running trainer is applied in that trainer. Relaunch
-and stop take turns (one lock); status and subscribe never wait on them.
+and stop take turns (one lock; a live change's wait for its trainers' answer is outside
+it); status and subscribe never wait on them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from gpuwatch.config import ConfigError, apply_overrides, check_replicas
@@ -55,9 +57,19 @@ class Run(Protocol):
 
     def live_in_flight(self) -> str | None: ...
 
-    async def reconfigure(self, config: RunConfig) -> dict[str, Any]: ...
+    async def reconfigure(self, config: RunConfig) -> Any: ...
+
+    async def live_outcome(self, change: Any) -> dict[str, Any]: ...
 
     async def stop_run(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class LiveWait:
+    """A live change sent to the trainers, its answer still to come."""
+
+    change: Any
+    overrides: dict[str, Any]
 
 
 class Commands:
@@ -99,13 +111,19 @@ class Commands:
             return self.run.status_fields()
         async with self.lock:
             if isinstance(command, Relaunch):
-                return await self._relaunch(command)
-            if isinstance(command, Stop):
+                answer = await self._relaunch(command)
+            elif isinstance(command, Stop):
                 await self.run.stop_run()
                 return self.run.status_fields()
-        raise ValueError(f"{command.TYPE}: not a command this supervisor carries out")
+            else:
+                raise ValueError(f"{command.TYPE}: not a command this supervisor carries out")
+        if isinstance(answer, LiveWait):
+            # A live change's answer is awaited without the lock: a stop goes ahead meanwhile
+            # (its trainer's exit settles the change).
+            return {**await self.run.live_outcome(answer.change), "overrides": answer.overrides}
+        return answer
 
-    async def _relaunch(self, command: Relaunch) -> dict[str, Any]:
+    async def _relaunch(self, command: Relaunch) -> dict[str, Any] | LiveWait:
         if self.run.stopping:
             raise ValueError("the run is stopping; relaunch it once it has stopped")
         # parse_command checked both: overrides maps dotted keys to JSON values, and
@@ -121,6 +139,6 @@ class Commands:
         if (command.live and not command.fresh and live_keys and not other_keys
                 and self.run.can_reconfigure()):
             # Only settings a running trainer can change: the next attempt, same process.
-            return {**await self.run.reconfigure(config), "overrides": overrides}
+            return LiveWait(await self.run.reconfigure(config), overrides)
         attempt = await self.run.relaunch(config, fresh=command.fresh)
         return {"attempt": attempt, "live": False, "overrides": overrides}

@@ -37,7 +37,7 @@ from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.exit_policy import ExitPolicy
 from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.hub import Client, TaskSet
-from gpuwatch.supervisor.live import LiveChanges
+from gpuwatch.supervisor.live import LiveChange, LiveChanges
 from gpuwatch.supervisor.recorder import Recorder
 from gpuwatch.supervisor.workers import Workers
 from trainer_runtime.protocol import (
@@ -217,9 +217,12 @@ class Supervisor(Attempts):
     def live_in_flight(self) -> str | None:
         return self.live.in_flight()
 
-    async def reconfigure(self, config: RunConfig) -> dict[str, Any]:
-        """Apply config in the running trainers (live.py): the next attempt, same processes."""
-        return await self.live.apply(config)
+    async def reconfigure(self, config: RunConfig) -> LiveChange:
+        """Send config to the running trainers (live.py): the next attempt, same processes."""
+        return await self.live.send(config)
+
+    async def live_outcome(self, change: LiveChange) -> dict[str, Any]:
+        return await self.live.outcome(change)
 
     async def stop_run(self) -> None:
         """The stop command: end the run. On a run already over it also lets the supervisor

@@ -12,7 +12,9 @@ switched first are held until then); a refusal, or a trainer that exits before a
 worker applied it, leaves attempt N going (the held frames are attempt N's). The
 change stays in flight until then: the command is answered when the trainers answer,
 or after LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S with ``pending: true`` (a late ``ok`` is
-still attempt N+1), and no other live change is sent while one is in flight. The
+still attempt N+1), and no other live change is sent while one is in flight. The wait
+holds no lock: a stop (or a full relaunch) goes ahead, and its trainer's exit settles
+the change. The
 trainer has LIVE_TIMEOUT_S to begin the switch (its own deadline: past it, it refuses).
 """
 
@@ -116,13 +118,9 @@ class LiveChanges:
             return True
         return False
 
-    async def apply(self, config: RunConfig) -> dict[str, Any]:
-        """Apply config in the running trainers (live keys only): the next attempt, same processes.
-
-        The answer comes when every trainer has answered, or after the wait (pending: True,
-        the change still in flight); ValueError (training goes on with the old settings) if
-        one refuses, is not reached, or exits first.
-        """
+    async def send(self, config: RunConfig) -> LiveChange:
+        """Send config to the running trainers (live keys only): the next attempt, same
+        processes, once they say so. ValueError if attempt N+1's YAML cannot be written."""
         run = self.run
         attempt = run.attempt + 1
         attempt_path = run.run_dir / f"attempt-{attempt}.yaml"
@@ -147,20 +145,26 @@ class LiveChanges:
             # A worker that never got it never applies it: in a cluster, the ones that did
             # refuse it when it runs out of time (their answers come for a change gone).
             self._finish(change, str(exc))
+        return change
+
+    async def outcome(self, change: LiveChange) -> dict[str, Any]:
+        """The command's answer: when every trainer has answered, or after the wait (pending:
+        True, the change still in flight); ValueError (training goes on with the old
+        settings) if one refuses, is not reached, or exits first."""
         waited = LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S
         try:
             outcome = await asyncio.wait_for(asyncio.shield(change.outcome), waited)
         except TimeoutError:
             # Still in flight: whatever comes later is honoured (answer, trainer_exited), so
             # the record follows what the trainer runs. Until then, the old settings run.
-            return {"attempt": attempt, "live": True, "pending": True, "request": change.id,
-                    "seconds": change.age_s(),
+            return {"attempt": change.attempt, "live": True, "pending": True,
+                    "request": change.id, "seconds": change.age_s(),
                     "message": (f"no answer from the trainer within {waited:.0f} s: training "
                                 f"goes on with the old settings until it applies the change, "
-                                f"which then becomes attempt {attempt}")}
+                                f"which then becomes attempt {change.attempt}")}
         if outcome is not None:
             raise ValueError(f"not applied live: {outcome}; training goes on with the old settings")
-        return {"attempt": attempt, "live": True, "request": change.id,
+        return {"attempt": change.attempt, "live": True, "request": change.id,
                 "seconds": change.age_s()}
 
     def answer(self, index: int, event: Reconfigured) -> None:
