@@ -98,7 +98,7 @@ def test_two_attempts_are_summarised_separately():
     assert state.attempts[2].input_wait_pct == pytest.approx(4.0)
     assert state.attempts[1].prefetch is False
     assert state.attempts[2].prefetch is True
-    assert state.recent_input_wait_pct() == pytest.approx(4.0)
+    assert state.figures().input_wait_pct == pytest.approx(4.0)
     assert all(p.attempt == 2 for p in state.recent_steps())
 
 
@@ -272,10 +272,12 @@ def test_every_figure_derived_from_accepted_steps_is_finite_or_none(steps) -> No
         assert event.input_wait_pct is None or math.isfinite(event.input_wait_pct)
         frame = json.loads(protocol.encode_event(event, t=float(i), seq=i))
         state.apply(frame)
+    now = state.figures()
     figures = [
-        state.recent_examples_per_s(count=len(steps)),
-        state.recent_input_wait_pct(count=len(steps)),
-        state.recent_grad_sync_bytes_per_s(count=len(steps)),
+        now.examples_per_s,
+        now.step_time_ms,
+        now.input_wait_pct,
+        now.grad_sync_bytes_per_s,
         per_second(float(steps[0][3]), steps[0][1]),
     ]
     for summary in state.worker_summaries():

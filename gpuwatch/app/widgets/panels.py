@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rich.text import Text
@@ -12,7 +13,7 @@ from gpuwatch.advisor import Advice, Straggler
 from gpuwatch.app import fmt
 from gpuwatch.app.link import RECORD
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
-from gpuwatch.runstate import WARMUP_STEPS, RunState, WorkerSummary
+from gpuwatch.runstate import WARMUP_STEPS, Figures, RunState, WorkerSummary
 from trainer_runtime.protocol import Hello
 from trainer_runtime.schema import prefetch_word
 
@@ -63,9 +64,10 @@ class HeaderBar(StatePanel):
 
 
 class MetricsPanel(StatePanel):
-    """Step, epoch, loss, examples/s, step time, input wait."""
+    """Step, epoch, loss, and the figures: examples/s, step time, input wait (a cluster's:
+    the worker's that waits most, named)."""
 
-    def show_state(self, state: RunState) -> None:
+    def show_state(self, state: RunState, figures: Figures) -> None:
         point = state.last_step
         text = Text()
         if point is None:
@@ -90,19 +92,21 @@ class MetricsPanel(StatePanel):
         if point.lr is not None:
             text.append(f"  lr {point.lr:.1e}", style="dim")
         text.append("\n")
-        rate = state.recent_examples_per_s()
-        step_ms = state.recent_step_time_ms()
+        rate = figures.examples_per_s
         if rate is None:
             warming = f"warming up (the first {WARMUP_STEPS} steps trace; not measured)"
             text.append(warming, style="dim")
             self.set_text(text)
             return
         text.append(fmt.count(rate, "examples/s"), style="bold")
-        text.append(f"  {fmt.ms(step_ms)} per step", style="")
+        text.append(f"  {fmt.ms(figures.step_time_ms)} per step", style="")
         text.append("  input wait ", style="dim")
-        wait = state.recent_input_wait_pct()
-        text.append(fmt.pct(wait, 1), style="bold")
-        text.append(" of step time", style="dim")
+        text.append(fmt.pct(figures.input_wait_pct, 1), style="bold")
+        if figures.input_wait_worker is not None:
+            # The worker every step waits for; the chief's own may be far less.
+            text.append(f" (worker {figures.input_wait_worker})", style="bold")
+        else:
+            text.append(" of step time", style="dim")
         self.set_text(text)
 
 
@@ -121,9 +125,9 @@ class AdvicePanel(StatePanel):
 class DevicesPanel(StatePanel):
     """No GPU readings: says so, with the host and the replicas (GpuPanel shows GPUs)."""
 
-    def show_state(self, state: RunState) -> None:
+    def show_state(self, state: RunState, sync: float | None) -> None:
+        """sync: the gradient sync estimate of the figures on screen (RunState.figures)."""
         sample = state.sample or {}
-        sync = state.recent_grad_sync_bytes_per_s()
         text = Text()
         self._no_gpu(text, state, sample, state.hello, sync)
         self.set_text(text)
@@ -249,8 +253,11 @@ class WorkersPanel(StatePanel):
 
     HOST_CHARS = 10
 
-    def show_state(self, state: RunState, straggler: Straggler | None) -> None:
-        rows = slowest_first(state.worker_summaries())
+    def show_state(
+        self, state: RunState, workers: Sequence[WorkerSummary], straggler: Straggler | None
+    ) -> None:
+        """workers: the figures' (RunState.figures), so each row is the value shown elsewhere."""
+        rows = slowest_first(list(workers))
         text = Text()
         header = f"{'w':>2} {'host':<{self.HOST_CHARS}} {'rep':>3} {'step':>8} {'wait':>6}"
         header += f" {'compute':>8} {'ex/s':>7} {'status':<7} device"
@@ -290,7 +297,10 @@ class WorkersPanel(StatePanel):
 
 
 class HistoryPanel(StatePanel):
-    """Sparklines of examples/s and input wait % over the recent steps, with their figures.
+    """Sparklines of examples/s and input wait % over the recent steps, with their ranges.
+
+    The figures now are the metrics line's (one value each, RunState.figures): this panel
+    shows each step's, so its text is their range, not a second "now".
 
     One widget of text, not a row of label, sparkline and figure widgets: every widget
     costs the compositor on each repaint of the screen. Built again for a new width.
@@ -316,7 +326,9 @@ class HistoryPanel(StatePanel):
                 waits.append(wait)
         self._series = (rates, waits)
         self.set_text(self._build(self.size.width))
-        show_title(self, f"history: last {len(rates)} steps after warm-up, all attempts")
+        # In a cluster the steps are the chief's; the headline's input wait may not be.
+        whose = "the chief's " if state.workers > 1 else ""
+        show_title(self, f"history: {whose}last {len(rates)} steps after warm-up, all attempts")
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_text(self._build(event.size.width))
@@ -326,9 +338,8 @@ class HistoryPanel(StatePanel):
         if rates:
             rows = [
                 ("ex/s", rates, "green",
-                 f"now {fmt.count(rates[-1])}, {fmt.count(min(rates))}–{fmt.count(max(rates))}"),
-                ("wait %", waits, "yellow",
-                 f"now {waits[-1]:.1f}%, {min(waits):.1f}–{max(waits):.1f}%"),
+                 f"range {fmt.count(min(rates))}–{fmt.count(max(rates))}"),
+                ("wait %", waits, "yellow", f"range {min(waits):.1f}–{max(waits):.1f}%"),
             ]
         else:
             rows = [("ex/s", [], "green", "no steps yet"), ("wait %", [], "yellow", "")]
@@ -348,7 +359,11 @@ class HistoryPanel(StatePanel):
 
 
 class AttemptsPanel(StatePanel):
-    """Each attempt's settings and its measured figures after warm-up, side by side."""
+    """Each attempt's settings and its measured figures after warm-up, side by side.
+
+    A cluster's input wait is the worker's that waits most over the attempt ("38.0% w1"):
+    every step waits for it, so that is the figure a change must bring down.
+    """
 
     _last_state: RunState | None = None
 
@@ -385,7 +400,9 @@ class AttemptsPanel(StatePanel):
             if cluster:
                 row += f" {summary.workers:>4}"
             if summary.measured:
-                row += f" {fmt.count(summary.median_examples_per_s):>14} {fmt.pct(wait, 1):>11}"
+                whose = summary.input_wait_worker
+                shown = fmt.pct(wait, 1) + ("" if whose is None else f" w{whose}")
+                row += f" {fmt.count(summary.median_examples_per_s):>14} {shown:>11}"
             else:
                 row += f" {'warming up':>14} {'':>11}"
             ended = summary.end or ("running" if summary.attempt == state.attempt else "")
@@ -400,6 +417,10 @@ class AttemptsPanel(StatePanel):
             text.append(f"\n* attempt {last.attempt}: {last.data_restarted}", style="yellow")
         if not attempts:
             text.append("\nno attempt yet", style="dim")
+        title = "attempts (measured after warm-up)"
+        if cluster:
+            title = "attempts (after warm-up; input wait: the worker that waits most)"
+        show_title(self, title)
         self.set_text(text)
 
 
