@@ -41,6 +41,7 @@ and describing what a relaunch would change.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
@@ -73,6 +74,7 @@ from trainer_runtime.protocol import (
 )
 from trainer_runtime.schema import (
     MAX_WORKERS,
+    dotted_settings,
     live_changes,
     prefetch_enabled,
     prefetch_word,
@@ -874,6 +876,60 @@ def format_setting(dotted: str, value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return "?" if value is None else str(value)
+
+
+# The attempts table's names for a setting (a column's head, or a note under a row).
+_SHORT_LABELS = {
+    PREFETCH_KEY: "prefetch",
+    ACCUMULATION_KEY: "accum",
+    BATCH_KEY: "batch",
+    "data.parallel_calls": "parallel",
+    "data.read_latency_ms": "read ms",
+    "data.decode_cost": "decode",
+    "data.cache": "cache",
+    "train.learning_rate": "lr",
+    "strategy.cpu_replicas": "cpu replicas",
+}
+
+
+def _differ(a: Any, b: Any) -> bool:
+    # True == 1 in Python, but prefetch on (autotune) is not one batch of prefetch.
+    return a != b or isinstance(a, bool) != isinstance(b, bool)
+
+
+def differing_settings(summaries: Iterable[AttemptSummary]) -> list[str]:
+    """The dotted settings whose values differ between these attempts, in the config's order.
+
+    Keys as ``schema.dotted_settings`` splits them (``data.cache``; a deeper value such
+    as the cluster's list of workers is one value); an attempt with no settings known
+    is left out.
+    """
+    flat = [dotted_settings(s.settings) for s in summaries if s.settings]
+    keys: dict[str, None] = {}
+    for one in flat:
+        keys.update(dict.fromkeys(one))
+    return [
+        key for key in keys
+        if any(_differ(one.get(key), flat[0].get(key)) for one in flat[1:])
+    ]
+
+
+def setting_labels(keys: Iterable[str]) -> dict[str, str]:
+    """Each key's short name ('read ms', 'cache', else the part after its section); the
+    whole key where two would read the same (data.name and model.name)."""
+    keys = list(keys)
+    short = {key: _SHORT_LABELS.get(key) or key.rsplit(".", 1)[-1] for key in keys}
+    counts: dict[str, int] = {}
+    for label in short.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {key: label if counts[label] == 1 else key for key, label in short.items()}
+
+
+def setting_text(dotted: str, value: Any) -> str:
+    """A setting's value on one line: format_setting's word, a list or an object as JSON."""
+    if isinstance(value, list | dict):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return format_setting(dotted, value)
 
 
 def pending_applies_live(
