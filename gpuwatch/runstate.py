@@ -36,7 +36,8 @@ the same value.
 
 It also holds the pure helpers behind the "pending settings" keys: reading a
 dotted setting, stepping prefetch/accumulation/batch with the divisibility rule,
-and describing what a relaunch would change.
+and describing what a relaunch would change; and the attempts table's: which
+settings differ between attempts, and their short names.
 """
 
 from __future__ import annotations

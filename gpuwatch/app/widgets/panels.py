@@ -449,11 +449,12 @@ class AttemptsPanel(StatePanel):
         (as columns, as a note under each row); one of them is empty."""
         keys = [k for k in differing_settings(attempts) if k not in self.FIXED]
         labels = setting_labels(keys)
+        flat = {summary.attempt: dotted_settings(summary.settings) for summary in attempts}
         found: Differences = []
         for key in keys:
             values = {}
             for summary in attempts:
-                value = setting_text(key, dotted_settings(summary.settings).get(key))
+                value = setting_text(key, flat[summary.attempt].get(key))
                 if len(value) > self.VALUE_CHARS:
                     value = value[: self.VALUE_CHARS - 1] + "…"
                 values[summary.attempt] = value
