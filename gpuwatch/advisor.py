@@ -1,4 +1,4 @@
-"""Advisor: a window of steps (+ settings, device sample) -> input-bound verdict and advice.
+"""Advisor: the current figures (+ settings, device sample) -> input-bound verdict and advice.
 
 Plain Python, no Textual. The verdict uses TF Profiler's thresholds
 (openxla/xprof ``op_stats_to_input_pipeline_analysis.cc``): input wait / step
@@ -7,6 +7,10 @@ time >= 20 % is "highly input-bound", >= 5 % "moderately input-bound", else
 
 Several workers: ``find_straggler`` names the worker that holds every synchronous
 step back and why (see its docstring for the thresholds).
+
+``reading(state)`` is what one repaint of the dashboard shows: the state's figures
+(``RunState.figures``), taken once, with the straggler and the advice made from them,
+so the verdict's input wait is the figure the metrics line shows.
 """
 
 from __future__ import annotations
@@ -15,9 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwatch.runstate import StepPoint, WorkerSummary, get_setting
-from gpuwatch.runstate import steps_input_wait_pct as input_wait_pct  # the rule's one home
-from trainer_runtime.protocol import per_second
+from gpuwatch.runstate import Figures, RunState, WorkerSummary, get_setting, pace_setter
 from trainer_runtime.schema import prefetch_enabled
 
 HIGH_INPUT_BOUND_PCT = 20.0
@@ -78,29 +80,28 @@ def format_rate(bytes_per_s: float | None) -> str:
 
 
 def advise(
-    steps: Sequence[StepPoint],
+    figures: Figures,
     settings: Mapping[str, Any],
     sample: Mapping[str, Any] | None = None,
     replicas: int = 1,
     straggler: Straggler | None = None,
 ) -> Advice:
-    """Verdict and up to three recommendations for the steps of the current attempt.
+    """Verdict and up to three recommendations for the current figures (``RunState.figures``).
 
-    The steps are the chief's; a straggler (``find_straggler``) comes first, since every
-    worker's step waits for it whatever the chief's own figures say.
+    The verdict's input wait is the figures' own: in a cluster the worker's that waits
+    most, named (every step waits for it). A straggler (``find_straggler``, from the
+    same figures' workers) comes first in the recommendations.
     """
-    pct = input_wait_pct(steps)
+    pct = figures.input_wait_pct
     level = input_bound_level(pct)
     verdict = VERDICTS[level]
-    if pct is not None:
-        verdict = f"{verdict}: {pct:.1f}% of step time waiting for input"
-    if straggler is not None and straggler.cause == "input-bound":
-        # The run goes at its pace: the verdict is the straggler's, not the chief's.
-        level = input_bound_level(straggler.value)
+    if pct is not None and figures.input_wait_worker is not None:
         verdict = (
-            f"{VERDICTS[level]} on worker {straggler.worker}: {straggler.value:.1f}% of its "
-            "step time waiting for input"
+            f"{verdict} on worker {figures.input_wait_worker}: {pct:.1f}% of its step time "
+            "waiting for input"
         )
+    elif pct is not None:
+        verdict = f"{verdict}: {pct:.1f}% of step time waiting for input"
     recs: list[str] = []
     if straggler is not None:
         if straggler.cause == "input-bound":
@@ -143,9 +144,7 @@ def advise(
             recs.append("the input keeps up: step time is compute (and gradient sync)")
 
     if replicas > 1:
-        sync_per_s = per_second(
-            sum(s.grad_sync_bytes for s in steps), sum(s.step_time_ms for s in steps)
-        )
+        sync_per_s = figures.grad_sync_bytes_per_s
         if sync_per_s is not None and sync_per_s > 0:
             if accumulation == 1:
                 recs.append(
@@ -204,12 +203,12 @@ def _outlier(
     workers: Sequence[WorkerSummary], figure: str, ratio: float, step_ms: float
 ) -> tuple[WorkerSummary, float, float, float] | None:
     """(worker, its value, the others' median, extra ms) if one worker stands out."""
-    known = [w for w in workers if getattr(w, figure) is not None]
-    if len(known) < 2:
+    known = {w.worker: w for w in workers if getattr(w, figure) is not None}
+    pace = pace_setter({index: getattr(w, figure) for index, w in known.items()})
+    if len(known) < 2 or pace is None:
         return None
-    top = max(known, key=lambda w: (getattr(w, figure), -w.worker))
-    value = float(getattr(top, figure))
-    others = _median([float(getattr(w, figure)) for w in known if w is not top])
+    top, value = known[pace[0]], pace[1]
+    others = _median([float(getattr(w, figure)) for w in known.values() if w is not top])
     # Input wait is a % of the step: its extra time is that share of the median step.
     extra_ms = (value - others) * (step_ms / 100.0 if figure == "input_wait_pct" else 1.0)
     if value < ratio * others or extra_ms < STRAGGLER_MIN_SHARE_PCT * step_ms / 100.0:
@@ -227,7 +226,7 @@ def find_straggler(workers: Sequence[WorkerSummary]) -> Straggler | None:
     and STRAGGLER_COMPUTE_RATIO; workers that do not report compute_ms are left out of
     that rule. When both rules name someone, the larger extra time per step wins.
     """
-    measured = [w for w in workers if w.step_time_ms is not None and w.measured_steps > 0]
+    measured = [w for w in workers if w.measured]
     if len(measured) < 2:
         return None
     step_ms = _median([float(w.step_time_ms) for w in measured if w.step_time_ms is not None])
@@ -245,3 +244,23 @@ def find_straggler(workers: Sequence[WorkerSummary]) -> Straggler | None:
         return None
     cause, (top, value, others, extra_ms) = max(found, key=lambda pair: pair[1][3])
     return Straggler(top.worker, top.host, cause, value, others, extra_ms)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """What one repaint shows: the figures, taken once, and what the advisor makes of them."""
+
+    figures: Figures
+    straggler: Straggler | None
+    advice: Advice
+
+
+def reading(state: RunState) -> Reading:
+    """The state's figures now, its straggler (a cluster's) and the advice, all from one
+    ``RunState.figures()``: every part of the screen that shows a figure reads it here."""
+    figures = state.figures()
+    straggler = find_straggler(figures.workers) if figures.workers else None
+    current = state.current
+    settings = current.settings if current and current.settings else state.settings
+    advice = advise(figures, settings, state.sample, state.replicas, straggler)
+    return Reading(figures, straggler, advice)

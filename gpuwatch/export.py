@@ -16,9 +16,11 @@ fixed by the declarations, never by scanning the file):
   ``host.<key>`` (repeated on each of its GPUs' rows) and the GPU's as ``gpu.<key>``
   (``gpuwatch.sampling``'s frame keys). A sample with no GPU (no NVIDIA GPU, NVML
   missing) is one row with the host's readings and empty ``gpu.*`` cells.
-- ``attempts``: one row per attempt: its start, end and figures (the chief's, after
-  warm-up, as the attempts table shows them), then its settings flattened as dotted
-  columns (``train.global_batch_size``, the keys ``--set`` takes) from the config schema.
+- ``attempts``: one row per attempt: its start, end and figures (after warm-up, as the
+  attempts table shows them: the chief's, but input wait in a cluster is the worker's
+  that waits most, and ``input_wait_worker`` says whose; empty on one host), then its
+  settings flattened as dotted columns (``train.global_batch_size``, the keys ``--set``
+  takes) from the config schema.
   A setting that holds a list or an object (``model.kwargs``) is one cell.
 
 Keys the declarations do not know (a newer version's readings or settings) are kept, in
@@ -90,6 +92,7 @@ ATTEMPT_FIGURES = (
     "steps",
     "measured_steps",
     "input_wait_pct",
+    "input_wait_worker",
     "median_examples_per_s",
     "grad_sync_bytes_per_s",
     "resumed_from_step",
@@ -321,6 +324,7 @@ def attempt_rows(
             "steps": summary.steps_seen,
             "measured_steps": summary.measured_steps,
             "input_wait_pct": summary.input_wait_pct,
+            "input_wait_worker": summary.input_wait_worker,
             "median_examples_per_s": summary.median_examples_per_s,
             "grad_sync_bytes_per_s": summary.grad_sync_bytes_per_s,
             "resumed_from_step": resume.from_step if resume else None,

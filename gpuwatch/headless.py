@@ -8,6 +8,8 @@ when the run ends, one line that says what the summary measured, then
 20 steps; the summary's are the whole attempt after its warm-up steps (the median
 examples/s, the summed input wait over the summed step time), or, for an attempt
 too short to have any after warm-up, all its steps, and the line before it says so.
+In a cluster the input wait is the worker's that waits most (every step waits for it),
+as on the dashboard and in its attempts table; the progress line names the worker.
 
 Exit codes: 0 when the run finished or was stopped (`gpuwatch stop`, the dashboard),
 2 when the trainer refused its settings (a bad config or factory), 1 when the trainer
@@ -41,14 +43,17 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def progress_line(state: RunState) -> str:
     step = state.last_step
-    wait = state.recent_input_wait_pct()
+    figures = state.figures()  # as the dashboard's: a cluster's input wait is its most
+    wait = figures.input_wait_pct
     verdict = VERDICTS[input_bound_level(wait)] if wait is not None else "measuring"
+    if figures.input_wait_worker is not None:
+        verdict += f", worker {figures.input_wait_worker}"
     return (
         f"[{state.run_id or '?'}] attempt {state.attempt} {state.status or 'starting'}"
         f" | step {step.step if step else 0}"
         f" | loss {_fmt(step.loss if step else None, '.4f')}"
-        f" | {_fmt(state.recent_examples_per_s(), ',.0f')} ex/s"
-        f" | step {_fmt(state.recent_step_time_ms(), '.1f')} ms"
+        f" | {_fmt(figures.examples_per_s, ',.0f')} ex/s"
+        f" | step {_fmt(figures.step_time_ms, '.1f')} ms"
         f" | input wait {_fmt(wait, '.1f')}% ({verdict})"
     )
 

@@ -20,23 +20,31 @@ with the run's length: windows are fixed deques, the log tail is cut, an attempt
 median examples/s is a ``MedianSketch`` (exact for a short attempt, then within
 0.5 %); what grows is one ``AttemptSummary`` per attempt.
 
-Several workers (MultiWorkerMirroredStrategy): the headline figures (step, loss,
-examples/s, input wait, the step window, the device sample) come from the chief
-(worker 0) alone, so nothing is counted twice and a one-host run folds exactly as
-before; every worker also gets a ``WorkerFigures``: a fixed window of its recent
-steps, its status and its host's latest sample. Folding costs O(1) per event; the
-medians are taken when the screen asks (``worker_summaries``), over windows of at
-most WORKER_WINDOW_STEPS steps.
+Several workers (MultiWorkerMirroredStrategy): the step, loss, examples/s, step time,
+the step window and the device sample come from the chief (worker 0) alone, so nothing
+is counted twice and a one-host run folds exactly as before; every worker also gets a
+``WorkerFigures``: a fixed window of its recent steps, its status and its host's latest
+sample. Folding costs O(1) per event; the medians are taken when the screen asks
+(``worker_summaries``), over windows of at most WORKER_WINDOW_STEPS steps. Input wait
+is the exception: every step waits for the worker that waits most, so a cluster's
+input wait is that worker's (``pace_setter``), named, in the current figures and in
+each attempt's (which keeps every worker's sums for it).
+
+The figures the screen shows are taken once per repaint, by ``figures()``: one
+``Figures`` that every panel showing one of them reads, so a figure shown twice is
+the same value.
 
 It also holds the pure helpers behind the "pending settings" keys: reading a
 dotted setting, stepping prefetch/accumulation/batch with the divisibility rule,
-and describing what a relaunch would change.
+and describing what a relaunch would change; and the attempts table's: which
+settings differ between attempts, and their short names.
 """
 
 from __future__ import annotations
 
+import json
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -65,7 +73,13 @@ from trainer_runtime.protocol import (
     parse_event,
     per_second,
 )
-from trainer_runtime.schema import MAX_WORKERS, live_changes, prefetch_enabled, prefetch_word
+from trainer_runtime.schema import (
+    MAX_WORKERS,
+    dotted_settings,
+    live_changes,
+    prefetch_enabled,
+    prefetch_word,
+)
 
 # The first steps of every attempt include tf.function tracing: never measure them.
 WARMUP_STEPS = 5
@@ -117,6 +131,20 @@ def steps_input_wait_pct(steps: Iterable[StepPoint]) -> float | None:
     return input_wait_pct(
         sum(p.input_wait_ms for p in points), sum(p.step_time_ms for p in points)
     )
+
+
+def pace_setter(values: Mapping[int, float | None]) -> tuple[int, float] | None:
+    """(worker, its figure) of the worker whose figure is largest (a tie: the lowest index).
+
+    None when no worker has the figure. Under synchronous training every step waits for
+    the slowest worker: a cluster's input wait is the largest of its workers' (the
+    current figures, each attempt's), and the straggler rule (advisor.find_straggler)
+    takes its candidate from here too.
+    """
+    known = [(worker, float(value)) for worker, value in values.items() if value is not None]
+    if not known:
+        return None
+    return max(known, key=lambda pair: (pair[1], -pair[0]))
 
 
 def _median(values: list[float]) -> float | None:
@@ -181,8 +209,9 @@ class WorkerFigures:
 class WorkerSummary:
     """A worker's figures as the screen and the straggler rule read them (None: not known).
 
-    Medians over its last WORKER_WINDOW_STEPS steps after warm-up; examples/s is its
-    share of the update (examples / workers) over its own step time.
+    Over its last WORKER_WINDOW_STEPS steps after warm-up: medians, but input wait % is
+    sum(input_wait_ms) / sum(step_time_ms), as everywhere (``steps_input_wait_pct``);
+    examples/s is its share of the update (examples / workers) over its own step time.
     """
 
     worker: int
@@ -199,6 +228,11 @@ class WorkerSummary:
     sample: dict[str, Any] | None
 
     @property
+    def measured(self) -> bool:
+        """It has steps after warm-up with a time: only those workers are compared."""
+        return self.step_time_ms is not None and self.measured_steps > 0
+
+    @property
     def busy_ms(self) -> float | None:
         """Time of a step spent on its own work (input + compute), or its step time."""
         if self.input_wait_ms is not None and self.compute_ms is not None:
@@ -207,8 +241,28 @@ class WorkerSummary:
 
 
 @dataclass
+class WorkerWait:
+    """One worker's input wait over an attempt: its sums over its steps after warm-up."""
+
+    steps_seen: int = 0
+    measured_steps: int = 0
+    sum_step_time_ms: float = 0.0
+    sum_input_wait_ms: float = 0.0
+
+    @property
+    def input_wait_pct(self) -> float | None:
+        if not self.measured_steps:
+            return None
+        return input_wait_pct(self.sum_input_wait_ms, self.sum_step_time_ms)
+
+
+@dataclass
 class AttemptSummary:
-    """One attempt: what it ran with and what it measured after warm-up."""
+    """One attempt: what it ran with and what it measured after warm-up.
+
+    Its figures are the chief's, but for input wait in a cluster: the worker's that
+    waits most (``input_wait_worker``), from every worker's sums (``worker_waits``).
+    """
 
     attempt: int
     settings: dict[str, Any] = field(default_factory=dict)
@@ -228,6 +282,7 @@ class AttemptSummary:
     end: str | None = None  # "done: max_steps", "crashed: exit 1", ...
     resume: Resume | None = None  # where it resumed: step, data position, data order
     workers: int = 1  # the cluster size its chief's hello gave (1: one host)
+    worker_waits: dict[int, WorkerWait] = field(default_factory=dict)  # by worker
 
     @property
     def data_restarted(self) -> str | None:
@@ -242,10 +297,25 @@ class AttemptSummary:
 
     @property
     def input_wait_pct(self) -> float | None:
-        """sum(input_wait_ms) / sum(step_time_ms) over the steps after warm-up, in %."""
+        """sum(input_wait_ms) / sum(step_time_ms) over the steps after warm-up, in %: the
+        chief's on one host, in a cluster the worker's that waits most."""
+        pace = self._input_pace()
+        if pace is not None:
+            return pace[1]
         if not self.measured:
             return None
         return input_wait_pct(self.sum_input_wait_ms, self.sum_step_time_ms)
+
+    @property
+    def input_wait_worker(self) -> int | None:
+        """Whose input wait ``input_wait_pct`` is, in a cluster; None on one host."""
+        pace = self._input_pace()
+        return None if pace is None else pace[0]
+
+    def _input_pace(self) -> tuple[int, float] | None:
+        if self.workers <= 1:
+            return None
+        return pace_setter({w: wait.input_wait_pct for w, wait in self.worker_waits.items()})
 
     @property
     def median_examples_per_s(self) -> float | None:
@@ -268,6 +338,47 @@ class AttemptSummary:
     @property
     def global_batch_size(self) -> Any:
         return get_setting(self.settings, BATCH_KEY)
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """The current attempt's figures at one moment (``RunState.figures``), each taken once.
+
+    Every panel that shows one of them reads it here, so a figure shown twice is the same
+    value: over the chief's latest CURRENT_STEPS steps after warm-up (examples/s and step
+    time their medians, input wait and gradient sync their sums' ratio); in a cluster the
+    input wait is the worker's that waits most, over its own latest steps, and
+    ``input_wait_worker`` says whose.
+    """
+
+    examples_per_s: float | None = None
+    step_time_ms: float | None = None
+    input_wait_pct: float | None = None
+    input_wait_worker: int | None = None  # whose input wait, in a cluster; None on one host
+    grad_sync_bytes_per_s: float | None = None
+    workers: tuple[WorkerSummary, ...] = ()  # every worker's figures, in a cluster
+
+
+def step_figures(
+    points: Sequence[StepPoint], workers: Sequence[WorkerSummary] = ()
+) -> Figures:
+    """The figures of the chief's steps ``points``; with a cluster's ``workers``, the input
+    wait of the measured worker that waits most (``pace_setter``), named."""
+    wait, whose = steps_input_wait_pct(points), None
+    if workers:
+        pace = pace_setter({w.worker: w.input_wait_pct for w in workers if w.measured})
+        if pace is not None:
+            whose, wait = pace
+    return Figures(
+        examples_per_s=_median([r for p in points if (r := p.examples_per_s)]),
+        step_time_ms=_median([p.step_time_ms for p in points]),
+        input_wait_pct=wait,
+        input_wait_worker=whose,
+        grad_sync_bytes_per_s=per_second(
+            sum(p.grad_sync_bytes for p in points), sum(p.step_time_ms for p in points)
+        ),
+        workers=tuple(workers),
+    )
 
 
 @dataclass
@@ -466,20 +577,11 @@ class RunState:
         points.reverse()
         return points
 
-    def recent_input_wait_pct(self, count: int = CURRENT_STEPS) -> float | None:
-        return steps_input_wait_pct(self.recent_steps(count))
-
-    def recent_examples_per_s(self, count: int = CURRENT_STEPS) -> float | None:
-        return _median([r for p in self.recent_steps(count) if (r := p.examples_per_s)])
-
-    def recent_step_time_ms(self, count: int = CURRENT_STEPS) -> float | None:
-        return _median([p.step_time_ms for p in self.recent_steps(count)])
-
-    def recent_grad_sync_bytes_per_s(self, count: int = CURRENT_STEPS) -> float | None:
-        points = self.recent_steps(count)
-        return per_second(
-            sum(p.grad_sync_bytes for p in points), sum(p.step_time_ms for p in points)
-        )
+    def figures(self) -> Figures:
+        """The current figures, each computed once (see ``Figures``): take them once per
+        repaint and give them to every part of the screen that shows one."""
+        workers = tuple(self.worker_summaries()) if self.workers > 1 else ()
+        return step_figures(self.recent_steps(), workers)
 
     def elapsed_s(self, now: float) -> float | None:
         """Seconds since the run was created; stops at the last event once it ended."""
@@ -513,9 +615,8 @@ def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerS
         last_step=figures.last_step,
         measured_steps=len(steps),
         step_time_ms=_median([s.step_time_ms for s in steps]),
-        input_wait_pct=_median(
-            [pct for s in steps if (pct := input_wait_pct(s.input_wait_ms, s.step_time_ms))
-             is not None]
+        input_wait_pct=input_wait_pct(
+            sum(s.input_wait_ms for s in steps), sum(s.step_time_ms for s in steps)
         ),
         input_wait_ms=_median([s.input_wait_ms for s in steps]),
         compute_ms=_median(computes),
@@ -589,6 +690,11 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
                 WorkerStep(step_time_ms, event.input_wait_ms, event.compute_ms, event.examples)
             )
     if worker != CHIEF:  # the headline is the chief's: nothing counted twice
+        # But its input wait counts in its attempt's: the others may wait for it.
+        other = state.attempts.get(attempt)
+        if (other is not None and 0 <= worker < MAX_WORKERS
+                and _add_wait(other, worker, step_time_ms, event.input_wait_ms)):
+            state.changed.add("attempts")
         return
     summary = state._attempt(attempt)
     point = StepPoint(event, t, summary.steps_seen < WARMUP_STEPS)
@@ -603,6 +709,7 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
     summary.last_step = number
     state.run_history.add(event, warmup=point.warmup)
     changed = state.changed
+    _add_wait(summary, worker, step_time_ms, event.input_wait_ms)
     if summary.steps_seen > WARMUP_STEPS and step_time_ms > 0:
         summary.measured_steps += 1
         summary.sum_step_time_ms += step_time_ms
@@ -613,6 +720,20 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
             summary.rates.add(rate)
         changed.add("attempts")
     changed.update(_STEP_AREAS)
+
+
+def _add_wait(summary: AttemptSummary, worker: int, step_time_ms: float, wait_ms: float) -> bool:
+    """Count a worker's step in its attempt's input wait; whether it was measured."""
+    wait = summary.worker_waits.get(worker)
+    if wait is None:
+        wait = summary.worker_waits[worker] = WorkerWait()
+    wait.steps_seen += 1
+    if wait.steps_seen <= WARMUP_STEPS or step_time_ms <= 0:
+        return False
+    wait.measured_steps += 1
+    wait.sum_step_time_ms += step_time_ms
+    wait.sum_input_wait_ms += wait_ms
+    return True
 
 
 # What a step changes, always (the attempts table too once it is measured).
@@ -761,6 +882,60 @@ def format_setting(dotted: str, value: Any) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
     return "?" if value is None else str(value)
+
+
+# The attempts table's names for a setting (a column's head, or a note under a row).
+_SHORT_LABELS = {
+    PREFETCH_KEY: "prefetch",
+    ACCUMULATION_KEY: "accum",
+    BATCH_KEY: "batch",
+    "data.parallel_calls": "parallel",
+    "data.read_latency_ms": "read ms",
+    "data.decode_cost": "decode",
+    "data.cache": "cache",
+    "train.learning_rate": "lr",
+    "strategy.cpu_replicas": "cpu replicas",
+}
+
+
+def _differ(a: Any, b: Any) -> bool:
+    # True == 1 in Python, but prefetch on (autotune) is not one batch of prefetch.
+    return a != b or isinstance(a, bool) != isinstance(b, bool)
+
+
+def differing_settings(summaries: Iterable[AttemptSummary]) -> list[str]:
+    """The dotted settings whose values differ between these attempts, in the config's order.
+
+    Keys as ``schema.dotted_settings`` splits them (``data.cache``; a deeper value such
+    as the cluster's list of workers is one value); an attempt with no settings known
+    is left out.
+    """
+    flat = [dotted_settings(s.settings) for s in summaries if s.settings]
+    keys: dict[str, None] = {}
+    for one in flat:
+        keys.update(dict.fromkeys(one))
+    return [
+        key for key in keys
+        if any(_differ(one.get(key), flat[0].get(key)) for one in flat[1:])
+    ]
+
+
+def setting_labels(keys: Iterable[str]) -> dict[str, str]:
+    """Each key's short name ('read ms', 'cache', else the part after its section); the
+    whole key where two would read the same (data.name and model.name)."""
+    keys = list(keys)
+    short = {key: _SHORT_LABELS.get(key) or key.rsplit(".", 1)[-1] for key in keys}
+    counts: dict[str, int] = {}
+    for label in short.values():
+        counts[label] = counts.get(label, 0) + 1
+    return {key: label if counts[label] == 1 else key for key, label in short.items()}
+
+
+def setting_text(dotted: str, value: Any) -> str:
+    """A setting's value on one line: format_setting's word, a list or an object as JSON."""
+    if isinstance(value, list | dict):
+        return json.dumps(value, separators=(",", ":"), default=str)
+    return format_setting(dotted, value)
 
 
 def pending_applies_live(

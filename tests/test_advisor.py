@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch.advisor import advise, format_rate, input_bound_level, input_wait_pct
-from gpuwatch.runstate import StepPoint
+from gpuwatch.advisor import advise, format_rate, input_bound_level
+from gpuwatch.runstate import Figures, StepPoint, step_figures, steps_input_wait_pct
 from trainer_runtime.protocol import Step
 
 SETTINGS = {
@@ -14,14 +14,15 @@ SETTINGS = {
 }
 
 
-def points(step_ms: float, wait_ms: float, n: int = 10, sync: float = 0.0) -> list[StepPoint]:
-    return [
+def points(step_ms: float, wait_ms: float, n: int = 10, sync: float = 0.0) -> Figures:
+    """The figures of n steps of step_ms each, wait_ms of it waiting for input."""
+    return step_figures([
         StepPoint(
             Step(attempt=1, step=i, micro_step=i, epoch=0, loss=1.0, lr=1e-3, examples=256,
                  step_time_ms=step_ms, input_wait_ms=wait_ms, grad_sync_bytes=sync)
         )
         for i in range(n)
-    ]
+    ])
 
 
 @pytest.mark.parametrize(
@@ -77,9 +78,9 @@ def test_low_gpu_util_not_input_bound_suggests_bigger_batch():
 
 
 def test_no_steps_is_unknown():
-    advice = advise([], SETTINGS)
+    advice = advise(step_figures([]), SETTINGS)
     assert advice.level == "unknown" and advice.input_wait_pct is None
-    assert input_wait_pct([]) is None
+    assert steps_input_wait_pct([]) is None
 
 
 def test_format_rate_units():

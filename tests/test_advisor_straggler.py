@@ -12,7 +12,7 @@ from gpuwatch.advisor import (
     STRAGGLER_MIN_SHARE_PCT,
     find_straggler,
 )
-from gpuwatch.runstate import WARMUP_STEPS, RunState, WorkerSummary
+from gpuwatch.runstate import WARMUP_STEPS, RunState, WorkerSummary, step_figures
 
 from .test_runstate_workers import cluster_run
 
@@ -121,13 +121,16 @@ def test_advice_puts_the_straggler_first_and_drops_the_input_keeps_up():
     state.apply_many(cluster_run(2, WARMUP_STEPS + 10,
                                  {0: (200.0, 6.0, 40.0), 1: (200.0, 76.0, 41.0)}).frames)
     settings = {"data": {"prefetch": True, "parallel_calls": "autotune"}}
-    plain = advise(state.recent_steps(), settings, None, 2)
-    assert plain.level == "none" and "the input keeps up" in plain.recommendations[0]
-    found = find_straggler(state.worker_summaries())
-    advice = advise(state.recent_steps(), settings, None, 2, found)
-    # The run goes at the straggler's pace: the verdict is worker 1's, not the chief's.
+    chief_only = advise(step_figures(state.recent_steps()), settings, None, 2)
+    assert chief_only.level == "none" and "the input keeps up" in chief_only.recommendations[0]
+    figures = state.figures()
+    found = find_straggler(figures.workers)
+    advice = advise(figures, settings, None, 2, found)
+    # The run goes at the straggler's pace: the verdict is worker 1's, not the chief's,
+    # and its figure is the figures' (the metrics line's): 76 ms of 200, 38 %.
     assert advice.level == "high" and advice.verdict.startswith("highly input-bound on worker 1")
-    assert advice.input_wait_pct == plain.input_wait_pct  # the chief's own figure is kept
+    assert advice.input_wait_pct == figures.input_wait_pct == pytest.approx(38.0)
+    assert found is not None and found.value == figures.input_wait_pct
     assert len(advice.recommendations) <= 2
     assert advice.recommendations[0].startswith("worker 1 waits on input")
     assert not any("the input keeps up" in r for r in advice.recommendations)

@@ -387,21 +387,60 @@ def test_sample_columns_are_the_sampler_frame_keys() -> None:
 
 
 def chief_figures(run: Recorded, attempt: int) -> dict[str, float]:
-    """The attempts table's figures by hand: the chief's steps after warm-up."""
+    """The attempts table's figures by hand: the chief's steps after warm-up, but input
+    wait is the worker's that waits most (each worker's own steps after warm-up)."""
     chief = [e for _, _, e, _ in run.of(Step) if e.attempt == attempt and e.worker == 0]
     measured = chief[WARMUP_STEPS:]
     total_ms = sum(e.step_time_ms for e in measured)
+    waits = {}
+    for worker in (0, 1):
+        own = [e for _, _, e, _ in run.of(Step) if e.attempt == attempt and e.worker == worker]
+        own = own[WARMUP_STEPS:]
+        waits[worker] = (
+            100.0 * sum(e.input_wait_ms for e in own) / sum(e.step_time_ms for e in own)
+        )
+    whose = max(waits, key=lambda worker: waits[worker])
     return {
         "first_step": chief[0].step,
         "last_step": chief[-1].step,
         "steps": len(chief),
         "measured_steps": len(measured),
-        "input_wait_pct": 100.0 * sum(e.input_wait_ms for e in measured) / total_ms,
+        "input_wait_pct": waits[whose],
+        "input_wait_worker": whose,
         "median_examples_per_s": statistics.median(
             e.examples * 1000.0 / e.step_time_ms for e in measured
         ),
         "grad_sync_bytes_per_s": sum(e.grad_sync_bytes for e in measured) * 1000.0 / total_ms,
     }
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_a_clusters_attempts_export_the_input_wait_the_table_shows(
+    tmp_path: Path, fmt: str
+) -> None:
+    """In a cluster the input wait is the worker's that waits most (the chief's is far
+    less), with its worker: the figure the attempts table shows, from the same fold."""
+    from gpuwatch.runstate import RunState
+    from tests.test_runstate_workers import measured_wait_pct, relaunch_helps_the_straggler
+
+    frames = relaunch_helps_the_straggler().frames
+    path = tmp_path / "events.jsonl"
+    path.write_text("".join(json.dumps(frame) + "\n" for frame in frames))
+    out = io.StringIO()
+    assert export_events(path, "attempts", fmt, out).rows == 2
+    (tmp_path / "out").write_text(out.getvalue())
+    if fmt == "csv":
+        _, rows = read_csv(tmp_path / "out")
+        got = [(float(r["input_wait_pct"]), int(r["input_wait_worker"])) for r in rows]
+    else:
+        got = [(r["input_wait_pct"], r["input_wait_worker"]) for r in read_jsonl(tmp_path / "out")]
+    want = [(measured_wait_pct(frames, attempt, 1), 1) for attempt in (1, 2)]
+    assert got == [(pytest.approx(pct), worker) for pct, worker in want]
+    assert all(pct > 2 * measured_wait_pct(frames, 1, 0) for pct, _ in got)
+    state = RunState()
+    state.apply_many(frames)
+    table = [(a.input_wait_pct, a.input_wait_worker) for a in state.attempts.values()]
+    assert got == [(pytest.approx(pct), worker) for pct, worker in table]
 
 
 @pytest.mark.parametrize("fmt", ["csv", "jsonl"])

@@ -13,11 +13,15 @@ from gpuwatch.config import apply_overrides
 from gpuwatch.runstate import (
     PREFETCH_KEY,
     WARMUP_STEPS,
+    AttemptSummary,
     RunState,
     SettingRefused,
     describe_pending,
+    differing_settings,
     format_setting,
     pending_overrides,
+    setting_labels,
+    setting_text,
     step_accumulation,
     step_batch,
     toggle_prefetch,
@@ -98,7 +102,7 @@ def test_two_attempts_are_summarised_separately():
     assert state.attempts[2].input_wait_pct == pytest.approx(4.0)
     assert state.attempts[1].prefetch is False
     assert state.attempts[2].prefetch is True
-    assert state.recent_input_wait_pct() == pytest.approx(4.0)
+    assert state.figures().input_wait_pct == pytest.approx(4.0)
     assert all(p.attempt == 2 for p in state.recent_steps())
 
 
@@ -272,12 +276,50 @@ def test_every_figure_derived_from_accepted_steps_is_finite_or_none(steps) -> No
         assert event.input_wait_pct is None or math.isfinite(event.input_wait_pct)
         frame = json.loads(protocol.encode_event(event, t=float(i), seq=i))
         state.apply(frame)
+    now = state.figures()
     figures = [
-        state.recent_examples_per_s(count=len(steps)),
-        state.recent_input_wait_pct(count=len(steps)),
-        state.recent_grad_sync_bytes_per_s(count=len(steps)),
+        now.examples_per_s,
+        now.step_time_ms,
+        now.input_wait_pct,
+        now.grad_sync_bytes_per_s,
         per_second(float(steps[0][3]), steps[0][1]),
     ]
     for summary in state.worker_summaries():
         figures += [summary.examples_per_s, summary.input_wait_pct]
     assert all(f is None or math.isfinite(f) for f in figures), figures
+
+
+def test_differing_settings_are_every_key_that_differs_in_config_order():
+    full = RunConfig.model_validate(SETTINGS).model_dump(mode="json")
+    changed = json.loads(json.dumps(full))
+    changed["data"].update(cache=True, parallel_calls=4, read_latency_ms=15.0)
+    same = AttemptSummary(1, settings=full)
+    live = AttemptSummary(2, settings=changed)
+    unknown = AttemptSummary(3)  # no attempt event seen: nothing to compare
+    keys = differing_settings([same, live, unknown])
+    assert keys == ["data.read_latency_ms", "data.parallel_calls", "data.cache"]  # schema order
+    assert differing_settings([same, AttemptSummary(4, settings=full), unknown]) == []
+    assert differing_settings([live]) == []
+    # Prefetch on (True: autotune) is not one batch of prefetch, though True == 1.
+    one = json.loads(json.dumps(full))
+    one["data"]["prefetch"], changed["data"]["prefetch"] = 1, True
+    assert PREFETCH_KEY in differing_settings(
+        [AttemptSummary(1, settings=one), AttemptSummary(2, settings=changed)]
+    )
+    # 40 and 40.0 ms are the same read latency.
+    whole = json.loads(json.dumps(full))
+    whole["data"]["read_latency_ms"], one["data"]["read_latency_ms"] = 40, 40.0
+    assert "data.read_latency_ms" not in differing_settings(
+        [AttemptSummary(1, settings=whole), AttemptSummary(2, settings=one)]
+    )
+
+
+def test_setting_labels_are_short_and_never_ambiguous():
+    labels = setting_labels(["data.read_latency_ms", "data.cache", "model.name", "data.name"])
+    assert labels == {
+        "data.read_latency_ms": "read ms", "data.cache": "cache",
+        "model.name": "model.name", "data.name": "data.name",
+    }
+    assert setting_labels(["train.seed"]) == {"train.seed": "seed"}
+    assert setting_text("data.cache", True) == "on"
+    assert setting_text("cluster.workers", [{"host": "a"}]) == '[{"host":"a"}]'

@@ -50,10 +50,7 @@ def figures(state: RunState) -> dict[str, Any]:
     """Every figure the panels read from the state (gpuwatch/app/widgets/panels.py)."""
     return {
         "recent_steps": state.recent_steps(),
-        "recent_input_wait_pct": state.recent_input_wait_pct(),
-        "recent_examples_per_s": state.recent_examples_per_s(),
-        "recent_step_time_ms": state.recent_step_time_ms(),
-        "recent_grad_sync": state.recent_grad_sync_bytes_per_s(),
+        "figures": state.figures(),
         "workers": state.workers,
         "replicas": state.replicas,
         "worker_summaries": state.worker_summaries(),
@@ -64,6 +61,7 @@ def figures(state: RunState) -> dict[str, Any]:
                 a.attempt,
                 a.median_examples_per_s,
                 a.input_wait_pct,
+                a.input_wait_worker,
                 a.grad_sync_bytes_per_s,
                 a.steps_seen,
                 a.end,

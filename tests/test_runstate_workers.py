@@ -60,22 +60,85 @@ def cluster_run(workers: int, steps: int, per_worker: dict[int, tuple[float, flo
     return frames
 
 
-def test_headline_is_the_chiefs_alone():
-    # Worker 1 waits 80 ms of 200 on input, the chief 6 ms: the headline says 3 %.
+# A relaunch that helps the straggler: worker 1 waits 110 ms of each 200 ms step on input
+# in attempt 1, 20 ms in attempt 2 (data.parallel_calls 1 -> 4); the chief 1 ms in both.
+STRAGGLER_WAIT_MS = {1: {0: 1.0, 1: 110.0}, 2: {0: 1.0, 1: 20.0}}
+STRAGGLER_STEP_MS = 200.0
+
+
+def relaunch_helps_the_straggler(steps: int = WARMUP_STEPS + 25) -> Frames:
+    """Two attempts of a two-worker run, as STRAGGLER_WAIT_MS says (frames with "v")."""
+    frames = Frames()
+    number = 0
+    for attempt, waits in STRAGGLER_WAIT_MS.items():
+        parallel = 1 if attempt == 1 else 4
+        settings = {**SETTINGS, "data": {**SETTINGS["data"], "parallel_calls": parallel}}
+        frames.add("attempt", attempt=attempt, settings=settings,
+                   reason="start" if attempt == 1 else "relaunch")
+        for worker in (0, 1):
+            frames.hello(worker, 2, f"host-{worker}", attempt=attempt)
+        frames.add("status", attempt=attempt, status="running")
+        for _ in range(steps):
+            number += 1
+            for worker, wait_ms in waits.items():
+                frames.step(worker, number, STRAGGLER_STEP_MS, wait_ms, 40.0, attempt=attempt)
+        if attempt == 1:
+            frames.add("status", attempt=attempt, status="relaunching")
+    for frame in frames.frames:
+        frame["v"] = 1
+    return frames
+
+
+def measured_wait_pct(
+    frames: list[dict], attempt: int, worker: int, last: int | None = None
+) -> float:
+    """By hand: a worker's input wait % over its steps of an attempt after warm-up (or the
+    `last` of them): summed wait over summed step time."""
+    steps = [f for f in frames if f["type"] == "step" and f["attempt"] == attempt
+             and f["worker"] == worker][WARMUP_STEPS:]
+    steps = steps[-last:] if last else steps
+    return 100.0 * sum(f["input_wait_ms"] for f in steps) / sum(f["step_time_ms"] for f in steps)
+
+
+def test_each_attempts_input_wait_is_its_straggler_s_so_a_fix_shows():
+    frames = relaunch_helps_the_straggler()
+    state = RunState()
+    state.apply_many(frames.frames)
+    for attempt in (1, 2):
+        summary = state.attempts[attempt]
+        want = measured_wait_pct(frames.frames, attempt, 1)
+        assert want > 2 * measured_wait_pct(frames.frames, attempt, 0)
+        assert (summary.input_wait_pct, summary.input_wait_worker) == (pytest.approx(want), 1)
+    assert state.attempts[2].input_wait_pct < state.attempts[1].input_wait_pct / 4
+    # One host: the chief's, and no worker named.
+    one_host = cluster_run(1, WARMUP_STEPS + 4, {0: (100.0, 30.0, 50.0)})
+    state = RunState()
+    state.apply_many(one_host.frames)
+    assert state.attempts[1].input_wait_pct == pytest.approx(30.0)
+    assert state.attempts[1].input_wait_worker is None
+    assert state.figures().input_wait_worker is None
+
+
+def test_headline_is_the_chiefs_but_input_wait_is_the_worker_that_waits_most():
+    # Worker 1 waits 80 ms of 200 on input, the chief 6 ms: every step waits for worker 1,
+    # so the input wait is its 40 %, named; the rest (steps, loss, rates) the chief's.
     frames = cluster_run(2, WARMUP_STEPS + 10, {0: (200.0, 6.0, 20.0), 1: (200.0, 80.0, 21.0)})
     state = RunState()
     state.apply_many(frames.frames)
     summary = state.attempts[1]
     assert summary.steps_seen == WARMUP_STEPS + 10  # not twice that
     assert summary.measured_steps == 10
-    assert summary.input_wait_pct == pytest.approx(3.0)
+    assert summary.input_wait_pct == pytest.approx(40.0)
+    assert summary.input_wait_worker == 1
+    assert summary.worker_waits[0].input_wait_pct == pytest.approx(3.0)
     assert summary.workers == 2
-    assert state.recent_input_wait_pct() == pytest.approx(3.0)
+    figures = state.figures()
+    assert figures.input_wait_pct == pytest.approx(40.0) and figures.input_wait_worker == 1
     assert len(state.window) == WARMUP_STEPS + 10
     assert state.last_step is not None and state.last_step.worker == 0
     assert state.last_step.loss == 1.0  # the chief's, not worker 1's 2.0
     # 256 examples (the whole update) per 200 ms: 1,280 ex/s, not counted per worker.
-    assert state.recent_examples_per_s() == pytest.approx(1280.0)
+    assert state.figures().examples_per_s == pytest.approx(1280.0)
     assert state.workers == 2
     assert state.hello is not None and state.hello.worker == 0
 

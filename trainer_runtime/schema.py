@@ -537,14 +537,20 @@ LIVE_KEYS = frozenset({
 })
 
 
-def _dotted(settings: Any, prefix: str = "") -> dict[str, Any]:
+def dotted_settings(settings: Any, prefix: str = "") -> dict[str, Any]:
+    """A config (RunConfig or its dict) as ``{"data.prefetch": value, ...}``, in its order.
+
+    Only the first two levels are split into dotted keys; deeper values (a factory's
+    kwargs, the cluster's list of workers) are one value each. What a change of
+    settings compares (``live_changes``, the dashboard's attempts table).
+    """
     if isinstance(settings, BaseModel):
         settings = settings.model_dump(mode="json")
     flat: dict[str, Any] = {}
     for key, value in settings.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict) and name.count(".") < 1:
-            flat.update(_dotted(value, f"{name}."))
+            flat.update(dotted_settings(value, f"{name}."))
         else:
             flat[name] = value
     return flat
@@ -556,7 +562,7 @@ def live_changes(old: Any, new: Any) -> tuple[list[str], list[str]]:
     Either may be a RunConfig or its dict. Only the first two levels are split into
     dotted keys (``data.prefetch``); deeper values (a factory's kwargs) compare whole.
     """
-    before, after = _dotted(old), _dotted(new)
+    before, after = dotted_settings(old), dotted_settings(new)
     changed = sorted(
         key for key in before.keys() | after.keys() if before.get(key) != after.get(key)
     )

@@ -9,8 +9,14 @@ paint, a switch of runs, tests).
 The rates: the run's socket is read at most every READ_INTERVAL_S (SocketLink), so a
 busy run's frames arrive as one batch and each batch repaints the figures at once: the
 screen is never more than that (and a repaint) behind. Views that move rather than
-figures to read (the history, the running figures of the attempts table, the advice)
-repaint every SLOW_REPAINT_S, joining a repaint of the figures when they can. The
+figures to read (the history, the running figures of the attempts table) repaint every
+SLOW_REPAINT_S, joining a repaint of the figures when they can.
+
+One figure, one value: the figures shown in more than one place (input wait, examples/s,
+step time, gradient sync, each worker's) are taken once per repaint of the figures
+(``advisor.reading``), and every part that shows one paints from that reading in the
+same pass: the metrics line, the advice, the workers, the devices and the GPUs' title.
+A part that repaints on its own (the GPUs' history) shows the reading on screen. The
 per-GPU history and the plots screen (``g``) repaint at most every HISTORY_INTERVAL_S,
 the plots only while their screen is open. While it is, nothing else is painted (Textual
 would repaint a pushed screen wherever the screen below it changed): the dashboard's
@@ -22,7 +28,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from gpuwatch.advisor import Straggler, advise, find_straggler
+from gpuwatch.advisor import Reading, reading
 from gpuwatch.app.repaint import Painter, Rate, RepaintSchedule
 from gpuwatch.app.screens.plots import PlotsScreen
 from gpuwatch.app.widgets.gpus import GpuPanel
@@ -77,7 +83,7 @@ class Repainter:
         self.passes = 0  # repaints that painted something
         self._timer: Timer | None = None
         self._timer_at = 0.0
-        self._straggler: tuple[Straggler | None] | None = None
+        self._reading: Reading | None = None  # the figures on screen
 
     def _painters(self) -> list[Painter]:
         now = Rate(self.render_interval_s)  # figures a person reads as they change
@@ -87,20 +93,14 @@ class Repainter:
         history = Rate(self.history_interval_s, late_s=SLOW_LATE_S)
         return [
             Painter("header", {"header": now, "link": now, "clock": CLOCK}, self._header),
-            Painter("metrics", {"metrics": now, "attempts": now}, self._metrics),
-            # A judgement, not a figure to read: its figure is the metrics' input wait.
+            # Every part that shows a figure, from one reading: metrics, advice, workers,
+            # devices (a new sample at once too), the GPUs' title.
             Painter(
-                "advice",
-                {"metrics": slow, "devices": slow, "attempts": slow, "workers": slow},
-                self._advice,
+                "figures",
+                {"metrics": now, "attempts": now, "workers": now, "devices": now,
+                 "status": now},
+                self._figures,
             ),
-            Painter(
-                "workers",
-                {"workers": now, "devices": now, "metrics": now, "status": now},
-                self._workers,
-            ),
-            # A new sample at once; the gradient-sync estimate (from steps) slowly.
-            Painter("devices", {"devices": now, "metrics": slow}, self._devices),
             Painter("gpus", {"gpu_history": history}, self._gpus),
             Painter("plots", {"plots": history}, self._plots),
             Painter("history", {"history": slow}, self._history),
@@ -166,7 +166,6 @@ class Repainter:
         if not due:
             return
         self.passes += 1
-        self._straggler = None
         main = app.default_screen  # the dashboard, even while a modal is on top
         with app.batch_update():
             main.set_class(app.state.workers > 1, "-cluster")
@@ -180,45 +179,38 @@ class Repainter:
 
     # ---- what ----------------------------------------------------------------
 
-    def straggler(self) -> Straggler | None:
-        """The cluster's straggler, worked out once per repaint (None on one host)."""
-        state = self.app.state
-        if state.workers <= 1:
-            return None
-        if self._straggler is None:
-            self._straggler = (find_straggler(state.worker_summaries()),)
-        return self._straggler[0]
+    @property
+    def reading(self) -> Reading:
+        """The figures on screen (and the straggler and advice made from them)."""
+        if self._reading is None:
+            self._reading = reading(self.app.state)
+        return self._reading
 
     def _header(self) -> None:
         self.app.query_one(HeaderBar).show_state(self.app.state, self.app.clock())
 
-    def _metrics(self) -> None:
-        self.app.query_one(MetricsPanel).show_state(self.app.state)
-
-    def _advice(self) -> None:
-        state = self.app.state
-        current = state.current
-        settings = current.settings if current and current.settings else state.settings
-        advice = advise(
-            state.recent_steps(), settings, state.sample, state.replicas, self.straggler()
-        )
-        self.app.query_one(AdvicePanel).show_advice(advice)
-
-    def _workers(self) -> None:
-        if self.app.state.workers > 1:
-            self.app.query_one(WorkersPanel).show_state(self.app.state, self.straggler())
+    def _figures(self) -> None:
+        """Take the figures once and paint every part that shows one of them."""
+        app, state = self.app, self.app.state
+        now = self._reading = reading(state)
+        figures = now.figures
+        app.query_one(MetricsPanel).show_state(state, figures)
+        app.query_one(AdvicePanel).show_advice(now.advice)
+        if state.workers > 1:
+            app.query_one(WorkersPanel).show_state(state, figures.workers, now.straggler)
+        if self.gpus_shown():
+            app.query_one(GpuPanel).show_sync(state, figures.grad_sync_bytes_per_s)
+        else:
+            app.query_one(DevicesPanel).show_state(state, figures.grad_sync_bytes_per_s)
 
     def gpus_shown(self) -> bool:
         """GPU readings: the per-GPU history replaces the devices panel."""
         return bool((self.app.state.sample or {}).get("gpus"))
 
-    def _devices(self) -> None:
-        if not self.gpus_shown():
-            self.app.query_one(DevicesPanel).show_state(self.app.state)
-
     def _gpus(self) -> None:
         if self.gpus_shown():
-            self.app.query_one(GpuPanel).show_state(self.app.state)
+            sync = self.reading.figures.grad_sync_bytes_per_s
+            self.app.query_one(GpuPanel).show_state(self.app.state, sync)
 
     def _plots(self) -> None:
         screen = self.app.screen

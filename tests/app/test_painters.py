@@ -94,8 +94,8 @@ def test_a_busy_run_repaints_once_per_batch_and_never_in_between():
             between += 1
     assert between == 0
     seconds = 199 * batch_s
-    # Each at its rate: figures with every batch, the GPUs about once a second, the
-    # history and advice about every 2 s.
-    assert painted["metrics"] == 199
+    # Each at its rate: figures (and every part that shows one) with every batch, the
+    # GPUs about once a second, the history about every 2 s.
+    assert painted["figures"] == 199
     assert seconds / 1.6 <= painted["gpus"] <= seconds / painters.HISTORY_INTERVAL_S + 1
     assert seconds / 2.8 <= painted["history"] <= seconds / painters.SLOW_REPAINT_S + 1

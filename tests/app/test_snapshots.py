@@ -56,6 +56,11 @@ def test_two_workers_160x50(snap_compare):
     assert shot(snap_compare, "cpu_two_workers.jsonl", (160, 50))
 
 
+def test_settings_changed_live_80x24(snap_compare):
+    # Read latency, parallel calls and cache changed: each row says its values beneath it.
+    assert shot(snap_compare, "cpu_settings_changed.jsonl", (80, 24))
+
+
 def test_settings_screen_with_errors_80x24(snap_compare):
     # e, then typed: read latency 15, parallel calls 0 (refused), accumulation 3 (refused:
     # the running batch 256 does not divide by 3); Enter keeps the screen open with 2 lines.

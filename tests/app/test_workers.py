@@ -42,9 +42,10 @@ async def test_two_workers_name_worker_1_the_input_bound_straggler():
             "(input wait 38% vs 3% on the others)"
         )
         assert app.query_one(WorkersPanel).border_title == "workers: 2, slowest first"
-        # The headline is the chief's alone: 3.0 %, 256 examples per ~200 ms step.
+        # The headline is the chief's (256 examples per ~200 ms step) but for input wait:
+        # every step waits for worker 1, so it is worker 1's 38.0 %, named.
         metrics = text(app, MetricsPanel)
-        assert "input wait 3.0% of step time" in metrics
+        assert "input wait 38.0% (worker 1)" in metrics
         assert "step 45 " in metrics
         advice = text(app, AdvicePanel)
         assert "worker 1 waits on input; every step waits for it" in advice
@@ -55,7 +56,9 @@ async def test_two_workers_name_worker_1_the_input_bound_straggler():
         )
         attempts = text(app, AttemptsPanel).splitlines()
         assert "wkrs" in attempts[0]
-        assert attempts[1].split()[:6] == ["1", "on", "1", "256", "45", "2"]
+        assert attempts[1].split()[:9] == [
+            "1", "on", "1", "256", "45", "2", "1,283", "38.0%", "w1"
+        ]
 
 
 async def test_two_workers_fit_80x24_with_nothing_cut_off():

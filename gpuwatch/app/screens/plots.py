@@ -98,7 +98,7 @@ class PlotsScreen(Screen[None]):
             attempts.extend(a for a in data if a not in attempts)
             self.plotted[key] = data
             self._draw(key, title, data)
-        self._show_legend(sorted(attempts))
+        self._show_legend(sorted(attempts), cluster=state.workers > 1)
 
     def _draw(self, key: str, title: str, data: dict[int, Points]) -> None:
         plot = self.query_one(f"#plot-{key}", PlotextPlot)
@@ -111,8 +111,10 @@ class PlotsScreen(Screen[None]):
             plt.vline(step, color=attempt_colour(attempt))
         plot.refresh()
 
-    def _show_legend(self, attempts: list[int]) -> None:
-        """Each attempt's colour, the mark where an attempt starts, what x is."""
+    def _show_legend(self, attempts: list[int], *, cluster: bool = False) -> None:
+        """Each attempt's colour, the mark where an attempt starts, what x is (and, in a
+        cluster, that the steps are the chief's: the headline's input wait may be another
+        worker's)."""
         text = Text()
         if not attempts:
             text.append("no steps yet", style="dim")
@@ -124,4 +126,6 @@ class PlotsScreen(Screen[None]):
         if self.boundaries:
             text.append("  │ attempt starts", style="dim")
         text.append(" · x: step · timings after warm-up", style="dim")
+        if cluster:
+            text.append(" · the chief's steps", style="dim")
         self.query_one("#plots-legend", StatePanel).set_text(text)

@@ -229,6 +229,9 @@ def more_line(rest: list[GpuHistory]) -> Text:
 class GpuPanel(Vertical):
     """The chief's host's GPUs over the last minutes, in the form the terminal has room for."""
 
+    _sync: float | None = None  # the figures' gradient sync estimate, in the title
+    _span_s: float | None = None  # the history's length, in the title
+
     def compose(self) -> ComposeResult:
         yield GpuLines(id="gpu-lines")
         yield Container(id="gpu-views")
@@ -239,7 +242,9 @@ class GpuPanel(Vertical):
         """The grid of cells (a big terminal), else one line per GPU."""
         return is_wide(self) and is_tall(self)
 
-    def show_state(self, state: RunState) -> None:
+    def show_state(self, state: RunState, sync: float | None) -> None:
+        """sync: the gradient sync estimate of the figures on screen (RunState.figures)."""
+        self._sync = sync
         history = state.gpu_history
         gpus = history.gpus
         views = self.query_one("#gpu-views", Container)
@@ -276,7 +281,13 @@ class GpuPanel(Vertical):
         rest = gpus[len(shown) :]
         more.set_text(more_line(rest))
         more.display = bool(rest)
-        self.border_title = self._title(state, history.span_s)
+        self._span_s = history.span_s
+        self.border_title = self._title(state)
+
+    def show_sync(self, state: RunState, sync: float | None) -> None:
+        """A new gradient sync estimate (the figures were taken again): the title only."""
+        self._sync = sync
+        self.border_title = self._title(state)
 
     def texts(self) -> list[str]:
         """Each shown GPU's text: its line, or its cell in the grid (tests, screen readers)."""
@@ -284,10 +295,11 @@ class GpuPanel(Vertical):
             return [view.plain for view in self.query(GpuView)]
         return self.query_one(GpuLines).lines
 
-    def _title(self, state: RunState, span_s: float | None) -> str:
+    def _title(self, state: RunState) -> str:
         chief = state.workers_seen.get(CHIEF)
         cluster = state.workers > 1
-        sync = fmt.format_rate(state.recent_grad_sync_bytes_per_s())
+        span_s = self._span_s
+        sync = fmt.format_rate(self._sync)
         if self.full:
             host = (chief.host if chief is not None else "") or state.host
             where = f"GPUs of {host}" if host else "GPUs"

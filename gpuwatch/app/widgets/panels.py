@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rich.text import Text
@@ -13,9 +13,21 @@ from gpuwatch.advisor import Advice, Straggler
 from gpuwatch.app import fmt
 from gpuwatch.app.link import RECORD
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
-from gpuwatch.runstate import WARMUP_STEPS, RunState, WorkerSummary
+from gpuwatch.runstate import (
+    ACCUMULATION_KEY,
+    BATCH_KEY,
+    PREFETCH_KEY,
+    WARMUP_STEPS,
+    AttemptSummary,
+    Figures,
+    RunState,
+    WorkerSummary,
+    differing_settings,
+    setting_labels,
+    setting_text,
+)
 from trainer_runtime.protocol import Hello
-from trainer_runtime.schema import prefetch_word
+from trainer_runtime.schema import dotted_settings, prefetch_word
 
 STATUS_STYLE = {
     "starting": "yellow",
@@ -64,9 +76,10 @@ class HeaderBar(StatePanel):
 
 
 class MetricsPanel(StatePanel):
-    """Step, epoch, loss, examples/s, step time, input wait."""
+    """Step, epoch, loss, and the figures: examples/s, step time, input wait (a cluster's:
+    the worker's that waits most, named)."""
 
-    def show_state(self, state: RunState) -> None:
+    def show_state(self, state: RunState, figures: Figures) -> None:
         point = state.last_step
         text = Text()
         if point is None:
@@ -91,19 +104,21 @@ class MetricsPanel(StatePanel):
         if point.lr is not None:
             text.append(f"  lr {point.lr:.1e}", style="dim")
         text.append("\n")
-        rate = state.recent_examples_per_s()
-        step_ms = state.recent_step_time_ms()
+        rate = figures.examples_per_s
         if rate is None:
             warming = f"warming up (the first {WARMUP_STEPS} steps trace; not measured)"
             text.append(warming, style="dim")
             self.set_text(text)
             return
         text.append(fmt.count(rate, "examples/s"), style="bold")
-        text.append(f"  {fmt.ms(step_ms)} per step", style="")
+        text.append(f"  {fmt.ms(figures.step_time_ms)} per step", style="")
         text.append("  input wait ", style="dim")
-        wait = state.recent_input_wait_pct()
-        text.append(fmt.pct(wait, 1), style="bold")
-        text.append(" of step time", style="dim")
+        text.append(fmt.pct(figures.input_wait_pct, 1), style="bold")
+        if figures.input_wait_worker is not None:
+            # The worker every step waits for; the chief's own may be far less.
+            text.append(f" (worker {figures.input_wait_worker})", style="bold")
+        else:
+            text.append(" of step time", style="dim")
         self.set_text(text)
 
 
@@ -122,9 +137,9 @@ class AdvicePanel(StatePanel):
 class DevicesPanel(StatePanel):
     """No GPU readings: says so, with the host and the replicas (GpuPanel shows GPUs)."""
 
-    def show_state(self, state: RunState) -> None:
+    def show_state(self, state: RunState, sync: float | None) -> None:
+        """sync: the gradient sync estimate of the figures on screen (RunState.figures)."""
         sample = state.sample or {}
-        sync = state.recent_grad_sync_bytes_per_s()
         text = Text()
         self._no_gpu(text, state, sample, state.hello, sync)
         self.set_text(text)
@@ -250,8 +265,11 @@ class WorkersPanel(StatePanel):
 
     HOST_CHARS = 10
 
-    def show_state(self, state: RunState, straggler: Straggler | None) -> None:
-        rows = slowest_first(state.worker_summaries())
+    def show_state(
+        self, state: RunState, workers: Sequence[WorkerSummary], straggler: Straggler | None
+    ) -> None:
+        """workers: the figures' (RunState.figures), so each row is the value shown elsewhere."""
+        rows = slowest_first(list(workers))
         text = Text()
         header = f"{'w':>2} {'host':<{self.HOST_CHARS}} {'rep':>3} {'step':>8} {'wait':>6}"
         header += f" {'compute':>8} {'ex/s':>7} {'status':<7} device"
@@ -291,7 +309,10 @@ class WorkersPanel(StatePanel):
 
 
 class HistoryPanel(StatePanel):
-    """Sparklines of examples/s and input wait % over the recent steps, with their figures.
+    """Sparklines of examples/s and input wait % over the recent steps, with their ranges.
+
+    The figures now are the metrics line's (one value each, RunState.figures): this panel
+    shows each step's, so its text is their range, not a second "now".
 
     One widget of text, not a row of label, sparkline and figure widgets: every widget
     costs the compositor on each repaint of the screen. Built again for a new width.
@@ -317,7 +338,9 @@ class HistoryPanel(StatePanel):
                 waits.append(wait)
         self._series = (rates, waits)
         self.set_text(self._build(self.size.width))
-        show_title(self, f"history: last {len(rates)} steps after warm-up, all attempts")
+        # In a cluster the steps are the chief's; the headline's input wait may not be.
+        whose = "the chief's " if state.workers > 1 else ""
+        show_title(self, f"history: {whose}last {len(rates)} steps after warm-up, all attempts")
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_text(self._build(event.size.width))
@@ -327,9 +350,8 @@ class HistoryPanel(StatePanel):
         if rates:
             rows = [
                 ("ex/s", rates, "green",
-                 f"now {fmt.count(rates[-1])}, {fmt.count(min(rates))}–{fmt.count(max(rates))}"),
-                ("wait %", waits, "yellow",
-                 f"now {waits[-1]:.1f}%, {min(waits):.1f}–{max(waits):.1f}%"),
+                 f"range {fmt.count(min(rates))}–{fmt.count(max(rates))}"),
+                ("wait %", waits, "yellow", f"range {min(waits):.1f}–{max(waits):.1f}%"),
             ]
         else:
             rows = [("ex/s", [], "green", "no steps yet"), ("wait %", [], "yellow", "")]
@@ -348,8 +370,26 @@ class HistoryPanel(StatePanel):
         return text
 
 
+# Settings that differ between attempts: (short name, its value by attempt), in order.
+Differences = list[tuple[str, dict[int, str]]]
+
+
 class AttemptsPanel(StatePanel):
-    """Each attempt's settings and its measured figures after warm-up, side by side."""
+    """Each attempt's settings and its measured figures after warm-up, side by side.
+
+    Prefetch, accumulation and batch are always shown; every other setting that differs
+    between the attempts shown (``runstate.differing_settings``: read latency, parallel
+    calls, cache, ...) gets a column of its own where the width allows them all, else a
+    line under each row with the short names and that attempt's values. So two rows never
+    read the same while their settings differ.
+
+    A cluster's input wait is the worker's that waits most over the attempt ("38.0% w1"):
+    every step waits for it, so that is the figure a change must bring down.
+    """
+
+    MAX_ROWS = 8
+    FIXED = (PREFETCH_KEY, ACCUMULATION_KEY, BATCH_KEY)
+    VALUE_CHARS = 16  # a longer value (a list of workers) is cut, with "…"
 
     _last_state: RunState | None = None
 
@@ -362,46 +402,106 @@ class AttemptsPanel(StatePanel):
     def show_state(self, state: RunState) -> None:
         self._last_state = state
         text = Text()
-        attempts = list(state.attempts.values())
-        # The latest attempts that fit under the header (at most 8): on a short screen the
-        # newest stay in view, not the oldest.
-        rows = self.content_size.height - 1 if self.content_size.height else 8
-        if any(s.data_restarted for s in attempts[-8:]):
-            rows -= 1  # the note under the rows
-        attempts = attempts[-max(1, min(8, rows)):] if attempts else attempts
+        recent = list(state.attempts.values())[-self.MAX_ROWS:]
+        # The latest attempts that fit under the header: on a short screen the newest stay
+        # in view, not the oldest.
+        lines = self.content_size.height - 1 if self.content_size.height else self.MAX_ROWS
+        width = self.content_size.width or 78
+        attempts = recent
+        columns: Differences = []
+        notes: Differences = []
+        for count in range(len(recent), 0, -1):
+            attempts = recent[-count:]
+            columns, notes = self._differences(attempts, width)
+            needed = count * (2 if notes else 1) + any(s.data_restarted for s in attempts)
+            if needed <= lines:
+                break
         # A workers column only for a cluster: one-host runs read as they always did.
-        cluster = any(s.workers > 1 for s in attempts[-8:])
-        header = f"{'#':>2} {'prefetch':>8} {'accum':>5} {'batch':>6} {'steps':>6}"
-        if cluster:
-            header += f" {'wkrs':>4}"
-        header += f" {'ex/s (median)':>14} {'input wait':>11}  ended"
-        text.append(header, style="bold")
-        for summary in attempts[-8:]:
-            wait = summary.input_wait_pct
-            prefetch = "?" if summary.prefetch is None else prefetch_word(summary.prefetch)
-            row = f"{summary.attempt:>2} {prefetch:>8}"
-            row += f" {summary.accumulation_steps or '?'!s:>5}"
-            row += f" {summary.global_batch_size or '?'!s:>6}"
-            row += f" {summary.steps_seen:>6}"
-            if cluster:
-                row += f" {summary.workers:>4}"
-            if summary.measured:
-                row += f" {fmt.count(summary.median_examples_per_s):>14} {fmt.pct(wait, 1):>11}"
-            else:
-                row += f" {'warming up':>14} {'':>11}"
-            ended = summary.end or ("running" if summary.attempt == state.attempt else "")
-            if summary.attempt == state.attempt and state.terminal:
-                ended = summary.end or state.status or ""
-            if summary.data_restarted:
-                ended += "*"
-            text.append("\n" + row + f"  {ended}")
-        restarted = [s for s in attempts[-8:] if s.data_restarted]
+        cluster = any(s.workers > 1 for s in attempts)
+        text.append(self._header(columns, cluster), style="bold")
+        for summary in attempts:
+            text.append("\n" + self._row(state, summary, columns, cluster))
+            if notes:  # under the row, as many as the width holds
+                note = Text("  ")
+                for index, (label, values) in enumerate(notes):
+                    note.append("  " if index else " ")
+                    note.append(f"{label} ", style="dim")
+                    note.append(values[summary.attempt])
+                note.truncate(width, overflow="ellipsis")
+                text.append("\n")
+                text.append_text(note)
+        restarted = [s for s in attempts if s.data_restarted]
         if restarted:
             last = restarted[-1]
             text.append(f"\n* attempt {last.attempt}: {last.data_restarted}", style="yellow")
         if not attempts:
             text.append("\nno attempt yet", style="dim")
+        title = "attempts (measured after warm-up)"
+        if cluster:
+            title = "attempts (after warm-up; input wait: the worker that waits most)"
+        show_title(self, title)
         self.set_text(text)
+
+    def _differences(
+        self, attempts: list[AttemptSummary], width: int
+    ) -> tuple[Differences, Differences]:
+        """The settings that differ between these attempts, besides the fixed columns:
+        (as columns, as a note under each row); one of them is empty."""
+        keys = [k for k in differing_settings(attempts) if k not in self.FIXED]
+        labels = setting_labels(keys)
+        flat = {summary.attempt: dotted_settings(summary.settings) for summary in attempts}
+        found: Differences = []
+        for key in keys:
+            values = {}
+            for summary in attempts:
+                value = setting_text(key, flat[summary.attempt].get(key))
+                if len(value) > self.VALUE_CHARS:
+                    value = value[: self.VALUE_CHARS - 1] + "…"
+                values[summary.attempt] = value
+            found.append((labels[key], values))
+        cluster = any(s.workers > 1 for s in attempts)
+        if len(self._header(found, cluster)) <= width:
+            return found, []
+        return [], found
+
+    @staticmethod
+    def _widths(columns: Differences) -> list[int]:
+        return [max(len(label), *(len(v) for v in values.values())) for label, values in columns]
+
+    def _header(self, columns: Differences, cluster: bool) -> str:
+        header = f"{'#':>2} {'prefetch':>8} {'accum':>5} {'batch':>6}"
+        for (label, _), column_width in zip(columns, self._widths(columns), strict=True):
+            header += f" {label:>{column_width}}"
+        header += f" {'steps':>6}"
+        if cluster:
+            header += f" {'wkrs':>4}"
+        return header + f" {'ex/s (median)':>14} {'input wait':>11}  ended"
+
+    def _row(
+        self, state: RunState, summary: AttemptSummary, columns: Differences, cluster: bool
+    ) -> str:
+        wait = summary.input_wait_pct
+        prefetch = "?" if summary.prefetch is None else prefetch_word(summary.prefetch)
+        row = f"{summary.attempt:>2} {prefetch:>8}"
+        row += f" {summary.accumulation_steps or '?'!s:>5}"
+        row += f" {summary.global_batch_size or '?'!s:>6}"
+        for (_, values), column_width in zip(columns, self._widths(columns), strict=True):
+            row += f" {values[summary.attempt]:>{column_width}}"
+        row += f" {summary.steps_seen:>6}"
+        if cluster:
+            row += f" {summary.workers:>4}"
+        if summary.measured:
+            whose = summary.input_wait_worker
+            shown = fmt.pct(wait, 1) + ("" if whose is None else f" w{whose}")
+            row += f" {fmt.count(summary.median_examples_per_s):>14} {shown:>11}"
+        else:
+            row += f" {'warming up':>14} {'':>11}"
+        ended = summary.end or ("running" if summary.attempt == state.attempt else "")
+        if summary.attempt == state.attempt and state.terminal:
+            ended = summary.end or state.status or ""
+        if summary.data_restarted:
+            ended += "*"
+        return row + f"  {ended}"
 
 
 class PendingBar(StatePanel):

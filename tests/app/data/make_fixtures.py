@@ -325,6 +325,31 @@ def cpu_two_workers() -> None:
     rec.write("cpu_two_workers.jsonl")
 
 
+def cpu_settings_changed() -> None:
+    """The settings screen (e) changed read latency, parallel calls and cache live: prefetch,
+    accumulation and batch stay off 1 256, so only those three tell the attempts apart.
+
+    Ground truth after warm-up: attempt 1 (read_latency_ms 40, parallel_calls 1, no cache)
+    waits 53.2 ms of 200 (26.6 %); attempt 2 (15, 4, cache) 3.0 ms of 130 (2.3 %).
+    """
+    rec = Recorder()
+    first = settings(False)
+    start(rec, first)
+    rec.t += 4.0
+    hello(rec, 1, 0, first)
+    rec.emit("status", status="running", attempt=1, exit_code=None, signal=None, message=None,
+             log_tail=[])
+    next_step = steps(rec, 1, 1, 45, 200.0, 53.2, 10.0)
+    second = settings(False)
+    second["data"].update(read_latency_ms=15.0, parallel_calls=4, cache=True)
+    changed = ["data.cache", "data.parallel_calls", "data.read_latency_ms"]
+    rec.emit("reconfigured", attempt=1, id=1, ok=True, step=next_step - 1, changed=changed,
+             seconds=0.4)
+    rec.emit("attempt", attempt=2, settings=second, fresh=False, reason="live")
+    steps(rec, 2, next_step, 45, 130.0, 3.0, 6.0)
+    rec.write("cpu_settings_changed.jsonl")
+
+
 if __name__ == "__main__":
     cpu_two_attempts()
     cpu_one_attempt()
@@ -332,3 +357,4 @@ if __name__ == "__main__":
     cpu_crashed()
     cpu_two_workers()
     gpu_eight()
+    cpu_settings_changed()
