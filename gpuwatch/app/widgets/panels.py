@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events
 from textual.widget import Widget
@@ -41,25 +42,78 @@ def is_tall(widget: Widget) -> bool:
 
 
 class HeaderBar(StatePanel):
-    """Run id, name, attempt, status, elapsed, and the link's state."""
+    """Run id, name, attempt, status, elapsed, and the link's state, in one line of its width."""
+
+    _last: tuple[RunState, float] | None = None
 
     def show_state(self, state: RunState, now: float) -> None:
-        text = Text(" gpuwatch ", style="bold")
-        text.append(f" {state.run_id or '…'} ", style="bold reverse")
-        if state.name:
-            text.append(f" {state.name}")
-        text.append(f"  attempt {state.attempt or '-'}")
-        status = state.status or "waiting"
-        text.append("  ")
-        text.append(f" {status} ", style=STATUS_STYLE.get(status, ""))
-        text.append(f"  elapsed {fmt.duration(state.elapsed_s(now))}")
-        if state.link_state == RECORD:  # an ended run read from its directory: all is well
-            text.append("  ")
-            text.append(" record ", style="reverse")
-        elif state.link_state and state.link_state != "connected":
-            text.append("  ")
-            text.append(f" link {state.link_state} ", style="bold white on red")
-        self.set_text(text)
+        self._last = (state, now)
+        self.set_text(header_text(state, now, self.size.width))
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._last is not None:
+            self.set_text(header_text(*self._last, event.size.width))
+
+
+# The fewest cells of a name worth showing (with its "…"); shorter, it goes.
+MIN_NAME_CELLS = 8
+
+
+def header_text(state: RunState, now: float, width: int) -> Text:
+    """The header in `width` cells (0: any): the status and the link's state always whole.
+
+    What is less important gives way first, in this order: the "gpuwatch" mark, the name
+    (shortened, then dropped), the elapsed time, "attempt" (to "#"), then the run id.
+    """
+    status_text = state.status or "waiting"
+    status = Text("  ")
+    status.append(f" {status_text} ", style=STATUS_STYLE.get(status_text, ""))
+    link = Text()
+    if state.link_state == RECORD:  # an ended run read from its directory: all is well
+        link.append("  ")
+        link.append(" record ", style="reverse")
+    elif state.link_state and state.link_state != "connected":
+        link.append("  ")
+        link.append(f" link {state.link_state} ", style="bold white on red")
+    run_id = Text(f" {state.run_id or '…'} ", style="bold reverse")
+    elapsed = f"  elapsed {fmt.duration(state.elapsed_s(now))}"
+    attempt = state.attempt or "-"
+    # (the mark, the name: "whole", "cut" (if MIN_NAME_CELLS fit) or "", attempt, elapsed),
+    # fullest first.
+    forms = [
+        (True, "whole", f"  attempt {attempt}", elapsed),
+        (False, "whole", f"  attempt {attempt}", elapsed),
+        (False, "cut", f"  attempt {attempt}", elapsed),
+        (False, "", f"  attempt {attempt}", elapsed),
+        (False, "", f"  attempt {attempt}", ""),
+        (False, "", f"  #{attempt}", ""),
+    ]
+    for mark, name_form, attempt_text, elapsed_text in forms:
+        text = Text(" gpuwatch " if mark else "", style="bold")
+        text.append_text(run_id)
+        if state.name and name_form:
+            name = Text(f" {state.name}")
+            room = width - text.cell_len - status.cell_len - link.cell_len
+            room -= cell_len(attempt_text) + cell_len(elapsed_text)
+            if width and name.cell_len > room:
+                if name_form == "whole" or room < MIN_NAME_CELLS + 1:
+                    continue
+                name.truncate(room, overflow="ellipsis")
+            text.append_text(name)
+        text.append(attempt_text)
+        text.append_text(status)
+        text.append(elapsed_text)
+        text.append_text(link)
+        if not width or text.cell_len <= width:
+            return text
+    # Narrower still: the run id gives way, then goes with the attempt; the status and the
+    # link's state stay whole.
+    short_attempt = f"  #{attempt}"
+    room = width - cell_len(short_attempt) - status.cell_len - link.cell_len
+    if room < 3:
+        return Text.assemble(status[2:], link)
+    run_id.truncate(room, overflow="ellipsis")
+    return Text.assemble(run_id, short_attempt, status, link)
 
 
 class MetricsPanel(StatePanel):
