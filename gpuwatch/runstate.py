@@ -78,6 +78,10 @@ LOG_TAIL_LINES = 40
 WORKER_WINDOW_STEPS = 20
 # The chief: the headline figures are its own.
 CHIEF = 0
+# A running run's figures are stale once no step has come for this many step times (and
+# at least STALE_MIN_S): a live change being applied, a hung collective, a stalled input.
+STALE_STEP_TIMES = 5
+STALE_MIN_S = 5.0
 
 PREFETCH_KEY = "data.prefetch"
 ACCUMULATION_KEY = "train.accumulation_steps"
@@ -477,6 +481,19 @@ class RunState:
         return per_second(
             sum(p.grad_sync_bytes for p in points), sum(p.step_time_ms for p in points)
         )
+
+    def no_step_for_s(self, now: float) -> float | None:
+        """Seconds since the chief's last step while the run is running and that is several
+        step times (STALE_STEP_TIMES, at least STALE_MIN_S): its figures are stale. Else None.
+        """
+        point = self.last_step
+        if self.status != "running" or point is None or point.t is None:
+            return None
+        step_ms = self.recent_step_time_ms() or point.event.step_time_ms
+        waited = now - point.t
+        if waited < max(STALE_MIN_S, STALE_STEP_TIMES * step_ms / 1000.0):
+            return None
+        return waited
 
     def elapsed_s(self, now: float) -> float | None:
         """Seconds since the run was created; stops at the last event once it ended."""

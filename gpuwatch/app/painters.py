@@ -87,7 +87,10 @@ class Repainter:
         history = Rate(self.history_interval_s, late_s=SLOW_LATE_S)
         return [
             Painter("header", {"header": now, "link": now, "clock": CLOCK}, self._header),
-            Painter("metrics", {"metrics": now, "attempts": now}, self._metrics),
+            # The clock too: "no step for 14 s" counts on while no step comes.
+            Painter(
+                "metrics", {"metrics": now, "attempts": now, "clock": CLOCK}, self._metrics
+            ),
             # A judgement, not a figure to read: its figure is the metrics' input wait.
             Painter(
                 "advice",
@@ -193,7 +196,7 @@ class Repainter:
         self.app.query_one(HeaderBar).show_state(self.app.state, self.app.clock())
 
     def _metrics(self) -> None:
-        self.app.query_one(MetricsPanel).show_state(self.app.state)
+        self.app.query_one(MetricsPanel).show_state(self.app.state, self.app.clock())
 
     def _advice(self) -> None:
         state = self.app.state

@@ -13,7 +13,7 @@ from gpuwatch.advisor import Advice, Straggler
 from gpuwatch.app import fmt
 from gpuwatch.app.link import RECORD
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
-from gpuwatch.runstate import WARMUP_STEPS, RunState, WorkerSummary
+from gpuwatch.runstate import WARMUP_STEPS, RunState, StepPoint, WorkerSummary
 from trainer_runtime.protocol import Hello
 from trainer_runtime.schema import prefetch_word
 
@@ -117,11 +117,15 @@ def header_text(state: RunState, now: float, width: int) -> Text:
 
 
 class MetricsPanel(StatePanel):
-    """Step, epoch, loss, examples/s, step time, input wait."""
+    """Step, epoch, loss, examples/s, step time, input wait; dim, and saying why, when they
+    are not current."""
 
-    def show_state(self, state: RunState) -> None:
+    def show_state(self, state: RunState, now: float | None = None) -> None:
+        """now: the app's clock, for "no step for 14 s" (None: not said)."""
         point = state.last_step
-        text = Text()
+        waited = state.no_step_for_s(now) if now is not None else None
+        note = f"no step for {waited:.0f} s" if waited is not None else ""
+        text = Text(style="dim" if note else "")  # the figures; the note says why
         if point is None:
             text.append("no steps yet", style="dim")
             hello = state.hello
@@ -131,18 +135,7 @@ class MetricsPanel(StatePanel):
             self.set_text(text)
             return
         accumulation = (state.current.accumulation_steps if state.current else None) or 1
-        text.append("step ", style="dim")
-        text.append(f"{point.step:,}", style="bold")
-        if accumulation > 1:
-            micro = f" (micro-step {point.micro_step:,}, {accumulation} per update)"
-            text.append(micro, style="dim")
-        if point.epoch is not None:
-            text.append("  epoch ", style="dim")
-            text.append(str(point.epoch))
-        text.append("  loss ", style="dim")
-        text.append(f"{point.loss:.4f}" if point.loss is not None else fmt.NA, style="bold")
-        if point.lr is not None:
-            text.append(f"  lr {point.lr:.1e}", style="dim")
+        text.append_text(self._step_line(point, accumulation, note))
         text.append("\n")
         rate = state.recent_examples_per_s()
         step_ms = state.recent_step_time_ms()
@@ -158,6 +151,37 @@ class MetricsPanel(StatePanel):
         text.append(fmt.pct(wait, 1), style="bold")
         text.append(" of step time", style="dim")
         self.set_text(text)
+
+
+    def _step_line(self, point: StepPoint, accumulation: int, note: str) -> Text:
+        """Step, epoch, loss, lr, then the note: lr, the micro-step and the epoch give way to
+        it, in that order, on a narrow panel."""
+        width = self.content_size.width
+        for leave_out in ((), ("lr",), ("lr", "micro"), ("lr", "micro", "epoch")):
+            line = Text()
+            line.append("step ", style="dim")
+            line.append(f"{point.step:,}", style="bold")
+            if accumulation > 1 and "micro" not in leave_out:
+                micro = f" (micro-step {point.micro_step:,}, {accumulation} per update)"
+                line.append(micro, style="dim")
+            if point.epoch is not None and "epoch" not in leave_out:
+                line.append("  epoch ", style="dim")
+                line.append(str(point.epoch))
+            line.append("  loss ", style="dim")
+            line.append(f"{point.loss:.4f}" if point.loss is not None else fmt.NA, style="bold")
+            if point.lr is not None and "lr" not in leave_out:
+                line.append(f"  lr {point.lr:.1e}", style="dim")
+            if not note:
+                return line
+            line.append("  ")
+            line.append(note, style=NOTE_STYLE)
+            if not width or line.cell_len <= width:
+                return line
+        return line
+
+
+# What says why the figures beside it are not current: never dim, as they are.
+NOTE_STYLE = "not dim bold yellow"
 
 
 class AdvicePanel(StatePanel):
