@@ -12,7 +12,7 @@ step back and why (see its docstring for the thresholds).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuwatch.runstate import StepPoint, WorkerSummary, get_setting
@@ -245,3 +245,15 @@ def find_straggler(workers: Sequence[WorkerSummary]) -> Straggler | None:
         return None
     cause, (top, value, others, extra_ms) = max(found, key=lambda pair: pair[1][3])
     return Straggler(top.worker, top.host, cause, value, others, extra_ms)
+
+
+def after_the_end(advice: Advice, status: str) -> Advice:
+    """The advice of a run that has ended (`status`): from its last measured figures, and
+    for the attempt that `r` would start from its last checkpoint, not for a running one."""
+    first = f"the run {status}: r goes on from its last checkpoint, with any setting you change"
+    recommendations = [first, *advice.recommendations][:MAX_RECOMMENDATIONS]
+    if advice.input_wait_pct is None:
+        verdict = "no measured steps: it ended while warming up"
+    else:
+        verdict = f"{advice.verdict} (last measured)"
+    return replace(advice, verdict=verdict, recommendations=recommendations)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from gpuwatch.advisor import Straggler, advise, find_straggler
+from gpuwatch.advisor import Straggler, advise, after_the_end, find_straggler
 from gpuwatch.app.repaint import Painter, Rate, RepaintSchedule
 from gpuwatch.app.screens.plots import PlotsScreen
 from gpuwatch.app.widgets.gpus import GpuPanel
@@ -87,14 +87,18 @@ class Repainter:
         history = Rate(self.history_interval_s, late_s=SLOW_LATE_S)
         return [
             Painter("header", {"header": now, "link": now, "clock": CLOCK}, self._header),
-            # The clock too: "no step for 14 s" counts on while no step comes.
+            # The tick too: "no step for 14 s" counts on while no step comes; the status:
+            # an ended run's figures are its last.
             Painter(
-                "metrics", {"metrics": now, "attempts": now, "clock": CLOCK}, self._metrics
+                "metrics",
+                {"metrics": now, "attempts": now, "tick": CLOCK, "status": now},
+                self._metrics,
             ),
             # A judgement, not a figure to read: its figure is the metrics' input wait.
             Painter(
                 "advice",
-                {"metrics": slow, "devices": slow, "attempts": slow, "workers": slow},
+                {"metrics": slow, "devices": slow, "attempts": slow, "workers": slow,
+                 "status": now},
                 self._advice,
             ),
             Painter(
@@ -140,8 +144,9 @@ class Repainter:
         self._timer = self.app.set_timer(max(0.0, due - time.monotonic()), self._on_timer)
 
     def tick(self) -> None:
-        """The clock moved on (once a second)."""
-        self.schedule.note(("clock",))
+        """The clock moved on (once a second): the elapsed time, and how long no step came
+        ("tick": unlike "clock", it does not ride along with every repaint)."""
+        self.schedule.note(("clock", "tick"))
         self.schedule_paint()
 
     def _on_timer(self) -> None:
@@ -205,6 +210,8 @@ class Repainter:
         advice = advise(
             state.recent_steps(), settings, state.sample, state.replicas, self.straggler()
         )
+        if state.terminal:
+            advice = after_the_end(advice, str(state.status))
         self.app.query_one(AdvicePanel).show_advice(advice)
 
     def _workers(self) -> None:

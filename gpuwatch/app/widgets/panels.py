@@ -125,9 +125,12 @@ class MetricsPanel(StatePanel):
         point = state.last_step
         waited = state.no_step_for_s(now) if now is not None else None
         note = f"no step for {waited:.0f} s" if waited is not None else ""
+        if state.terminal:  # nothing runs: what is shown is what was last measured
+            note = f"run {state.status}; last measured"
         text = Text(style="dim" if note else "")  # the figures; the note says why
         if point is None:
-            text.append("no steps yet", style="dim")
+            ended = "no steps: the run ended before its first"
+            text.append(ended if state.terminal else "no steps yet", style="dim")
             hello = state.hello
             if hello:
                 text.append(f"\nbatch {hello.global_batch_size} over ")
@@ -141,6 +144,8 @@ class MetricsPanel(StatePanel):
         step_ms = state.recent_step_time_ms()
         if rate is None:
             warming = f"warming up (the first {WARMUP_STEPS} steps trace; not measured)"
+            if state.terminal:
+                warming = f"not measured: it ended within its first {WARMUP_STEPS} steps"
             text.append(warming, style="dim")
             self.set_text(text)
             return
@@ -530,17 +535,41 @@ class CrashPanel(StatePanel):
         text.append(f"{status}: {', '.join(how) or 'no exit status'}", style="bold red")
         if state.status_message:
             text.append(f" — {state.status_message}")
+        # The cause once: the supervisor's message quotes the trainer's error, which is
+        # also the last line of its traceback in the log.
+        said = [state.status_message or ""]
         error = state.error
-        if error is not None and error.message:
+        if error is not None and error.message and not says_again(error.message, said):
             kind = error.kind
             if error.worker or state.workers > 1:
                 kind += f", worker {error.worker}"
             text.append(f"\nerror ({kind}): {error.message}")
+            said.append(error.message)
         if state.log_tail:
             # The last lines matter most (the exception): show as many as the screen allows.
+            lines = [line for line in state.log_tail if not says_again(line, said)]
             keep = 16 if is_tall(self) else 5
-            shown = min(keep, len(state.log_tail))
-            show_title(self, f"trainer ended · last {shown} lines of trainer.log")
-            for line in state.log_tail[-keep:]:
+            shown = lines[-keep:]
+            title = f"trainer ended · last {plural(len(shown), 'line')} of trainer.log"
+            if len(lines) < len(state.log_tail):
+                title += ", less the error said above"
+            show_title(self, title)
+            for line in shown:
                 text.append("\n  " + line)
         self.set_text(text)
+
+
+# A log line this long or longer that a message above contains is that message again (a
+# shorter one, like "Traceback" or ")", is not the cause). The first CAUSE_KEY_CHARS of it
+# are compared: the supervisor's message cuts a long cause short.
+CAUSE_MIN_CHARS = 12
+CAUSE_KEY_CHARS = 80
+
+
+def says_again(line: str, said: list[str]) -> bool:
+    """Whether `line` only says again what one of the messages `said` says."""
+    key = line.strip()
+    if len(key) < CAUSE_MIN_CHARS:
+        return False
+    key = key[:CAUSE_KEY_CHARS]
+    return any(key in message for message in said)
