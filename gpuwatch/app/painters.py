@@ -106,8 +106,11 @@ class Repainter:
                 {"workers": now, "devices": now, "metrics": now, "status": now},
                 self._workers,
             ),
-            # A new sample at once; the gradient-sync estimate (from steps) slowly.
-            Painter("devices", {"devices": now, "metrics": slow}, self._devices),
+            # A new sample at once; the gradient-sync estimate (from steps) slowly; the
+            # status: an ended run's trainer has no figures.
+            Painter(
+                "devices", {"devices": now, "metrics": slow, "status": now}, self._devices
+            ),
             Painter("gpus", {"gpu_history": history}, self._gpus),
             Painter("plots", {"plots": history}, self._plots),
             Painter("history", {"history": slow}, self._history),

@@ -204,7 +204,16 @@ class AdvicePanel(StatePanel):
 class DevicesPanel(StatePanel):
     """No GPU readings: says so, with the host and the replicas (GpuPanel shows GPUs)."""
 
+    _last_state: RunState | None = None
+
+    def on_resize(self) -> None:
+        """The host line fits the new width (an ended run gets no new sample)."""
+        shown = self._last_state
+        if shown is not None:
+            self.call_after_refresh(lambda: self.show_state(shown))
+
     def show_state(self, state: RunState) -> None:
+        self._last_state = state
         sample = state.sample or {}
         sync = state.recent_grad_sync_bytes_per_s()
         text = Text()
@@ -239,27 +248,46 @@ class DevicesPanel(StatePanel):
                 text.append(f": training uses {replicas} logical CPU replicas")
         if devices and not cluster:
             text.append(f" ({', '.join(devices)})", style="dim")
-        host = sample.get("host") or {}
-        text.append("\nhost CPU ", style="dim")
-        text.append(fmt.pct(host.get("cpu_pct")), style="bold")
-        text.append("  memory ", style="dim")
-        text.append(fmt.mem_pair(host.get("mem_used_bytes"), host.get("mem_total_bytes")))
-        if host.get("load_1m") is not None:
-            text.append("  load ", style="dim")
-            text.append(f"{host['load_1m']:.1f}")
-        if host.get("run_cpu_pct") is not None or host.get("run_rss_bytes") is not None:
-            text.append("  trainer ", style="dim")
-            text.append(f"{fmt.pct(host.get('run_cpu_pct'))} CPU, ")
-            text.append(f"{fmt.bytes_binary(host.get('run_rss_bytes'))} RSS")
-        if host.get("spare_rss_bytes") is not None:
-            # The spare trainer waiting for `r` (only while a dashboard is attached).
-            text.append("  spare trainer ", style="dim")
-            text.append(f"{fmt.bytes_binary(host.get('spare_rss_bytes'))}")
+        text.append("\n")
+        text.append_text(host_line(state, sample.get("host") or {}, self.content_size.width))
         text.append("\ngradient sync ", style="dim")
         text.append(fmt.format_rate(sync), style="bold")
         text.append(" (estimate)", style="dim")
         if reason:
             text.append(f"  NVML: {reason}", style="dim")
+
+
+def host_line(state: RunState, host: dict[str, Any], width: int = 0) -> Text:
+    """'host CPU 64% of 16 cores  memory 5.0/15.6 GiB  load 1.9  trainer 1.2 cores, 1.2 GiB
+    RSS': each CPU figure says what it is of (the host's: of all its cores; the trainer's:
+    cores' worth, as top's 120% is). Once the run has ended, no figure of its trainer. The
+    load gives way when the line is wider than `width` (0: any).
+    """
+    cores = len(host.get("per_cpu_pct") or ())
+    for with_load in (True, False):
+        text = Text("host CPU ", style="dim")
+        text.append(fmt.pct(host.get("cpu_pct")), style="bold")
+        text.append(f" of {plural(cores, 'core')}" if cores else " of all cores", style="dim")
+        text.append("  memory ", style="dim")
+        text.append(fmt.mem_pair(host.get("mem_used_bytes"), host.get("mem_total_bytes")))
+        if with_load and host.get("load_1m") is not None:
+            text.append("  load ", style="dim")
+            text.append(f"{host['load_1m']:.1f}")
+        cpu_pct, rss = host.get("run_cpu_pct"), host.get("run_rss_bytes")
+        if state.terminal:
+            text.append("  trainer exited", style="dim")  # its last sample is not its now
+        elif cpu_pct is not None or rss is not None:
+            text.append("  trainer ", style="dim")
+            figures = [f"{cpu_pct / 100.0:.1f} cores"] if cpu_pct is not None else []
+            figures += [f"{fmt.bytes_binary(rss)} RSS"] if rss is not None else []
+            text.append(", ".join(figures))
+        if host.get("spare_rss_bytes") is not None:
+            # The spare trainer waiting for `r` (only while a dashboard is attached).
+            text.append("  spare trainer ", style="dim")
+            text.append(f"{fmt.bytes_binary(host.get('spare_rss_bytes'))}")
+        if not width or text.cell_len <= width:
+            break
+    return text
 
 
 def plural(count: int, word: str) -> str:
