@@ -157,7 +157,6 @@ class MetricsPanel(StatePanel):
         text.append(" of step time", style="dim")
         self.set_text(text)
 
-
     def _step_line(self, point: StepPoint, accumulation: int, note: str) -> Text:
         """Step, epoch, loss, lr, then the note: lr, the micro-step and the epoch give way to
         it, in that order, on a narrow panel."""
