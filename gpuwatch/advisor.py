@@ -16,7 +16,7 @@ so the verdict's input wait is the figure the metrics line shows.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuwatch.runstate import Figures, RunState, WorkerSummary, get_setting, pace_setter
@@ -263,4 +263,18 @@ def reading(state: RunState) -> Reading:
     current = state.current
     settings = current.settings if current and current.settings else state.settings
     advice = advise(figures, settings, state.sample, state.replicas, straggler)
+    if state.terminal:  # what was last measured, and what r would do
+        advice = after_the_end(advice, str(state.status))
     return Reading(figures, straggler, advice)
+
+
+def after_the_end(advice: Advice, status: str) -> Advice:
+    """The advice of a run that has ended (`status`): from its last measured figures, and
+    for the attempt that `r` would start from its last checkpoint, not for a running one."""
+    first = f"the run {status}: r goes on from its last checkpoint, with any setting you change"
+    recommendations = [first, *advice.recommendations][:MAX_RECOMMENDATIONS]
+    if advice.input_wait_pct is None:
+        verdict = "no measured steps: it ended while warming up"
+    else:
+        verdict = f"{advice.verdict} (last measured)"
+    return replace(advice, verdict=verdict, recommendations=recommendations)

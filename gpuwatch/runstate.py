@@ -92,6 +92,10 @@ LOG_TAIL_LINES = 40
 WORKER_WINDOW_STEPS = 20
 # The chief: the headline figures are its own.
 CHIEF = 0
+# A running run's figures are stale once no step has come for this many step times (and
+# at least STALE_MIN_S): a live change being applied, a hung collective, a stalled input.
+STALE_STEP_TIMES = 5
+STALE_MIN_S = 5.0
 
 PREFETCH_KEY = "data.prefetch"
 ACCUMULATION_KEY = "train.accumulation_steps"
@@ -582,6 +586,19 @@ class RunState:
         repaint and give them to every part of the screen that shows one."""
         workers = tuple(self.worker_summaries()) if self.workers > 1 else ()
         return step_figures(self.recent_steps(), workers)
+
+    def no_step_for_s(self, now: float) -> float | None:
+        """Seconds since the chief's last step while the run is running and that is several
+        step times (STALE_STEP_TIMES, at least STALE_MIN_S): its figures are stale. Else None.
+        """
+        point = self.last_step
+        if self.status != "running" or point is None or point.t is None:
+            return None
+        step_ms = step_figures(self.recent_steps()).step_time_ms or point.event.step_time_ms
+        waited = now - point.t
+        if waited < max(STALE_MIN_S, STALE_STEP_TIMES * step_ms / 1000.0):
+            return None
+        return waited
 
     def elapsed_s(self, now: float) -> float | None:
         """Seconds since the run was created; stops at the last event once it ended."""

@@ -323,3 +323,45 @@ def test_setting_labels_are_short_and_never_ambiguous():
     assert setting_labels(["train.seed"]) == {"train.seed": "seed"}
     assert setting_text("data.cache", True) == "on"
     assert setting_text("cluster.workers", [{"host": "a"}]) == '[{"host":"a"}]'
+
+
+def running_with_steps(step_ms: float, count: int = WARMUP_STEPS + 10) -> RunState:
+    """A running run whose steps (the step helper's: step i ends at t = 1000 + i) took step_ms."""
+    state = RunState()
+    state.apply({"type": "attempt", "seq": 0, "attempt": 1, "settings": SETTINGS})
+    state.apply({"type": "status", "seq": 1, "status": "running", "attempt": 1})
+    state.apply_many(step(2 + i, 1, i + 1, step_ms, 1.0) for i in range(count))
+    return state
+
+
+@pytest.mark.parametrize(
+    ("step_ms", "stale_after_s"),
+    [(200.0, 5.0), (2000.0, 10.0)],  # the 5 s floor; 5 x a 2 s step
+)
+def test_no_step_for_counts_once_several_step_times_passed(step_ms, stale_after_s):
+    state = running_with_steps(step_ms)
+    assert state.last_step is not None
+    last_t = state.last_step.t
+    assert last_t == 1000.0 + 2 + WARMUP_STEPS + 10 - 1
+    assert state.figures().step_time_ms == step_ms
+    assert state.no_step_for_s(last_t + stale_after_s - 0.1) is None
+    assert state.no_step_for_s(last_t + stale_after_s) == pytest.approx(stale_after_s)
+    assert state.no_step_for_s(last_t + 30.0) == pytest.approx(30.0)
+    # A step arrives: the figures are current again.
+    state.apply(step(100, 1, 99, step_ms, 1.0))
+    assert state.no_step_for_s(1100.0 + 1.0) is None
+
+
+def test_no_step_for_takes_the_last_steps_time_before_any_is_measured():
+    state = running_with_steps(3000.0, count=2)  # warm-up only: no measured step time
+    assert state.figures().step_time_ms is None
+    last_t = 1000.0 + 3
+    assert state.no_step_for_s(last_t + 14.9) is None  # 5 x 3 s
+    assert state.no_step_for_s(last_t + 15.0) == pytest.approx(15.0)
+
+
+@pytest.mark.parametrize("status", ["starting", "stopping", "relaunching", *TERMINAL_STATUSES])
+def test_no_step_for_is_only_said_of_a_running_run(status):
+    state = running_with_steps(200.0)
+    state.apply({"type": "status", "seq": 500, "status": status, "attempt": 1})
+    assert state.no_step_for_s(2000.0) is None

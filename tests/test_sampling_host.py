@@ -9,12 +9,13 @@ import time
 from collections import namedtuple
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
 
 from gpuwatch.sampling import DeviceSampler
-from gpuwatch.sampling.host import HostSampler, busy_pct
+from gpuwatch.sampling.host import HostSampler, busy_pct, rss_of
 from tests.support.fake_nvml import FakeNVML
 
 SPIN = "import sys\nwhile True:\n    pass\n"
@@ -180,3 +181,36 @@ def test_a_process_sampled_again_at_once_keeps_its_last_figure(child) -> None:
     assert measured is not None and 0.0 < measured <= 100.0 * psutil.cpu_count() + 5
     for _ in range(20):  # back to back, well under MIN_CPU_INTERVAL_S apart
         assert sampler.sample({spinner.pid}).run_cpu_pct == measured
+
+
+def test_an_exited_process_not_yet_reaped_has_no_figures(child) -> None:
+    """A trainer that has exited but is not reaped yet is a zombie: psutil still reads its
+    last CPU times and no memory. It is gone: no CPU share (the sampler used to report its
+    last figure, like 87 %), no 0 B RSS, as the run's or as a spare's."""
+    import time
+
+    spinner = child(SPIN)
+    now = [time.monotonic()]
+    sampler = HostSampler(clock=lambda: now[0])
+
+    def sample() -> Any:
+        now[0] = time.monotonic()
+        return sampler.sample({spinner.pid})
+
+    sample()
+    assert wait_for(lambda: (sample().run_cpu_pct or 0.0) > 30.0)
+    alive = sample()
+    assert alive.run_rss_bytes is not None and alive.run_rss_bytes > 0
+    spinner.kill()  # not waited for: a zombie until the fixture reaps it
+    assert wait_for(lambda: psutil.Process(spinner.pid).status() == psutil.STATUS_ZOMBIE)
+    assert psutil.Process(spinner.pid).memory_info().rss == 0  # what psutil reads of it
+    # Read at once after the last reading (the path that keeps a live process's last
+    # figure), then a second later: nothing either time.
+    now[0] += 0.01
+    gone = sampler.sample({spinner.pid}, spare_pids={spinner.pid})
+    assert gone.run_cpu_pct is None and gone.run_rss_bytes is None
+    assert gone.spare_rss_bytes is None
+    now[0] += 1.0
+    again = sampler.sample({spinner.pid})
+    assert again.run_cpu_pct is None and again.run_rss_bytes is None
+    assert rss_of({spinner.pid}) is None

@@ -263,6 +263,22 @@ class AgentHarness:
         return ended
 
 
+def test_an_exited_trainer_is_no_pid_of_the_run_while_its_watcher_finishes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the trainer's exit and its watcher's end (its last frames read, up to 5 s),
+    the agent still holds the process: its pid, perhaps another process's by then, is not
+    the run's to sample. A live pid (this test's own) stands in for it."""
+    import os
+    from types import SimpleNamespace
+
+    agent = AgentHarness(tmp_path, monkeypatch).agent
+    agent.process = SimpleNamespace(pid=os.getpid(), returncode=None)  # type: ignore[assignment]
+    assert os.getpid() in agent._run_pids()
+    agent.process = SimpleNamespace(pid=os.getpid(), returncode=0)  # type: ignore[assignment]
+    assert agent._run_pids() == set()
+
+
 @pytest.fixture
 def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AgentHarness:
     # The agent puts the person's working directory on the trainer's path, as gpuwatch does.

@@ -94,11 +94,13 @@ class Repainter:
         return [
             Painter("header", {"header": now, "link": now, "clock": CLOCK}, self._header),
             # Every part that shows a figure, from one reading: metrics, advice, workers,
-            # devices (a new sample at once too), the GPUs' title.
+            # devices (a new sample at once too), the GPUs' title. The tick too: "no step
+            # for 14 s" counts on while no step comes; the status: an ended run's figures
+            # are its last, and its trainer has none.
             Painter(
                 "figures",
                 {"metrics": now, "attempts": now, "workers": now, "devices": now,
-                 "status": now},
+                 "status": now, "tick": CLOCK},
                 self._figures,
             ),
             Painter("gpus", {"gpu_history": history}, self._gpus),
@@ -137,8 +139,9 @@ class Repainter:
         self._timer = self.app.set_timer(max(0.0, due - time.monotonic()), self._on_timer)
 
     def tick(self) -> None:
-        """The clock moved on (once a second)."""
-        self.schedule.note(("clock",))
+        """The clock moved on (once a second): the elapsed time, and how long no step came
+        ("tick": unlike "clock", it does not ride along with every repaint)."""
+        self.schedule.note(("clock", "tick"))
         self.schedule_paint()
 
     def _on_timer(self) -> None:
@@ -194,7 +197,7 @@ class Repainter:
         app, state = self.app, self.app.state
         now = self._reading = reading(state)
         figures = now.figures
-        app.query_one(MetricsPanel).show_state(state, figures)
+        app.query_one(MetricsPanel).show_state(state, figures, app.clock())
         app.query_one(AdvicePanel).show_advice(now.advice)
         if state.workers > 1:
             app.query_one(WorkersPanel).show_state(state, figures.workers, now.straggler)

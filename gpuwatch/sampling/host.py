@@ -43,12 +43,22 @@ def busy_pct(before: Any, after: Any) -> float | None:
     return min(100.0, max(0.0, 100.0 * busy / total))
 
 
+def exited(proc: psutil.Process) -> bool:
+    """An exited process not yet reaped (a zombie) is gone: psutil still reads it, with its
+    last CPU times and no memory, figures of a process that no longer runs."""
+    return proc.status() == psutil.STATUS_ZOMBIE
+
+
 def rss_of(pids: Iterable[int]) -> int | None:
     """The summed resident memory of these processes (None: none of them is there)."""
     total: int | None = None
     for pid in pids:
         try:
-            rss = int(psutil.Process(pid).memory_info().rss)
+            proc = psutil.Process(pid)
+            with proc.oneshot():
+                if exited(proc):
+                    continue
+                rss = int(proc.memory_info().rss)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
         total = rss if total is None else total + rss
@@ -134,11 +144,13 @@ class HostSampler:
                     cached = None
                     proc = psutil.Process(pid)
                 with proc.oneshot():
+                    if exited(proc):
+                        raise psutil.ZombieProcess(pid)
                     times = proc.cpu_times()
                     rss = proc.memory_info().rss
                 now = self._clock()
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                self._procs.pop(pid, None)
+                self._procs.pop(pid, None)  # no figure for a process that is gone
                 continue
             cpu_s = times.user + times.system
             if cached is not None and now - cached[2] < MIN_CPU_INTERVAL_S:

@@ -333,9 +333,10 @@ class LocalAgent:
         return pids
 
     def _own_pids(self) -> set[int]:
-        """The trainer and everything it forked."""
+        """The trainer and everything it forked; none once it has exited (its pid may be
+        another process's by then)."""
         proc = self.process
-        if proc is None:
+        if proc is None or proc.returncode is not None:
             return set()
         pids = {proc.pid}
         try:

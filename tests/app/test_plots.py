@@ -5,6 +5,7 @@ Ground truth is computed here from the fixture's step events, not from the app.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pytest
@@ -173,3 +174,93 @@ def test_plots_80x24(snap_compare):
 
 def test_plots_160x48(snap_compare):
     assert shot(snap_compare, BIG)
+
+
+# -- the axes: whole steps on x, every labelled row on y --------------------------------
+
+
+def chart_lines(plot: PlotextPlot) -> list[str]:
+    """The chart as the terminal shows it, a line per row."""
+    return [plot.render_line(y).text for y in range(plot.size.height)]
+
+
+def first_steps(count: int) -> list[dict[str, Any]]:
+    """The one-attempt recording cut after its step `count`: a short run."""
+    events = load_events("cpu_one_attempt.jsonl")
+    return [e for e in events if e["type"] != "step" or e["step"] <= count]
+
+
+def truth(events: list[dict[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of one chart, from the step events (one attempt)."""
+    steps, values = expected_series(events, 1)[key]
+    return steps, values
+
+
+@pytest.mark.parametrize("height", [24, 26, 30, 40])
+@pytest.mark.parametrize("count", [7, 12])
+async def test_x_ticks_are_whole_steps_and_every_labelled_row_has_its_label(count, height):
+    events = first_steps(count)
+    link = ReplayLink(events)
+    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    async with app.run_test(size=(80, height)) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("g")
+        await pilot.pause()
+        await pilot.pause()
+        for key, title in CHARTS:
+            steps, values = truth(events, key)
+            lines = chart_lines(app.screen.query_one(f"#plot-{key}", PlotextPlot))
+            assert lines[0].strip() == title
+            x_axis, x_labels = lines[-2], lines[-1]
+            canvas = lines[2:-2]
+            # x: whole steps, in the run's range, one label per tick mark.
+            ticks = x_labels.split()
+            assert ticks and all(tick.isdigit() for tick in ticks), (key, x_labels)
+            numbers = [int(tick) for tick in ticks]
+            assert numbers == sorted(set(numbers))
+            assert min(steps) <= numbers[0] and numbers[-1] <= max(steps), (key, numbers)
+            assert x_axis.count("┬") == len(numbers), (key, x_axis, x_labels)
+            # y: a label on each marked row and on no other, rows an equal number apart,
+            # from the bottom row (the least value) to the greatest value.
+            axis_at = lines[1].index("┌")
+            labels = [row[:axis_at].strip() for row in canvas]
+            marked = [row[axis_at] == "┤" for row in canvas]
+            assert [bool(text) for text in labels] == marked, (key, canvas)
+            rows = [i for i, text in enumerate(labels) if text]
+            assert len(rows) >= 2 and rows[-1] == len(canvas) - 1, (key, rows)
+            gaps = {below - above for above, below in itertools.pairwise(rows)}
+            assert len(gaps) == 1, (key, "unevenly spaced labels", rows)
+            assert rows[0] < gaps.pop(), (key, "the top label is less than a gap below the top")
+            least, greatest = float(labels[rows[-1]]), float(labels[rows[0]])
+            places = len(labels[rows[0]].partition(".")[2])
+            if max(values) > min(values):
+                assert least == pytest.approx(min(values), abs=0.5 * 10**-places)
+                assert greatest == pytest.approx(max(values), abs=0.5 * 10**-places)
+            else:  # a flat series, spread half to one and a half times its value
+                assert (least, greatest) == pytest.approx((0.5 * values[0], 1.5 * values[0]))
+
+
+async def test_a_chart_with_nothing_yet_has_no_ticks_then_whole_steps_once_it_has():
+    events = load_events("cpu_one_attempt.jsonl")
+    third = next(i for i, e in enumerate(events) if e["type"] == "step" and e["step"] == 3)
+    twelfth = next(i for i, e in enumerate(events) if e["type"] == "step" and e["step"] == 12)
+    head = events[: third + 1]  # warm-up only: no timed step, the loss has three
+    link = ReplayLink(head)
+    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("g")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, PlotsScreen)
+        rate = screen.query_one("#plot-examples_per_s", PlotextPlot)
+        assert not any("┤" in line or "┬" in line for line in chart_lines(rate))
+        assert chart_lines(screen.query_one("#plot-loss", PlotextPlot))[-1].split() == [
+            "1", "2", "3"
+        ]
+        link.push(events[third + 1 : twelfth + 1])
+        await link.wait_idle()
+        await pilot.pause()
+        app.refresh_view(flush=True)
+        await pilot.pause()
+        assert chart_lines(rate)[-1].split() == ["6", "8", "10", "12"]  # timed: 6 to 12

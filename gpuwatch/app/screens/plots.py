@@ -8,16 +8,18 @@ once a second while it is open; closed, it costs nothing (it is not on the stack
 
 from __future__ import annotations
 
-from typing import ClassVar
+import math
+from typing import Any, ClassVar
 
 from rich.text import Text
-from textual.app import ComposeResult
+from textual.app import ComposeResult, RenderResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid
 from textual.screen import Screen
 from textual.widgets import Footer
 from textual_plotext import PlotextPlot
 
+from gpuwatch.app.axes import step_axis, value_axis
 from gpuwatch.app.widgets.panels import StatePanel
 from gpuwatch.runstate import RunState
 from gpuwatch.series import RunHistory, RunSeries
@@ -54,6 +56,43 @@ def series_of(history: RunHistory, key: str) -> RunSeries:
     return series
 
 
+# plotext's rows around a chart's canvas: the title, the frame's top and bottom, the x labels.
+CHART_FRAME_ROWS = 4
+
+
+class StepChart(PlotextPlot):
+    """A chart against step whose axes fit its size as it renders (gpuwatch/app/axes.py):
+    x ticks on whole steps, y labels on rows an equal number apart."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.steps: tuple[float, float] | None = None  # the first and last step shown
+        self.values: tuple[float, float] | None = None  # the least and greatest value
+
+    def show(self, data: dict[int, Points], marks: list[int]) -> None:
+        """What it will draw: each attempt's points, and the steps marked by a line."""
+        steps = [x for xs, _ in data.values() for x in xs] + marks
+        values = [y for _, ys in data.values() for y in ys if math.isfinite(y)]
+        self.steps = (min(steps), max(steps)) if steps else None
+        self.values = (min(values), max(values)) if values else None
+
+    def render(self) -> RenderResult:
+        plt = self.plt
+        if self.steps is None or self.values is None:  # nothing to draw: no ticks either
+            plt.xlim(None, None)
+            plt.ylim(None, None)
+            plt.xticks([], [])  # (plotext's xticks(None) fails once ticks were set)
+            plt.yticks([], [])
+        else:
+            x = step_axis(*self.steps, self.size.width)
+            y = value_axis(*self.values, self.size.height - CHART_FRAME_ROWS)
+            plt.xlim(x.low, x.high)
+            plt.xticks(x.ticks, x.labels)
+            plt.ylim(y.low, y.high)
+            plt.yticks(y.ticks, y.labels)
+        return super().render()
+
+
 class PlotsScreen(Screen[None]):
     """Charts of the whole run; g or Esc goes back to the dashboard."""
 
@@ -73,7 +112,7 @@ class PlotsScreen(Screen[None]):
         yield StatePanel(id="plots-legend")
         with Grid(id="plots-grid"):
             for key, _ in CHARTS:
-                yield PlotextPlot(id=f"plot-{key}", classes="plot")
+                yield StepChart(id=f"plot-{key}", classes="plot")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
@@ -101,7 +140,7 @@ class PlotsScreen(Screen[None]):
         self._show_legend(sorted(attempts), cluster=state.workers > 1)
 
     def _draw(self, key: str, title: str, data: dict[int, Points]) -> None:
-        plot = self.query_one(f"#plot-{key}", PlotextPlot)
+        plot = self.query_one(f"#plot-{key}", StepChart)
         plt = plot.plt
         plt.clear_data()
         plt.title(title)
@@ -109,6 +148,7 @@ class PlotsScreen(Screen[None]):
             plt.plot(steps, values, color=attempt_colour(attempt), marker="braille")
         for attempt, step in self.boundaries:
             plt.vline(step, color=attempt_colour(attempt))
+        plot.show(data, [step for _, step in self.boundaries])
         plot.refresh()
 
     def _show_legend(self, attempts: list[int], *, cluster: bool = False) -> None:

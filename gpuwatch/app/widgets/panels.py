@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events
 from textual.widget import Widget
@@ -21,6 +22,7 @@ from gpuwatch.runstate import (
     AttemptSummary,
     Figures,
     RunState,
+    StepPoint,
     WorkerSummary,
     differing_settings,
     setting_labels,
@@ -54,36 +56,95 @@ def is_tall(widget: Widget) -> bool:
 
 
 class HeaderBar(StatePanel):
-    """Run id, name, attempt, status, elapsed, and the link's state."""
+    """Run id, name, attempt, status, elapsed, and the link's state, in one line of its width."""
+
+    _last: tuple[RunState, float] | None = None
 
     def show_state(self, state: RunState, now: float) -> None:
-        text = Text(" gpuwatch ", style="bold")
-        text.append(f" {state.run_id or '…'} ", style="bold reverse")
-        if state.name:
-            text.append(f" {state.name}")
-        text.append(f"  attempt {state.attempt or '-'}")
-        status = state.status or "waiting"
-        text.append("  ")
-        text.append(f" {status} ", style=STATUS_STYLE.get(status, ""))
-        text.append(f"  elapsed {fmt.duration(state.elapsed_s(now))}")
-        if state.link_state == RECORD:  # an ended run read from its directory: all is well
-            text.append("  ")
-            text.append(" record ", style="reverse")
-        elif state.link_state and state.link_state != "connected":
-            text.append("  ")
-            text.append(f" link {state.link_state} ", style="bold white on red")
-        self.set_text(text)
+        self._last = (state, now)
+        self.set_text(header_text(state, now, self.size.width))
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._last is not None:
+            self.set_text(header_text(*self._last, event.size.width))
+
+
+# The fewest cells of a name worth showing (with its "…"); shorter, it goes.
+MIN_NAME_CELLS = 8
+
+
+def header_text(state: RunState, now: float, width: int) -> Text:
+    """The header in `width` cells (0: any): the status and the link's state always whole.
+
+    What is less important gives way first, in this order: the "gpuwatch" mark, the name
+    (shortened, then dropped), the elapsed time, "attempt" (to "#"), then the run id.
+    """
+    status_text = state.status or "waiting"
+    status = Text("  ")
+    status.append(f" {status_text} ", style=STATUS_STYLE.get(status_text, ""))
+    link = Text()
+    if state.link_state == RECORD:  # an ended run read from its directory: all is well
+        link.append("  ")
+        link.append(" record ", style="reverse")
+    elif state.link_state and state.link_state != "connected":
+        link.append("  ")
+        link.append(f" link {state.link_state} ", style="bold white on red")
+    run_id = Text(f" {state.run_id or '…'} ", style="bold reverse")
+    elapsed = f"  elapsed {fmt.duration(state.elapsed_s(now))}"
+    attempt = state.attempt or "-"
+    # (the mark, the name: "whole", "cut" (if MIN_NAME_CELLS fit) or "", attempt, elapsed),
+    # fullest first.
+    forms = [
+        (True, "whole", f"  attempt {attempt}", elapsed),
+        (False, "whole", f"  attempt {attempt}", elapsed),
+        (False, "cut", f"  attempt {attempt}", elapsed),
+        (False, "", f"  attempt {attempt}", elapsed),
+        (False, "", f"  attempt {attempt}", ""),
+        (False, "", f"  #{attempt}", ""),
+    ]
+    for mark, name_form, attempt_text, elapsed_text in forms:
+        text = Text(" gpuwatch " if mark else "", style="bold")
+        text.append_text(run_id)
+        if state.name and name_form:
+            name = Text(f" {state.name}")
+            room = width - text.cell_len - status.cell_len - link.cell_len
+            room -= cell_len(attempt_text) + cell_len(elapsed_text)
+            if width and name.cell_len > room:
+                if name_form == "whole" or room < MIN_NAME_CELLS + 1:
+                    continue
+                name.truncate(room, overflow="ellipsis")
+            text.append_text(name)
+        text.append(attempt_text)
+        text.append_text(status)
+        text.append(elapsed_text)
+        text.append_text(link)
+        if not width or text.cell_len <= width:
+            return text
+    # Narrower still: the run id gives way, then goes with the attempt; the status and the
+    # link's state stay whole.
+    short_attempt = f"  #{attempt}"
+    room = width - cell_len(short_attempt) - status.cell_len - link.cell_len
+    if room < 3:
+        return Text.assemble(status[2:], link)
+    run_id.truncate(room, overflow="ellipsis")
+    return Text.assemble(run_id, short_attempt, status, link)
 
 
 class MetricsPanel(StatePanel):
     """Step, epoch, loss, and the figures: examples/s, step time, input wait (a cluster's:
-    the worker's that waits most, named)."""
+    the worker's that waits most, named); dim, and saying why, when they are not current."""
 
-    def show_state(self, state: RunState, figures: Figures) -> None:
+    def show_state(self, state: RunState, figures: Figures, now: float | None = None) -> None:
+        """now: the app's clock, for "no step for 14 s" (None: not said)."""
         point = state.last_step
-        text = Text()
+        waited = state.no_step_for_s(now) if now is not None else None
+        note = f"no step for {waited:.0f} s" if waited is not None else ""
+        if state.terminal:  # nothing runs: what is shown is what was last measured
+            note = f"run {state.status}; last measured"
+        text = Text(style="dim" if note else "")  # the figures; the note says why
         if point is None:
-            text.append("no steps yet", style="dim")
+            ended = "no steps: the run ended before its first"
+            text.append(ended if state.terminal else "no steps yet", style="dim")
             hello = state.hello
             if hello:
                 text.append(f"\nbatch {hello.global_batch_size} over ")
@@ -91,22 +152,13 @@ class MetricsPanel(StatePanel):
             self.set_text(text)
             return
         accumulation = (state.current.accumulation_steps if state.current else None) or 1
-        text.append("step ", style="dim")
-        text.append(f"{point.step:,}", style="bold")
-        if accumulation > 1:
-            micro = f" (micro-step {point.micro_step:,}, {accumulation} per update)"
-            text.append(micro, style="dim")
-        if point.epoch is not None:
-            text.append("  epoch ", style="dim")
-            text.append(str(point.epoch))
-        text.append("  loss ", style="dim")
-        text.append(f"{point.loss:.4f}" if point.loss is not None else fmt.NA, style="bold")
-        if point.lr is not None:
-            text.append(f"  lr {point.lr:.1e}", style="dim")
+        text.append_text(self._step_line(point, accumulation, note))
         text.append("\n")
         rate = figures.examples_per_s
         if rate is None:
             warming = f"warming up (the first {WARMUP_STEPS} steps trace; not measured)"
+            if state.terminal:
+                warming = f"not measured: it ended within its first {WARMUP_STEPS} steps"
             text.append(warming, style="dim")
             self.set_text(text)
             return
@@ -120,6 +172,36 @@ class MetricsPanel(StatePanel):
         else:
             text.append(" of step time", style="dim")
         self.set_text(text)
+
+    def _step_line(self, point: StepPoint, accumulation: int, note: str) -> Text:
+        """Step, epoch, loss, lr, then the note: lr, the micro-step and the epoch give way to
+        it, in that order, on a narrow panel."""
+        width = self.content_size.width
+        for leave_out in ((), ("lr",), ("lr", "micro"), ("lr", "micro", "epoch")):
+            line = Text()
+            line.append("step ", style="dim")
+            line.append(f"{point.step:,}", style="bold")
+            if accumulation > 1 and "micro" not in leave_out:
+                micro = f" (micro-step {point.micro_step:,}, {accumulation} per update)"
+                line.append(micro, style="dim")
+            if point.epoch is not None and "epoch" not in leave_out:
+                line.append("  epoch ", style="dim")
+                line.append(str(point.epoch))
+            line.append("  loss ", style="dim")
+            line.append(f"{point.loss:.4f}" if point.loss is not None else fmt.NA, style="bold")
+            if point.lr is not None and "lr" not in leave_out:
+                line.append(f"  lr {point.lr:.1e}", style="dim")
+            if not note:
+                return line
+            line.append("  ")
+            line.append(note, style=NOTE_STYLE)
+            if not width or line.cell_len <= width:
+                return line
+        return line
+
+
+# What says why the figures beside it are not current: never dim, as they are.
+NOTE_STYLE = "not dim bold yellow"
 
 
 class AdvicePanel(StatePanel):
@@ -137,8 +219,18 @@ class AdvicePanel(StatePanel):
 class DevicesPanel(StatePanel):
     """No GPU readings: says so, with the host and the replicas (GpuPanel shows GPUs)."""
 
+    _last_state: RunState | None = None
+    _last_sync: float | None = None
+
+    def on_resize(self) -> None:
+        """The host line fits the new width (an ended run gets no new sample)."""
+        shown = self._last_state
+        if shown is not None:
+            self.call_after_refresh(lambda: self.show_state(shown, self._last_sync))
+
     def show_state(self, state: RunState, sync: float | None) -> None:
         """sync: the gradient sync estimate of the figures on screen (RunState.figures)."""
+        self._last_state, self._last_sync = state, sync
         sample = state.sample or {}
         text = Text()
         self._no_gpu(text, state, sample, state.hello, sync)
@@ -172,27 +264,46 @@ class DevicesPanel(StatePanel):
                 text.append(f": training uses {replicas} logical CPU replicas")
         if devices and not cluster:
             text.append(f" ({', '.join(devices)})", style="dim")
-        host = sample.get("host") or {}
-        text.append("\nhost CPU ", style="dim")
-        text.append(fmt.pct(host.get("cpu_pct")), style="bold")
-        text.append("  memory ", style="dim")
-        text.append(fmt.mem_pair(host.get("mem_used_bytes"), host.get("mem_total_bytes")))
-        if host.get("load_1m") is not None:
-            text.append("  load ", style="dim")
-            text.append(f"{host['load_1m']:.1f}")
-        if host.get("run_cpu_pct") is not None or host.get("run_rss_bytes") is not None:
-            text.append("  trainer ", style="dim")
-            text.append(f"{fmt.pct(host.get('run_cpu_pct'))} CPU, ")
-            text.append(f"{fmt.bytes_binary(host.get('run_rss_bytes'))} RSS")
-        if host.get("spare_rss_bytes") is not None:
-            # The spare trainer waiting for `r` (only while a dashboard is attached).
-            text.append("  spare trainer ", style="dim")
-            text.append(f"{fmt.bytes_binary(host.get('spare_rss_bytes'))}")
+        text.append("\n")
+        text.append_text(host_line(state, sample.get("host") or {}, self.content_size.width))
         text.append("\ngradient sync ", style="dim")
         text.append(fmt.format_rate(sync), style="bold")
         text.append(" (estimate)", style="dim")
         if reason:
             text.append(f"  NVML: {reason}", style="dim")
+
+
+def host_line(state: RunState, host: dict[str, Any], width: int = 0) -> Text:
+    """'host CPU 64% of 16 cores  memory 5.0/15.6 GiB  load 1.9  trainer 1.2 cores, 1.2 GiB
+    RSS': each CPU figure says what it is of (the host's: of all its cores; the trainer's:
+    cores' worth, as top's 120% is). Once the run has ended, no figure of its trainer. The
+    load gives way when the line is wider than `width` (0: any).
+    """
+    cores = len(host.get("per_cpu_pct") or ())
+    for with_load in (True, False):
+        text = Text("host CPU ", style="dim")
+        text.append(fmt.pct(host.get("cpu_pct")), style="bold")
+        text.append(f" of {plural(cores, 'core')}" if cores else " of all cores", style="dim")
+        text.append("  memory ", style="dim")
+        text.append(fmt.mem_pair(host.get("mem_used_bytes"), host.get("mem_total_bytes")))
+        if with_load and host.get("load_1m") is not None:
+            text.append("  load ", style="dim")
+            text.append(f"{host['load_1m']:.1f}")
+        cpu_pct, rss = host.get("run_cpu_pct"), host.get("run_rss_bytes")
+        if state.terminal:
+            text.append("  trainer exited", style="dim")  # its last sample is not its now
+        elif cpu_pct is not None or rss is not None:
+            text.append("  trainer ", style="dim")
+            figures = [f"{cpu_pct / 100.0:.1f} cores"] if cpu_pct is not None else []
+            figures += [f"{fmt.bytes_binary(rss)} RSS"] if rss is not None else []
+            text.append(", ".join(figures))
+        if host.get("spare_rss_bytes") is not None:
+            # The spare trainer waiting for `r` (only while a dashboard is attached).
+            text.append("  spare trainer ", style="dim")
+            text.append(f"{fmt.bytes_binary(host.get('spare_rss_bytes'))}")
+        if not width or text.cell_len <= width:
+            break
+    return text
 
 
 def plural(count: int, word: str) -> str:
@@ -578,17 +689,41 @@ class CrashPanel(StatePanel):
         text.append(f"{status}: {', '.join(how) or 'no exit status'}", style="bold red")
         if state.status_message:
             text.append(f" — {state.status_message}")
+        # The cause once: the supervisor's message quotes the trainer's error, which is
+        # also the last line of its traceback in the log.
+        said = [state.status_message or ""]
         error = state.error
-        if error is not None and error.message:
+        if error is not None and error.message and not says_again(error.message, said):
             kind = error.kind
             if error.worker or state.workers > 1:
                 kind += f", worker {error.worker}"
             text.append(f"\nerror ({kind}): {error.message}")
+            said.append(error.message)
         if state.log_tail:
             # The last lines matter most (the exception): show as many as the screen allows.
+            lines = [line for line in state.log_tail if not says_again(line, said)]
             keep = 16 if is_tall(self) else 5
-            shown = min(keep, len(state.log_tail))
-            show_title(self, f"trainer ended · last {shown} lines of trainer.log")
-            for line in state.log_tail[-keep:]:
+            shown = lines[-keep:]
+            title = f"trainer ended · last {plural(len(shown), 'line')} of trainer.log"
+            if len(lines) < len(state.log_tail):
+                title += ", less the error said above"
+            show_title(self, title)
+            for line in shown:
                 text.append("\n  " + line)
         self.set_text(text)
+
+
+# A log line this long or longer that a message above contains is that message again (a
+# shorter one, like "Traceback" or ")", is not the cause). The first CAUSE_KEY_CHARS of it
+# are compared: the supervisor's message cuts a long cause short.
+CAUSE_MIN_CHARS = 12
+CAUSE_KEY_CHARS = 80
+
+
+def says_again(line: str, said: list[str]) -> bool:
+    """Whether `line` only says again what one of the messages `said` says."""
+    key = line.strip()
+    if len(key) < CAUSE_MIN_CHARS:
+        return False
+    key = key[:CAUSE_KEY_CHARS]
+    return any(key in message for message in said)
