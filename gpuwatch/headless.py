@@ -3,13 +3,17 @@
 `gpuwatch train CONFIG --headless [--max-steps N]` runs the same supervisor and
 trainer as the dashboard; this client prints a line every few seconds and,
 when the run ends, one line that says what the summary measured, then
-`summary: steps=N examples_per_s=X input_wait_pct=Y replicas=R attempt=A workers=W`
-(W: a cluster's workers, 1 on one host). A progress line's figures are the last
-20 steps; the summary's are the whole attempt after its warm-up steps (the median
-examples/s, the summed input wait over the summed step time), or, for an attempt
-too short to have any after warm-up, all its steps, and the line before it says so.
-In a cluster the input wait is the worker's that waits most (every step waits for it),
-as on the dashboard and in its attempts table; the progress line names the worker.
+`summary: steps=N examples_per_s=X input_wait_pct=Y replicas=R attempt=A workers=W
+flops_per_example=F tflops=T mfu_pct=M` (one line; W: a cluster's workers, 1 on one
+host; F: one example's forward and backward FLOPs as the trainer counted them in its
+graph; T: achieved TFLOP/s, F x X / 1e12; M: T over the replicas' GPUs' dense peak, only
+where that peak is known, gpuwatch/peaks.py; n/a: a figure not known). A progress
+line's figures are the last 20 steps; the summary's are the whole attempt after its
+warm-up steps (the median examples/s, the summed input wait over the summed step time),
+or, for an attempt too short to have any after warm-up, all its steps, and the line
+before it says so. In a cluster the input wait is the worker's that waits most (every
+step waits for it), as on the dashboard and in its attempts table; the progress line
+names the worker.
 
 Exit codes: 0 when the run finished or was stopped (`gpuwatch stop`, the dashboard),
 2 when the trainer refused its settings (a bad config or factory), 1 when the trainer
@@ -27,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from gpuwatch import peaks
 from gpuwatch.advisor import VERDICTS, input_bound_level
 from gpuwatch.client import ClientError, ConnectionLost, RunClient
 from gpuwatch.runs import RunInfo, read_run_info, workers_in
@@ -76,13 +81,30 @@ def summary_window(state: RunState) -> tuple[float | None, float | None, str]:
     return rate, wait, f"all its {len(points)} steps, warm-up included (too few to leave it out)"
 
 
+def flops_figures(state: RunState, examples_per_s: float | None
+                  ) -> tuple[float | None, float | None, float | None]:
+    """(FLOPs per example, achieved TFLOP/s, MFU %) of the current attempt at a rate.
+
+    MFU is None where the peak is not known: no GPU, a GPU not in the table, or a
+    precision it has no tensor cores for (gpuwatch/peaks.py).
+    """
+    flops = state.flops_per_example
+    current = state.current
+    settings = current.settings if current is not None and current.settings else state.settings
+    precision = peaks.settings_precision(settings)
+    return (flops, peaks.achieved_tflops(flops, examples_per_s),
+            peaks.mfu_pct(flops, examples_per_s, state.replica_gpu_names(), precision))
+
+
 def summary_line(state: RunState, workers: int = 1) -> str:
     rate, wait, _ = summary_window(state)
     steps = state.last_step.step if state.last_step else 0
+    flops, tflops, mfu = flops_figures(state, rate)
     return (
         f"summary: steps={steps} examples_per_s={_fmt(rate, '.1f')} "
         f"input_wait_pct={_fmt(wait, '.1f')} replicas={state.replicas} attempt={state.attempt} "
-        f"workers={workers}"
+        f"workers={workers} flops_per_example={_fmt(flops, '.3e')} tflops={_fmt(tflops, '.3g')}"
+        + (f" mfu_pct={mfu:.3g}" if mfu is not None else "")
     )
 
 

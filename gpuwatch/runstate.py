@@ -600,6 +600,39 @@ class RunState:
             return None
         return waited
 
+    @property
+    def flops_per_example(self) -> float | None:
+        """The current attempt's FLOPs per example (its chief's hello), or None."""
+        summary = self.current
+        hello = summary.hello if summary is not None and summary.hello is not None else None
+        if hello is None and self.hello is not None and self.hello.attempt == self.attempt:
+            hello = self.hello
+        return hello.flops_per_example if hello is not None else None
+
+    def replica_gpu_names(self) -> list[str | None]:
+        """The product name of every replica's GPU, all workers ([]: no GPU; None: not known).
+
+        A worker's replicas run on its host's GPUs; a host whose GPUs all have one
+        name gives that name to each replica, one with mixed GPUs (which one a
+        replica has is not known here) or a MIG slice gives None.
+        """
+        hello = self.hello
+        if hello is None or hello.device_kind != "gpu":
+            return []
+        names: list[str | None] = []
+        summaries = {w.worker: w for w in self.worker_summaries()}
+        for worker in range(self.workers):
+            summary = summaries.get(worker)
+            if summary is None or summary.replicas is None:
+                names.append(None)  # a worker not heard from: its GPUs are not known
+                continue
+            gpus = (summary.sample or {}).get("gpus") or []
+            host_names = {None if g.get("mig") else g.get("name") for g in gpus
+                          if isinstance(g, dict)}
+            name = host_names.pop() if len(host_names) == 1 else None
+            names.extend([name] * summary.replicas)
+        return names
+
     def elapsed_s(self, now: float) -> float | None:
         """Seconds since the run was created; stops at the last event once it ended."""
         if self.created_t is None:

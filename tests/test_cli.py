@@ -12,7 +12,8 @@ from tests.conftest import TINY, gpuwatch
 
 SUMMARY = re.compile(
     r"^summary: steps=(\d+) examples_per_s=([\d.]+) input_wait_pct=([\d.]+) "
-    r"replicas=(\d+) attempt=(\d+) workers=(\d+)$",
+    r"replicas=(\d+) attempt=(\d+) workers=(\d+) flops_per_example=(\S+) tflops=(\S+)"
+    r"( mfu_pct=\S+)?$",
     re.M,
 )
 
@@ -23,7 +24,7 @@ def test_demo_runs_headless_for_30_steps_on_two_replicas(home: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     match = SUMMARY.search(proc.stdout)
     assert match, proc.stdout
-    steps, rate, wait, replicas, attempt, workers = match.groups()
+    steps, rate, wait, replicas, attempt, workers, flops, tflops, mfu = match.groups()
     assert int(steps) == 30 and int(replicas) == 2 and int(attempt) == 1 and int(workers) == 1
     assert float(rate) > 0 and 0.0 <= float(wait) <= 100.0
     # The summary's figures are the trainer's own measurements, not made up: recompute
@@ -39,6 +40,14 @@ def test_demo_runs_headless_for_30_steps_on_two_replicas(home: Path) -> None:
     assert float(wait) == pytest.approx(expected, abs=0.05)
     hello = next(e for e in events if e["type"] == "hello")
     assert hello["replicas"] == 2 and hello["device_kind"] in ("cpu", "gpu")
+    # FLOPs per example as the trainer counted them in its graph: the demo's MLP,
+    # 784 -> 1024 -> 1024 -> 10, by hand at 2 FLOPs a multiply-add: forward and weight
+    # gradient for every layer, input gradient for all but the first.
+    hand = 2 * (2 * 784 * 1024) + 3 * (2 * 1024 * 1024) + 3 * (2 * 1024 * 10)
+    assert hello["flops_per_example"] == pytest.approx(hand, rel=0.05)
+    assert float(flops) == pytest.approx(hello["flops_per_example"], rel=1e-3)
+    assert float(tflops) == pytest.approx(float(flops) * float(rate) / 1e12, rel=1e-2)
+    assert (mfu is None) == (hello["device_kind"] == "cpu")  # no peak for a CPU
     assert events[-1]["type"] == "status" and events[-1]["status"] == "finished"
 
 

@@ -221,7 +221,10 @@ def main(argv: list[str] | None = None) -> int:
             return fail("runtime", _runtime_message(exc), 1)
         return fail("config", f"checkpoint in {args.run_dir}/checkpoints does not fit this "
                     f"model ({_one_line(exc)[:300]}); relaunch with --fresh", 2)
-    log.info("built in %.1fs: %d replicas on %s, %d parameters", time.monotonic() - t0,
+    # Traced here rather than in the first update (which reuses the trace), so the
+    # hello carries the update's FLOPs per example.
+    flops_per_example = trainer.flops_per_example()
+    log.info("built and traced in %.1fs: %d replicas on %s, %d parameters", time.monotonic() - t0,
              trainer.replicas, devices.kind, trainer.param_count)
     emitter.emit(protocol.Hello(
         attempt=args.attempt, pid=os.getpid(), tf_version=tf.__version__,
@@ -230,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         global_batch_size=trainer.global_batch, accumulation_steps=trainer.k,
         per_replica_batch=trainer.per_replica_batch, start_step=trainer.step,
         start_micro_step=trainer.micro_step, worker=args.worker, workers=workers,
-        host=socket.gethostname()))
+        host=socket.gethostname(), flops_per_example=flops_per_example))
     if resume is not None:
         log.info("resumed from step %d (%s), data position %d, data order %s%s",
                  resume.from_step, resume.checkpoint, resume.position, resume.data_order,

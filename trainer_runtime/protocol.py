@@ -30,6 +30,9 @@ trainer -> supervisor (the trainer's telemetry socket):
               worker (int): the worker that sent it (0 = chief)
               workers (int): workers in the cluster (1: one host)
               host (str): the worker's host name
+              flops_per_example (float | None): FLOPs of one example's forward and
+                backward pass (matmuls, convs, einsums), counted in the traced update;
+                null: not counted
   step        One optimizer update as the trainer measured it (t: when it ended).
               attempt (int): the attempt it belongs to (1, 2, ...)
               step (int): optimizer steps so far, counted across attempts
@@ -777,6 +780,11 @@ class Hello(Event):
     worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
     workers: int = field(default=1, metadata=_note("workers in the cluster (1: one host)"))
     host: str = field(default="", metadata=_note("the worker's host name"))
+    flops_per_example: float | None = field(
+        default=None,
+        metadata=_note("FLOPs of one example's forward and backward pass (matmuls, convs, "
+                       "einsums), counted in the traced update; null: not counted"),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,0 +1,109 @@
+"""Dense peaks by NVML product name and precision; achieved TFLOP/s and MFU from them."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpuwatch import peaks
+
+
+@pytest.mark.parametrize(
+    ("nvml_name", "precision", "tflops"),
+    [
+        # Datasheet figures marked "with sparsity", halved for dense.
+        ("NVIDIA H100 80GB HBM3", "float32", 989 / 2),
+        ("NVIDIA H100 80GB HBM3", "bfloat16", 1979 / 2),
+        ("NVIDIA H100 PCIe", "float16", 1513 / 2),
+        ("NVIDIA H100 NVL", "bfloat16", 1671 / 2),
+        ("NVIDIA H200", "bfloat16", 1979 / 2),
+        ("NVIDIA H200 NVL", "float32", 835 / 2),
+        ("NVIDIA L4", "float16", 242 / 2),
+        # Datasheet figures printed dense.
+        ("NVIDIA A100-SXM4-80GB", "float32", 156),
+        ("NVIDIA A100-SXM4-40GB", "bfloat16", 312),
+        ("NVIDIA A100-PCIE-40GB", "float16", 312),
+        ("NVIDIA A100 80GB PCIe", "float16", 312),
+        ("NVIDIA A10", "float16", 125),
+        ("NVIDIA GeForce RTX 4090", "float16", 165.2),
+        ("NVIDIA GeForce RTX 4090", "float32", 82.6),
+        ("Tesla V100-SXM2-16GB", "float32", 15.7),  # no TF32 on Volta: plain FP32
+        ("Tesla V100-SXM2-32GB", "float16", 125),
+        ("Tesla V100-PCIE-16GB", "float16", 112),
+        ("Tesla V100S-PCIE-32GB", "float16", 130),
+        ("Tesla T4", "float16", 65),
+    ],
+)
+def test_a_known_gpu_has_its_published_dense_peak(nvml_name: str, precision: str,
+                                                  tflops: float) -> None:
+    assert peaks.peak_tflops([nvml_name], precision) == pytest.approx(tflops)
+
+
+@pytest.mark.parametrize(
+    "nvml_name",
+    [
+        "NVIDIA A10G",  # not an A10: no NVIDIA datasheet, not in the table
+        "NVIDIA GH200 480GB",  # not an H200
+        "NVIDIA GeForce RTX 4090 D",  # not a 4090
+        "NVIDIA L40",  # not an L40S
+        "NVIDIA A100-SXM4-40GB MIG 1g.5gb",  # a slice: a fraction of the peak
+        "Tesla V100-FHHL-16GB",  # another clock than the datasheet's boards
+        "NVIDIA GeForce GTX 1080",
+        "",
+    ],
+)
+def test_an_unknown_gpu_has_no_peak(nvml_name: str) -> None:
+    assert peaks.find_peak(nvml_name) is None
+    assert peaks.peak_tflops([nvml_name], "float32") is None
+    assert peaks.mfu_pct(1e9, 1e3, [nvml_name], "float32") is None
+
+
+def test_a_cpu_run_has_no_peak_but_an_achieved_figure() -> None:
+    assert peaks.peak_tflops([], "float32") is None
+    assert peaks.mfu_pct(2e6, 5e5, [], "float32") is None
+    assert peaks.achieved_tflops(2e6, 5e5) == pytest.approx(1.0)  # 2e6 * 5e5 / 1e12
+
+
+def test_a_precision_without_tensor_cores_has_no_peak() -> None:
+    assert peaks.peak_tflops(["Tesla V100-SXM2-16GB"], "bfloat16") is None
+    assert peaks.peak_tflops(["Tesla T4"], "bfloat16") is None
+    assert peaks.peak_tflops(["NVIDIA H100 80GB HBM3"], "float64") is None
+
+
+def test_several_gpus_sum_their_peaks_and_one_unknown_gives_none() -> None:
+    eight = ["NVIDIA H100 80GB HBM3"] * 8
+    assert peaks.peak_tflops(eight, "bfloat16") == pytest.approx(8 * 1979 / 2)
+    mixed = ["NVIDIA A100-SXM4-80GB", "NVIDIA A100 80GB PCIe"]
+    assert peaks.peak_tflops(mixed, "float32") == pytest.approx(156 + 156)
+    # A partial sum would overstate MFU.
+    assert peaks.peak_tflops(["NVIDIA A100-SXM4-80GB", "NVIDIA A10G"], "float32") is None
+    assert peaks.peak_tflops(["NVIDIA A100-SXM4-80GB", None], "float32") is None
+
+
+def test_mfu_is_achieved_over_the_summed_peak() -> None:
+    # 1e9 FLOPs per example at 1e5 examples/s = 100 TFLOP/s; two A100s in bfloat16
+    # peak at 2 x 312 = 624 TFLOP/s: 100 / 624 = 16.03 %.
+    assert peaks.achieved_tflops(1e9, 1e5) == pytest.approx(100.0)
+    mfu = peaks.mfu_pct(1e9, 1e5, ["NVIDIA A100-SXM4-80GB"] * 2, "bfloat16")
+    assert mfu == pytest.approx(100 * 100 / 624)
+    assert peaks.mfu_pct(None, 1e5, ["NVIDIA A100-SXM4-80GB"], "bfloat16") is None
+    assert peaks.mfu_pct(1e9, None, ["NVIDIA A100-SXM4-80GB"], "bfloat16") is None
+
+
+@pytest.mark.parametrize(
+    ("policy", "precision"),
+    [(None, "float32"), ("float32", "float32"), ("mixed_float16", "float16"),
+     ("mixed_bfloat16", "bfloat16")],
+)
+def test_the_precision_is_the_runs_mixed_precision_setting(policy: str | None,
+                                                           precision: str) -> None:
+    assert peaks.precision_of(policy) == precision
+    settings = {"train": {"mixed_precision": policy}} if policy else {"train": {}}
+    assert peaks.settings_precision(settings) == precision
+    assert peaks.settings_precision({}) == "float32"
+
+
+def test_every_row_names_its_public_source_and_has_a_float32_figure() -> None:
+    for row in peaks.PEAKS:
+        assert row.source.startswith("https://"), row.product
+        assert row.float32 is not None and row.float32 > 0, row.product
+        assert row.float16 is not None and row.float16 >= row.float32, row.product
