@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpuwatch import peaks
 from gpuwatch.advisor import VERDICTS, input_bound_level
 from gpuwatch.client import ClientError, ConnectionLost, RunClient
 from gpuwatch.runs import RunInfo, read_run_info, workers_in
@@ -81,25 +80,10 @@ def summary_window(state: RunState) -> tuple[float | None, float | None, str]:
     return rate, wait, f"all its {len(points)} steps, warm-up included (too few to leave it out)"
 
 
-def flops_figures(state: RunState, examples_per_s: float | None
-                  ) -> tuple[float | None, float | None, float | None]:
-    """(FLOPs per example, achieved TFLOP/s, MFU %) of the current attempt at a rate.
-
-    MFU is None where the peak is not known: no GPU, a GPU not in the table, or a
-    precision it has no tensor cores for (gpuwatch/peaks.py).
-    """
-    flops = state.flops_per_example
-    current = state.current
-    settings = current.settings if current is not None and current.settings else state.settings
-    precision = peaks.settings_precision(settings)
-    return (flops, peaks.achieved_tflops(flops, examples_per_s),
-            peaks.mfu_pct(flops, examples_per_s, state.replica_gpu_names(), precision))
-
-
 def summary_line(state: RunState, workers: int = 1) -> str:
     rate, wait, _ = summary_window(state)
     steps = state.last_step.step if state.last_step else 0
-    flops, tflops, mfu = flops_figures(state, rate)
+    flops, tflops, mfu = state.flops_figures(rate)
     return (
         f"summary: steps={steps} examples_per_s={_fmt(rate, '.1f')} "
         f"input_wait_pct={_fmt(wait, '.1f')} replicas={state.replicas} attempt={state.attempt} "

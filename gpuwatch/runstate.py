@@ -45,10 +45,10 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from gpuwatch import snapshot
+from gpuwatch import peaks, snapshot
 from gpuwatch.series import DeviceHistory, RunHistory
 from gpuwatch.sketch import MedianSketch
 from trainer_runtime.protocol import (
@@ -361,6 +361,10 @@ class Figures:
     input_wait_worker: int | None = None  # whose input wait, in a cluster; None on one host
     grad_sync_bytes_per_s: float | None = None
     workers: tuple[WorkerSummary, ...] = ()  # every worker's figures, in a cluster
+    # Achieved TFLOP/s at examples_per_s (the traced FLOPs per example), and that over the
+    # GPUs' dense peak where known (RunState.flops_figures).
+    tflops: float | None = None
+    mfu_pct: float | None = None
 
 
 def step_figures(
@@ -585,7 +589,9 @@ class RunState:
         """The current figures, each computed once (see ``Figures``): take them once per
         repaint and give them to every part of the screen that shows one."""
         workers = tuple(self.worker_summaries()) if self.workers > 1 else ()
-        return step_figures(self.recent_steps(), workers)
+        figures = step_figures(self.recent_steps(), workers)
+        _, tflops, mfu = self.flops_figures(figures.examples_per_s)
+        return replace(figures, tflops=tflops, mfu_pct=mfu)
 
     def no_step_for_s(self, now: float) -> float | None:
         """Seconds since the chief's last step while the run is running and that is several
@@ -608,6 +614,20 @@ class RunState:
         if hello is None and self.hello is not None and self.hello.attempt == self.attempt:
             hello = self.hello
         return hello.flops_per_example if hello is not None else None
+
+    def flops_figures(self, examples_per_s: float | None
+                      ) -> tuple[float | None, float | None, float | None]:
+        """(FLOPs per example, achieved TFLOP/s, MFU %) of the current attempt at a rate.
+
+        MFU is None where the peak is not known: no GPU, a GPU not in the table, or a
+        precision it has no tensor cores for (gpuwatch/peaks.py).
+        """
+        flops = self.flops_per_example
+        current = self.current
+        settings = current.settings if current is not None and current.settings else self.settings
+        precision = peaks.settings_precision(settings)
+        return (flops, peaks.achieved_tflops(flops, examples_per_s),
+                peaks.mfu_pct(flops, examples_per_s, self.replica_gpu_names(), precision))
 
     def replica_gpu_names(self) -> list[str | None]:
         """The product name of every replica's GPU, all workers ([]: no GPU; None: not known).

@@ -162,16 +162,33 @@ class MetricsPanel(StatePanel):
             text.append(warming, style="dim")
             self.set_text(text)
             return
-        text.append(fmt.count(rate, "examples/s"), style="bold")
-        text.append(f"  {fmt.ms(figures.step_time_ms)} per step", style="")
-        text.append("  input wait ", style="dim")
-        text.append(fmt.pct(figures.input_wait_pct, 1), style="bold")
-        if figures.input_wait_worker is not None:
-            # The worker every step waits for; the chief's own may be far less.
-            text.append(f" (worker {figures.input_wait_worker})", style="bold")
-        else:
-            text.append(" of step time", style="dim")
+        text.append_text(self._figures_line(figures, rate))
         self.set_text(text)
+
+    def _figures_line(self, figures: Figures, rate: float) -> Text:
+        """examples/s, step time, input wait, TFLOP/s (and MFU): "of step time", then the
+        TFLOP/s give way on a narrow panel."""
+        width = self.content_size.width
+        for leave_out in ((), ("of",), ("of", "tflops")):
+            line = Text()
+            line.append(fmt.count(rate, "examples/s"), style="bold")
+            line.append(f"  {fmt.ms(figures.step_time_ms)} per step", style="")
+            line.append("  input wait ", style="dim")
+            line.append(fmt.pct(figures.input_wait_pct, 1), style="bold")
+            if figures.input_wait_worker is not None:
+                # The worker every step waits for; the chief's own may be far less.
+                line.append(f" (worker {figures.input_wait_worker})", style="bold")
+            elif "of" not in leave_out:
+                line.append(" of step time", style="dim")
+            if figures.tflops is not None and "tflops" not in leave_out:
+                line.append(f"  {figures.tflops:.3g} TFLOP/s", style="")
+                if figures.mfu_pct is not None:
+                    mfu = figures.mfu_pct
+                    line.append(f" {mfu:.2g}% MFU" if mfu < 10 else f" {mfu:.0f}% MFU",
+                                style="bold")
+            if not width or line.cell_len <= width:
+                break
+        return line
 
     def _step_line(self, point: StepPoint, accumulation: int, note: str) -> Text:
         """Step, epoch, loss, lr, then the note: lr, the micro-step and the epoch give way to
