@@ -332,6 +332,7 @@ class GpuwatchApp(CommandsMixin, App[str]):
         self.state = RunState()
         self.pending = {}
         self._relaunched_attempt = 0
+        self.applying = None  # a change in flight is the other run's
         self.follow_link()  # exclusive: cancels the old follower
         self.run_worker(old.close(), group="close", exit_on_error=False)
         self.refresh_view(flush=True)

@@ -88,14 +88,15 @@ class CommandsMixin(_Base):
             # Shown until the trainer has switched: no figure reads as the new settings' yet.
             applying = self.applying = Applying(description, time.monotonic())
             self.show_pending()
+        link = self.link
         try:
-            reply = await self.link.command(
-                "relaunch", overrides=overrides, fresh=False, live=live
-            )
+            reply = await link.command("relaunch", overrides=overrides, fresh=False, live=live)
         except (ClientError, TimeoutError) as exc:
             self._settle_applying(applying)
             self.notify(f"relaunch failed: {exc}", severity="error")
             return
+        if link is not self.link:
+            return  # switched runs meanwhile: this answer is the other run's
         if pending_overrides(self.state.settings, self.pending) == overrides:
             self.pending = {}
         if isinstance(reply.get("attempt"), int):

@@ -126,3 +126,21 @@ def test_fit_line_cuts_the_head_and_keeps_the_tail_whole() -> None:
     assert fit_line(line, 200) == line
     cut = fit_line(line, 40, keep=" · 12 s")
     assert len(cut) <= 40 and cut.endswith("… · 12 s") and cut.startswith("applying live: ")
+
+
+async def test_switching_runs_drops_the_other_runs_change_in_flight() -> None:
+    app, link, events = _app({"attempt": 2, "live": True, "request": 1})
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("p", "r")
+        await pilot.pause()
+        assert bar(app).startswith("applying live")
+        other = ReplayLink(events, batch_size=50)
+        app.switch_to(other, "0612-other")
+        await settle(app, other, pilot)
+        assert app.applying is None and bar(app).startswith("no pending changes")
+        link.release.set()  # the first run's answer, late: it changes nothing here
+        await wait_commands(app)
+        await pilot.pause()
+        assert app.applying is None and bar(app).startswith("no pending changes")
+        assert app._relaunched_attempt == 0  # not the first run's attempt 2
