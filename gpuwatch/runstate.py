@@ -419,9 +419,9 @@ class RunState:
     # The dashboard's own connection: not part of the run, never in a snapshot.
     link_state: str | None = field(default=None, metadata=_LOCAL)
     link_message: str | None = field(default=None, metadata=_LOCAL)
-    # Live-change requests a trainer refused (by request id): what the dashboard's
+    # Live changes a trainer refused, counted (each worker's refusal): what the dashboard's
     # "applying" waits for, besides the new attempt. Seen live only, never in a snapshot.
-    refused_requests: set[int] = field(default_factory=set, metadata=_LOCAL)
+    refusals: int = field(default=0, metadata=_LOCAL)
     error: Error | None = None
     done: Done | None = None
     last_checkpoint: Checkpoint | None = None
@@ -814,7 +814,7 @@ def _on_reconfigured(state: RunState, event: Reconfigured, t: float | None) -> N
     # An applied change is its attempt event; a refused one settles a change in flight (the
     # relaunch command's err, or the trainer's reconfigured event, says why).
     if not event.ok:
-        state.refused_requests.add(event.id)
+        state.refusals += 1
         state.changed.add("pending")
 
 

@@ -230,3 +230,44 @@ def test_the_stand_in_config_is_a_run_config() -> None:
         assert config.data.read_latency_ms == BASE_LATENCY and config.cluster is not None
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_a_late_ok_during_a_stop_begins_the_attempt_on_the_status_the_run_has() -> None:
+    """The new attempt is recorded with the status the run had (stopping), never 'running'."""
+    base = Path(tempfile.mkdtemp(prefix="gw-live-", dir="/tmp"))
+    saved = live_module.LIVE_TIMEOUT_S, live_module.LIVE_ANSWER_GRACE_S
+    try:
+        run_dir = base / "r1"
+        run_dir.mkdir()
+        (run_dir / "config.yaml").write_text(_with_latency(1))
+        live_module.LIVE_TIMEOUT_S, live_module.LIVE_ANSWER_GRACE_S = 0.0, 0.02
+
+        async def play() -> Supervisor:
+            core = Supervisor(run_dir, run_dir / "sup.sock", fresh=True)
+            trainer = Trainer(latency=BASE_LATENCY)
+            agent = StandInAgent(0, core, trainer)
+            core.workers.agents[:] = [agent]  # type: ignore[list-item]
+            core.agents = core.workers.agents
+            core.attempt = 1
+            core._record_attempt(run_dir / "config.yaml", "start")
+            core.status = "running"
+            frame = {"v": 1, "type": "relaunch", "id": 1,
+                     "overrides": {"data.read_latency_ms": BASE_LATENCY + 1}}
+            reply = decode(await core.commands.answer(frame, None))  # type: ignore[arg-type]
+            assert reply["pending"] is True
+            core.set_status("stopping")  # a stop came; the trainer answers on its way out
+            assert trainer.request is not None
+            agent.take(Reconfigured(attempt=0, id=trainer.request[0], ok=True, step=0,
+                                    changed=["data.read_latency_ms"], seconds=30.0))
+            core.recorder.close()
+            return core
+
+        core = asyncio.run(play())
+        assert core.attempt == 2 and core.status == "stopping"
+        events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().split("\n")
+                  if line]
+        statuses = [(e["attempt"], e["status"]) for e in events if e["type"] == "status"]
+        assert statuses[-1] == (2, "stopping") and (2, "running") not in statuses
+    finally:
+        live_module.LIVE_TIMEOUT_S, live_module.LIVE_ANSWER_GRACE_S = saved
+        shutil.rmtree(base, ignore_errors=True)

@@ -29,6 +29,10 @@ from trainer_runtime import protocol
 
 log = logging.getLogger("trainer_runtime")
 
+# Events a full queue still takes: rare, and the supervisor's record waits on them (a live
+# change settles on `reconfigured`; the run's end on `done` or `error`).
+NEVER_DROPPED = frozenset({"reconfigured", "done", "error", "hello"})
+
 # Requests waiting for the loop; more than this many unapplied is a confused sender.
 MAX_PENDING_REQUESTS = 64
 
@@ -102,7 +106,7 @@ class SocketEmitter:
             return
         # deque appends are atomic under the GIL; the length check may race with
         # the sender popping, which only ever makes room.
-        if len(self._queue) >= self._limit:
+        if len(self._queue) >= self._limit and event.TYPE not in NEVER_DROPPED:
             self.dropped += 1
             return
         self._queue.append((event, time.time() if t is None else t))

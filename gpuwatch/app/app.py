@@ -250,6 +250,8 @@ class GpuwatchApp(CommandsMixin, App[str]):
         self.pending = {}
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "relaunch" and parameters[:1] != (False,) and self.applying is not None:
+            return None  # greyed out while a live change is in flight (R still relaunches)
         if action in ("relaunch", "discard"):
             # None: shown greyed out in the footer while nothing is pending; a run that
             # has ended goes on with r as it was.

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 
 from gpuwatch.app.screens.modals import ConfirmStopScreen
-from gpuwatch.client import ClientError
+from gpuwatch.client import ClientError, ConnectionLost
 from gpuwatch.runstate import (
     RunState,
     describe_pending,
@@ -37,21 +37,19 @@ else:
 
 @dataclass
 class Applying:
-    """A live change sent with `r` that the trainer has not settled yet."""
+    """A live change sent with `r` that the record has not settled yet."""
 
     description: str
     since: float  # time.monotonic() when r was pressed
-    attempt: int | None = None  # the attempt it becomes (from the supervisor's answer)
-    request: int | None = None  # the reconfigure request's id (from the same)
+    from_attempt: int  # the attempt running when it was sent
+    refusals: int  # the trainers' refusals recorded by then (RunState.refusals)
 
     def settled(self, state: RunState) -> bool:
-        """The record says how it ended: its attempt began, a trainer refused it, or the
-        run ended (a trainer that exits settles it too)."""
-        if state.terminal:
-            return True
-        if self.attempt is not None and state.attempt >= self.attempt:
-            return True
-        return self.request is not None and self.request in state.refused_requests
+        """The record says how it went: a new attempt began (this change's, or a relaunch's),
+        a trainer refused it (one change is in flight at a time: a refusal since is its),
+        or the run ended."""
+        return (state.terminal or state.attempt > self.from_attempt
+                or state.refusals > self.refusals)
 
     def line(self) -> str:
         seconds = time.monotonic() - self.since
@@ -75,6 +73,10 @@ class CommandsMixin(_Base):
         """r: live where the trainer can change them (the supervisor decides); R: live=False.
         On a run that has ended: the next attempt, with nothing pending too. R always
         relaunches, as it is when nothing is pending (a trainer that seems stuck)."""
+        if live and self.applying is not None:
+            self.notify("a live change is still being applied: wait for it, or R relaunches",
+                        severity="warning")
+            return
         overrides = pending_overrides(self.state.settings, self.pending)
         if overrides or self.state.terminal or not live:
             self.send_relaunch(overrides, live=live)
@@ -86,12 +88,22 @@ class CommandsMixin(_Base):
         applying = None
         if live and pending_applies_live(self.state.settings, overrides, running=running):
             # Shown until the trainer has switched: no figure reads as the new settings' yet.
-            applying = self.applying = Applying(description, time.monotonic())
+            applying = self.applying = Applying(
+                description, time.monotonic(), self.state.attempt, self.state.refusals
+            )
             self.show_pending()
         link = self.link
         try:
             reply = await link.command("relaunch", overrides=overrides, fresh=False, live=live)
-        except (ClientError, TimeoutError) as exc:
+        except (ConnectionLost, TimeoutError) as exc:
+            if applying is None:
+                self.notify(f"relaunch failed: {exc}", severity="error")
+                return
+            # Sent, and maybe applied: the bar follows the record until it says how it went.
+            self.notify(f"no answer to the live change ({exc}); the record will show whether "
+                        "it applied", title="still applying", severity="warning")
+            return
+        except ClientError as exc:
             self._settle_applying(applying)
             self.notify(f"relaunch failed: {exc}", severity="error")
             return
@@ -102,7 +114,6 @@ class CommandsMixin(_Base):
         if isinstance(reply.get("attempt"), int):
             self._relaunched_attempt = max(self._relaunched_attempt, reply["attempt"])
         if reply.get("pending") and applying is not None:
-            applying.attempt, applying.request = reply.get("attempt"), reply.get("request")
             self.notify(str(reply.get("message", "the trainer has not answered yet")),
                         title="still applying", severity="warning")
             self.check_applying()

@@ -160,5 +160,7 @@ class Attempts:
         self.attempt = change.attempt
         self.config = change.config
         self._record_attempt(change.path, "live")
-        self.set_status("running")  # the new attempt's, and state.json's for `gpuwatch ls`
+        # The status it had (running; stopping if a stop came meanwhile), now the new
+        # attempt's, and state.json's for `gpuwatch ls`.
+        self.set_status(self.status)
 

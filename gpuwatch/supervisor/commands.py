@@ -133,7 +133,7 @@ class Commands:
         check_replicas(config, self.run.replicas_for(config), source="relaunch")
         live_keys, other_keys = live_changes(self.run.config, config)
         in_flight = self.run.live_in_flight()
-        if in_flight and command.live and not command.fresh:
+        if in_flight and command.live and not command.fresh and live_keys and not other_keys:
             # One change at a time: the next is measured against what the trainer runs.
             raise ValueError(f"{in_flight}; wait for it (R relaunches in a new trainer instead)")
         if (command.live and not command.fresh and live_keys and not other_keys

@@ -41,6 +41,9 @@ LIVE_TIMEOUT_S = float(os.environ.get("GPUWATCH_LIVE_TIMEOUT_S", str(LIVE_DEADLI
 LIVE_ANSWER_GRACE_S = 30.0
 # A cluster's live change applies this many updates past the furthest worker's last step.
 LIVE_STEP_MARGIN = 3
+# Frames held for a worker that switched while another has not answered, at most: past
+# it the change counts as applied (that worker runs it; the workers agree on a switch).
+MAX_HELD_FRAMES = 10_000
 
 
 class LiveRun(Protocol):
@@ -113,10 +116,13 @@ class LiveChanges:
     def hold(self, index: int, event: Event, t: float | None) -> bool:
         """Keep a frame of a worker that switched before the others (True: held, not recorded)."""
         change = self.change
-        if change is not None and index in change.applied and not isinstance(event, Reconfigured):
-            change.held.append((index, event, t))
-            return True
-        return False
+        if change is None or index not in change.applied or isinstance(event, Reconfigured):
+            return False
+        if len(change.held) >= MAX_HELD_FRAMES:
+            self._finish(change, None)  # the held frames first, then this one
+            return False
+        change.held.append((index, event, t))
+        return True
 
     async def send(self, config: RunConfig) -> LiveChange:
         """Send config to the running trainers (live keys only): the next attempt, same
@@ -134,7 +140,9 @@ class LiveChanges:
         if run.clustered:
             at_step = max(self.worker_steps.values(), default=0) + LIVE_STEP_MARGIN
         agents = self.workers.agents
-        self._last_id += 1
+        # Unique across the run's supervisors too (a resumed run's record holds the ids of
+        # the ones before): milliseconds of the clock, or one more than the last.
+        self._last_id = max(self._last_id + 1, int(time.time() * 1000))
         change = self.change = LiveChange(self._last_id, attempt, config, attempt_path,
                                           len(agents))
         settings = config.model_dump(mode="json")

@@ -88,21 +88,60 @@ async def test_a_pending_answer_keeps_applying_until_the_new_attempt_is_recorded
 async def test_a_pending_answer_then_a_refusal_settles_it_on_the_old_settings() -> None:
     app, link, events = _app({"attempt": 2, "live": True, "pending": True, "request": 7,
                               "message": "no answer from the trainer within 40 s"})
+    refused = {"v": 1, "type": "reconfigured", "seq": len(events), "t": events[-1]["t"],
+               "attempt": 1, "id": 6, "ok": False, "step": 45, "changed": [],
+               "seconds": 0.0, "message": "not applied: too late"}
+    link.push([refused])  # an earlier change's refusal, before r: it settles nothing later
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)
         await pilot.press("p", "r")
         link.release.set()
         await wait_commands(app)
-        refused = {"v": 1, "type": "reconfigured", "seq": len(events) + 1, "t": events[-1]["t"],
-                   "attempt": 1, "id": 7, "ok": False, "step": 45, "changed": [],
-                   "seconds": 0.0, "message": "not applied: too late"}
-        other = dict(refused, seq=len(events), id=6)
-        link.push([other])  # another request's refusal settles nothing
-        await settle(app, link, pilot)
+        await pilot.pause()
         assert bar(app).startswith("applying live")
-        link.push([refused])
+        link.push([dict(refused, seq=len(events) + 1, id=7)])
         await settle(app, link, pilot)
         assert app.state.attempt == 1 and not bar(app).startswith("applying")
+
+
+async def test_r_is_greyed_out_while_a_change_is_in_flight_and_r_twice_sends_once() -> None:
+    app, link, events = _app({"attempt": 2, "live": True, "pending": True, "request": 7,
+                              "message": "no answer from the trainer within 40 s"})
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("p", "r")
+        await pilot.pause()
+        assert app.check_action("relaunch", ()) is None  # r: greyed out
+        assert app.check_action("relaunch", (False,)) is True  # R still relaunches
+        await pilot.press("b", "r")  # another change, and r again: nothing is sent
+        await pilot.pause()
+        assert [name for name, _ in link.commands] == ["relaunch"]
+        assert bar(app).startswith("applying live: prefetch off→on")
+        link.release.set()
+        await wait_commands(app)
+        await pilot.pause()
+        assert bar(app).startswith("applying live")  # pending: the record has not said
+        link.push([_next_attempt(events, 2)])
+        await settle(app, link, pilot)
+        assert app.applying is None and app.check_action("relaunch", ()) is True
+
+
+async def test_a_lost_link_while_applying_keeps_applying_until_the_record_says() -> None:
+    from gpuwatch.client import ConnectionLost
+
+    events = load_events(FIXTURE)
+    link = ReplayLink(events, batch_size=50,
+                      replies={"relaunch": ConnectionLost("the supervisor's socket closed")})
+    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("p", "r")
+        await wait_commands(app)
+        await pilot.pause()
+        assert bar(app).startswith("applying live")  # it may still apply
+        link.push([_next_attempt(events, 2)])  # back, and the record has attempt 2
+        await settle(app, link, pilot)
+        assert app.applying is None and bar(app).startswith("no pending changes")
 
 
 async def test_an_err_answer_ends_applying_and_says_why(notifications: list[str]) -> None:
