@@ -361,3 +361,40 @@ def test_attach_to_an_ended_run_shows_its_record_r_resumes_it_and_q_says_it_ende
     assert reasons == [(1, "start"), (2, "resume")]
     assert [e["seq"] for e in record] == list(range(len(record)))
     wait_for(lambda: not (run_dir / "supervisor.json").exists(), 15, "the supervisor to exit")
+
+
+def test_at_80x24_after_a_crash_the_attempts_and_pending_bar_stay_and_r_relaunches(
+    home: Path, tmux_env: dict[str, str]
+) -> None:
+    # The stand-in trainer crashes each attempt after one step ("ValueError: deliberate
+    # failure" on stderr and in an error frame): the dashboard stays, as a person's would.
+    env = {**tmux_env, "GPUWATCH_TRAINER_MODULE": "tests.data.fake_trainer",
+           "GPUWATCH_FAKE_TRAINER": "crash", "GPUWATCH_SPARE_TRAINER": "0"}
+    term = Tmux("crash", gpuwatch_command("train", "tests/data/tiny.yaml"), env)
+    term.wait_screen(r"attempt 1\s+crashed", timeout_s=60)
+    term.wait_screen(r"^\s*1\s.*\bcrashed\s*$")  # the attempts row, in view
+    screen = term.screen()
+    lines = screen.splitlines()
+    assert len(lines) <= 24 and "no pending changes" in screen, screen
+    # The cause once in the crash panel (the error frame and the log say the same thing).
+    assert screen.count("deliberate failure") == 1, screen
+    assert "link" not in lines[0], "a crash is not a lost link"
+    term.press("p")
+    bar = term.wait_screen(
+        r"pending \(relaunch\): prefetch \S+→\S+ — (press r to relaunch|r relaunch)"
+    )
+    assert "apply live" not in bar.group(0), "a crashed run has no trainer to change live"
+    term.press("r")
+    term.wait_screen(r"attempt 2\s+crashed", timeout_s=60)
+    term.wait_screen(r"^\s*2\s.*\bcrashed\s*$")
+    screen = term.screen()
+    assert re.search(r"^\s*1\s.*\bcrashed\s*$", screen, re.M), screen  # both attempts in view
+    info = the_run(home)
+    record = events(info.run_dir)
+    attempts = [(e["attempt"], e["reason"]) for e in record if e["type"] == "attempt"]
+    assert attempts == [(1, "start"), (2, "relaunch")]
+    # The relaunch carried the pending change: attempt 2's settings have prefetch flipped.
+    first, second = (e["settings"]["data"]["prefetch"] for e in record if e["type"] == "attempt")
+    assert first != second
+    term.press("q")
+    wait_for(lambda: not term.alive(), 30, "the dashboard to quit an ended run at once")
