@@ -167,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         worker_devices,
     )
     from trainer_runtime.factories import FactoryError
+    from trainer_runtime.flops import trainer_flops_per_example
     from trainer_runtime.loop import ResumeError, Trainer, train
     from trainer_runtime.models import ModelConfigError
 
@@ -223,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"model ({_one_line(exc)[:300]}); relaunch with --fresh", 2)
     # Traced here rather than in the first update (which reuses the trace), so the
     # hello carries the update's FLOPs per example.
-    flops_per_example = trainer.flops_per_example()
+    flops_per_example = trainer_flops_per_example(trainer)
     log.info("built and traced in %.1fs: %d replicas on %s, %d parameters", time.monotonic() - t0,
              trainer.replicas, devices.kind, trainer.param_count)
     emitter.emit(protocol.Hello(

@@ -332,3 +332,19 @@ def update_flops_per_example(concrete: Any, what: str = "the update") -> float |
              "%.1f ms)", what, figure, counted.counted_ops, counted.examples, ms)
     return figure
 
+
+def trainer_flops_per_example(trainer: Any) -> float | None:
+    """FLOPs per example of a Trainer's update (forward + backward), traced now: the
+    loop's first call reuses the trace (UpdateGraph.trace_first).
+
+    None where it cannot be counted; never raises: a trace that fails here fails again,
+    with its error, in the first update.
+    """
+    try:
+        concrete = trainer.graph.trace_first(trainer.iterator,
+                                             trainer.cfg.train.steps_per_execution)
+    except Exception as exc:
+        log.warning("FLOPs per example not counted: tracing the update failed (%s)",
+                    type(exc).__name__)
+        return None
+    return update_flops_per_example(concrete)

@@ -39,7 +39,6 @@ from trainer_runtime.cluster import Agreement
 from trainer_runtime.data import batch_mismatch, input_options, make_dataset_fn
 from trainer_runtime.devices import Devices
 from trainer_runtime.factories import FactoryError
-from trainer_runtime.flops import update_flops_per_example
 from trainer_runtime.live_settings import LiveSettings, reconfigure, too_late
 from trainer_runtime.models import build_model
 from trainer_runtime.protocol import Checkpoint, Resume, Step
@@ -323,32 +322,6 @@ class Trainer:
     def concrete_update_fn(self) -> Any:
         """The traced one-update function (tests count its collectives)."""
         return self.graph.concrete_update_fn(self.iterator)
-
-    def trace_first_update(self) -> Any:
-        """Trace now the update function the loop calls first; its concrete function.
-
-        The loop's first call reuses this trace (the same function and signature:
-        several updates per call when train.steps_per_execution > 1).
-        """
-        multi = self.cfg.train.steps_per_execution > 1
-        fn = self.graph.function(multi)
-        if multi:
-            return fn.get_concrete_function(self.iterator, tf.TensorSpec([], tf.int32))
-        return fn.get_concrete_function(self.iterator)
-
-    def flops_per_example(self) -> float | None:
-        """FLOPs per example of one update (forward + backward), from the traced graph.
-
-        None where it cannot be counted (``flops.py``); never raises: a trace that
-        fails here fails again, with its error, in the first update.
-        """
-        try:
-            concrete = self.trace_first_update()
-        except Exception as exc:
-            log.warning("FLOPs per example not counted: tracing the update failed (%s)",
-                        type(exc).__name__)
-            return None
-        return update_flops_per_example(concrete)
 
     def run_updates(self, n: int) -> list[Step]:
         """Run n optimizer updates (one tf.function call); emit and return their steps."""

@@ -67,6 +67,18 @@ class UpdateGraph:
             fn = self._fns[multi] = self._make_fn(multi)
         return fn
 
+    def trace_first(self, iterator: Any, steps_per_execution: int) -> Any:
+        """Trace now the update function the loop calls first; its concrete function.
+
+        The loop's first call reuses this trace (the same function and signature:
+        several updates per call when steps_per_execution > 1).
+        """
+        multi = steps_per_execution > 1
+        fn = self.function(multi)
+        if multi:
+            return fn.get_concrete_function(iterator, tf.TensorSpec([], tf.int32))
+        return fn.get_concrete_function(iterator)
+
     def concrete_update_fn(self, iterator: Any) -> Any:
         """The traced one-update function (tests count its collectives)."""
         return self.function(False).get_concrete_function(iterator)

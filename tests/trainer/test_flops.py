@@ -47,7 +47,9 @@ def conv_forward_flops(h_out: int, w_out: int, k: int, c_in: int, c_out: int) ->
 
 
 def _counted(trainer: Any) -> float | None:
-    return trainer.flops_per_example()  # type: ignore[no-any-return]
+    from trainer_runtime.flops import trainer_flops_per_example
+
+    return trainer_flops_per_example(trainer)
 
 
 @pytest.mark.parametrize(
@@ -97,7 +99,7 @@ def test_the_first_update_reuses_the_trace_the_count_made(strategy: Any, devices
     for steps_per_execution in (1, 2):
         cfg = make_config(train={"steps_per_execution": steps_per_execution})
         trainer = Trainer(cfg, strategy, devices)
-        assert trainer.flops_per_example() is not None
+        assert _counted(trainer) is not None
         fn = trainer.graph.function(steps_per_execution > 1)
         assert fn.experimental_get_tracing_count() == 1
         trainer.run_updates(steps_per_execution)
@@ -161,7 +163,7 @@ def test_demo_mlp_count_is_the_hand_count_and_takes_well_under_a_second(
     cfg = RunConfig.model_validate(raw)
     assert cfg.model.hidden_units == [1024, 1024] and cfg.data.input_shape == [784]
     trainer = Trainer(cfg, strategy, devices)
-    concrete = trainer.trace_first_update()
+    concrete = trainer.graph.trace_first(trainer.iterator, cfg.train.steps_per_execution)
     t0 = time.perf_counter()
     with caplog.at_level(logging.INFO, logger="trainer_runtime"):
         counted = update_flops_per_example(concrete)
@@ -291,8 +293,8 @@ def test_a_trace_that_fails_gives_none_and_the_trainer_goes_on(strategy: Any, de
 
     trainer = Trainer(make_config(), strategy, devices)
 
-    def broken() -> Any:
+    def broken(*args: Any) -> Any:
         raise RuntimeError("trace failed")
 
-    monkeypatch.setattr(trainer, "trace_first_update", broken)
-    assert trainer.flops_per_example() is None
+    monkeypatch.setattr(trainer.graph, "trace_first", broken)
+    assert _counted(trainer) is None
