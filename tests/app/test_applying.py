@@ -39,6 +39,13 @@ def _app(reply: dict[str, Any]) -> tuple[GpuwatchApp, HeldLink, list[dict[str, A
     return GpuwatchApp(link, clock=frozen_clock_for(events)), link, events
 
 
+def _answered_with(error: Exception) -> tuple[GpuwatchApp, ReplayLink, list[dict[str, Any]]]:
+    """The fixture replayed; a relaunch is answered with `error`."""
+    events = load_events(FIXTURE)
+    link = ReplayLink(events, batch_size=50, replies={"relaunch": error})
+    return GpuwatchApp(link, clock=frozen_clock_for(events)), link, events
+
+
 def bar(app: GpuwatchApp) -> str:
     return app.query_one(PendingBar).plain
 
@@ -129,10 +136,7 @@ async def test_r_is_greyed_out_while_a_change_is_in_flight_and_r_twice_sends_onc
 async def test_a_lost_link_while_applying_keeps_applying_until_the_record_says() -> None:
     from gpuwatch.client import ConnectionLost
 
-    events = load_events(FIXTURE)
-    link = ReplayLink(events, batch_size=50,
-                      replies={"relaunch": ConnectionLost("the supervisor's socket closed")})
-    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    app, link, events = _answered_with(ConnectionLost("the supervisor's socket closed"))
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)
         await pilot.press("p", "r")
@@ -147,10 +151,7 @@ async def test_a_lost_link_while_applying_keeps_applying_until_the_record_says()
 async def test_an_err_answer_ends_applying_and_says_why(notifications: list[str]) -> None:
     from gpuwatch.client import CommandError
 
-    events = load_events(FIXTURE)
-    link = ReplayLink(events, batch_size=50,
-                      replies={"relaunch": CommandError("not applied live: refused")})
-    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    app, link, _ = _answered_with(CommandError("not applied live: refused"))
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)
         await pilot.press("p", "r")

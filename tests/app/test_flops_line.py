@@ -24,43 +24,35 @@ def _with_flops(name: str) -> list[dict[str, Any]]:
     return events
 
 
-async def test_the_metrics_line_shows_tflops_from_the_flops_and_the_rate_beside_it() -> None:
-    events = _with_flops("cpu_one_attempt.jsonl")
-    # The fixture's steps are 256 examples in 190 or 210 ms: 1,219 to 1,347 examples/s.
+async def _figures_line(events: list[dict[str, Any]]) -> str:
+    """The metrics panel's figures line once the replayed events are all painted."""
     link = ReplayLink(events, batch_size=50)
     app = GpuwatchApp(link, clock=frozen_clock_for(events))
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)
-        line = app.query_one(MetricsPanel).plain.splitlines()[1]
-        rate = float(line.split(" examples/s")[0].replace(",", ""))
-        assert 256 / 0.210 - 1 <= rate <= 256 / 0.190 + 1
-        shown = float(line.split(" TFLOP/s")[0].rsplit(" ", 1)[1])
-        assert shown == pytest.approx(FLOPS * rate / 1e12, rel=0.005)  # 3 digits of it
-        assert "MFU" not in line  # logical CPU replicas: no peak to hold it against
-        assert len(line) <= SIZE[0] - 2
+        return app.query_one(MetricsPanel).plain.splitlines()[1]
+
+
+async def test_the_metrics_line_shows_tflops_from_the_flops_and_the_rate_beside_it() -> None:
+    # The fixture's steps are 256 examples in 190 or 210 ms: 1,219 to 1,347 examples/s.
+    line = await _figures_line(_with_flops("cpu_one_attempt.jsonl"))
+    rate = float(line.split(" examples/s")[0].replace(",", ""))
+    assert 256 / 0.210 - 1 <= rate <= 256 / 0.190 + 1
+    shown = float(line.split(" TFLOP/s")[0].rsplit(" ", 1)[1])
+    assert shown == pytest.approx(FLOPS * rate / 1e12, rel=0.005)  # 3 digits of it
+    assert "MFU" not in line  # logical CPU replicas: no peak to hold it against
+    assert len(line) <= SIZE[0] - 2
 
 
 async def test_without_a_flops_count_the_line_is_as_before() -> None:
-    events = load_events("cpu_one_attempt.jsonl")
-    link = ReplayLink(events, batch_size=50)
-    app = GpuwatchApp(link, clock=frozen_clock_for(events))
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(app, link, pilot)
-        line = app.query_one(MetricsPanel).plain.splitlines()[1]
-        assert "TFLOP/s" not in line and line.endswith("of step time")
+    line = await _figures_line(load_events("cpu_one_attempt.jsonl"))
+    assert "TFLOP/s" not in line and line.endswith("of step time")
 
 
 async def test_on_known_gpus_the_line_adds_mfu_against_their_summed_peak() -> None:
-    from gpuwatch.app.widgets.panels import MetricsPanel as Panel
-
     # Two replicas on a host of NVIDIA A100-SXM4-40GB: float32 runs as TF32 on Ampere, whose
     # dense peak NVIDIA's A100 datasheet gives as 156 TFLOP/s a GPU.
-    events = _with_flops("gpu_running.jsonl")
-    link = ReplayLink(events, batch_size=50)
-    app = GpuwatchApp(link, clock=frozen_clock_for(events))
-    async with app.run_test(size=SIZE) as pilot:
-        await settle(app, link, pilot)
-        line = app.query_one(Panel).plain.splitlines()[1]
-        rate = float(line.split(" examples/s")[0].replace(",", ""))
-        mfu = float(line.split("% MFU")[0].rsplit(" ", 1)[1])
-        assert mfu == pytest.approx(100 * FLOPS * rate / 1e12 / (2 * 156.0), rel=0.05)  # 2 digits
+    line = await _figures_line(_with_flops("gpu_running.jsonl"))
+    rate = float(line.split(" examples/s")[0].replace(",", ""))
+    mfu = float(line.split("% MFU")[0].rsplit(" ", 1)[1])
+    assert mfu == pytest.approx(100 * FLOPS * rate / 1e12 / (2 * 156.0), rel=0.05)  # 2 digits
