@@ -21,9 +21,12 @@ from tests.trainer.conftest import make_config
 from trainer_runtime.teardown import PipelineReaper
 
 DEADLINE_S = 60.0
-# Long enough that a switch which waits for the old pipeline cannot pass for one
-# that does not: the held reads are let go after this, whatever happens.
-HOLD_S = 20.0
+# Counted from the moment the switch is asked for. Long enough that a switch which
+# waits for the old pipeline cannot pass for one that does not (it would take this
+# long, against the 5 s asked of it), and that the switch plus five steps finish well
+# inside it on a loaded 2-core box: the held reads are let go after this, whatever
+# happens, so a test that waits wrongly still ends.
+HOLD_S = 60.0
 
 
 class ReadGate:
@@ -49,7 +52,7 @@ class ReadGate:
                 hold = index in self.held
             if hold:
                 self.blocked.release()
-                self.released.wait(DEADLINE_S)
+                self.released.wait(HOLD_S + DEADLINE_S)  # a backstop; `released` ends it
             return read(token)
 
         return gated
@@ -84,7 +87,6 @@ def test_live_switch_is_answered_while_the_old_pipeline_is_still_tearing_down(
     cfg = make_config(data={"read_latency_ms": 1, "prefetch": buffer, "parallel_calls": 1})
     trainer = Trainer(cfg, strategy, devices)
     let_go = threading.Timer(HOLD_S, gate.released.set)
-    let_go.start()
     try:
         trainer.run_updates(3)
         # Each replica's pipeline has read its 3 batches and filled its prefetch buffer.
@@ -94,6 +96,9 @@ def test_live_switch_is_answered_while_the_old_pipeline_is_still_tearing_down(
         assert gate.blocked.acquire(timeout=DEADLINE_S), "no read of the old pipeline blocked"
         settings = cfg.model_dump(mode="json")
         settings["data"]["prefetch"] = False
+        # Timed from here, not from the start: building the trainer and its first
+        # updates took over 20 s on a loaded CI box, and the reads were let go early.
+        let_go.start()
         event = reconfigure(trainer, ReconfigureRequest(id=1, settings=settings, at_step=0))
         assert event.ok, event.message
         assert event.changed == ["data.prefetch"]
