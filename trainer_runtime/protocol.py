@@ -49,6 +49,12 @@ trainer -> supervisor (the trainer's telemetry socket):
               worker (int): the worker that sent it (0 = chief)
               compute_ms (float | None): batch in hand to local gradients ready,
                 before the all-reduce
+              sync_ms (float | None): gradient all-reduce: the last local replica's
+                gradients ready to the reduced gradients in hand (holds waiting for
+                slower workers, and on a GPU backward work still queued); null: not
+                timed apart
+              update_ms (float | None): optimizer update: reduced gradients in hand to
+                the new weights written
   checkpoint  A checkpoint was written.
               attempt (int): the attempt it belongs to (1, 2, ...)
               step (int): the optimizer step it holds
@@ -812,6 +818,18 @@ class Step(Event):
         default=None,
         metadata=_note("batch in hand to local gradients ready, before the all-reduce"),
     )
+    sync_ms: float | None = field(
+        default=None,
+        metadata=_note(
+            "gradient all-reduce: the last local replica's gradients ready to the reduced "
+            "gradients in hand (holds waiting for slower workers, and on a GPU backward "
+            "work still queued); null: not timed apart"
+        ),
+    )
+    update_ms: float | None = field(
+        default=None,
+        metadata=_note("optimizer update: reduced gradients in hand to the new weights written"),
+    )
 
     @property
     def examples_per_s(self) -> float | None:
@@ -820,6 +838,11 @@ class Step(Event):
     @property
     def input_wait_pct(self) -> float | None:
         return input_wait_pct(self.input_wait_ms, self.step_time_ms)
+
+    @property
+    def breakdown(self) -> Breakdown | None:
+        return breakdown(self.step_time_ms, self.input_wait_ms, self.compute_ms, self.sync_ms,
+                         self.update_ms)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -980,6 +1003,61 @@ def input_wait_pct(input_wait_ms: float, step_time_ms: float) -> float | None:
         return None
     pct = 100.0 * input_wait_ms / step_time_ms
     return pct if math.isfinite(pct) else None
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    """Where the time of one step (or of a sum of steps) went, in ms.
+
+    The five parts sum to ``total_ms``: ``other_ms`` is the step time less the four
+    measured parts (host work and dispatch between them), never below 0; a step whose
+    parts overrun it by float rounding has total_ms = the parts' sum.
+    """
+
+    step_ms: float
+    input_ms: float
+    compute_ms: float
+    sync_ms: float
+    update_ms: float
+
+    PARTS: ClassVar[tuple[str, ...]] = ("input", "compute", "sync", "update", "other")
+
+    @property
+    def other_ms(self) -> float:
+        return max(0.0, self.step_ms - self.measured_ms)
+
+    @property
+    def measured_ms(self) -> float:
+        return self.input_ms + self.compute_ms + self.sync_ms + self.update_ms
+
+    @property
+    def total_ms(self) -> float:
+        return self.measured_ms + self.other_ms
+
+    def ms(self, part: str) -> float:
+        """One part's time: a name from PARTS."""
+        return self.other_ms if part == "other" else float(getattr(self, f"{part}_ms"))
+
+    def pct(self, part: str) -> float:
+        """One part's share of the step, in %; the five sum to 100."""
+        total = self.total_ms
+        return 100.0 * self.ms(part) / total if total > 0 else 0.0
+
+    def shares(self) -> dict[str, float]:
+        """Every part's share, in %, in PARTS order."""
+        return {part: self.pct(part) for part in self.PARTS}
+
+
+def breakdown(step_time_ms: float, input_wait_ms: float, compute_ms: float | None,
+              sync_ms: float | None, update_ms: float | None) -> Breakdown | None:
+    """A step's breakdown, or None where a part was not measured (an older trainer, the
+    optimizer's own all-reduce) or the step has no time: the one place it is made."""
+    if compute_ms is None or sync_ms is None or update_ms is None or step_time_ms <= 0:
+        return None
+    parts = (step_time_ms, input_wait_ms, compute_ms, sync_ms, update_ms)
+    if not all(math.isfinite(v) and v >= 0 for v in parts):
+        return None
+    return Breakdown(*parts)
 
 
 def per_second(amount: float, ms: float) -> float | None:
