@@ -56,6 +56,7 @@ from trainer_runtime.protocol import (
     SNAPSHOT,
     TERMINAL_STATUSES,
     Attempt,
+    Breakdown,
     Checkpoint,
     Done,
     Envelope,
@@ -72,6 +73,7 @@ from trainer_runtime.protocol import (
     input_wait_pct,
     parse_event,
     per_second,
+    sum_breakdowns,
 )
 from trainer_runtime.schema import (
     MAX_WORKERS,
@@ -169,6 +171,7 @@ class WorkerStep:
     input_wait_ms: float
     compute_ms: float | None
     examples: int
+    breakdown: Breakdown | None = None
 
 
 @dataclass
@@ -230,6 +233,7 @@ class WorkerSummary:
     compute_ms: float | None
     examples_per_s: float | None
     sample: dict[str, Any] | None
+    breakdown: Breakdown | None = None  # its window's steps together (None: not timed)
 
     @property
     def measured(self) -> bool:
@@ -281,6 +285,10 @@ class AttemptSummary:
     sum_step_time_ms: float = 0.0
     sum_input_wait_ms: float = 0.0
     sum_grad_sync_bytes: float = 0.0
+    # The measured steps' breakdown together (None: none timed apart), and the all-reduce
+    # bytes of those steps, for the bus bandwidth.
+    breakdown: Breakdown | None = None
+    sum_timed_sync_bytes: float = 0.0
     # examples/s of every measured step, for the median: bounded (exact for a short attempt)
     rates: MedianSketch = field(default_factory=MedianSketch)
     end: str | None = None  # "done: max_steps", "crashed: exit 1", ...
@@ -332,6 +340,11 @@ class AttemptSummary:
         return per_second(self.sum_grad_sync_bytes, self.sum_step_time_ms)
 
     @property
+    def bus_bytes_per_s(self) -> float | None:
+        """All-reduce bus bandwidth over the measured steps (``bus_bandwidth``)."""
+        return bus_bandwidth(self.sum_timed_sync_bytes, self.breakdown)
+
+    @property
     def prefetch(self) -> Any:
         return get_setting(self.settings, PREFETCH_KEY)
 
@@ -365,6 +378,18 @@ class Figures:
     # GPUs' dense peak where known (RunState.flops_figures).
     tflops: float | None = None
     mfu_pct: float | None = None
+    # The chief's latest steps' breakdown together (input, compute, all-reduce, update,
+    # other; None: not timed apart), and the all-reduce bus bandwidth they achieved.
+    breakdown: Breakdown | None = None
+    bus_bytes_per_s: float | None = None
+
+
+def bus_bandwidth(sync_bytes: float, timed: Breakdown | None) -> float | None:
+    """Bus bandwidth as nccl-tests defines it: bytes all-reduced x 2(n-1)/n (a step's
+    ``grad_sync_bytes``) over the all-reduce time, in bytes/s; None with no time or bytes."""
+    if timed is None or sync_bytes <= 0:
+        return None
+    return per_second(sync_bytes, timed.sync_ms)
 
 
 def step_figures(
@@ -373,6 +398,8 @@ def step_figures(
     """The figures of the chief's steps ``points``; with a cluster's ``workers``, the input
     wait of the measured worker that waits most (``pace_setter``), named."""
     wait, whose = steps_input_wait_pct(points), None
+    parts = [(p, p.event.breakdown) for p in points]
+    timed = sum_breakdowns(b for _, b in parts)
     if workers:
         pace = pace_setter({w.worker: w.input_wait_pct for w in workers if w.measured})
         if pace is not None:
@@ -386,6 +413,10 @@ def step_figures(
             sum(p.grad_sync_bytes for p in points), sum(p.step_time_ms for p in points)
         ),
         workers=tuple(workers),
+        breakdown=timed,
+        bus_bytes_per_s=bus_bandwidth(
+            sum(p.grad_sync_bytes for p, b in parts if b is not None), timed
+        ),
     )
 
 
@@ -694,6 +725,7 @@ def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerS
             [r for s in steps if (r := per_second(s.examples * share, s.step_time_ms)) is not None]
         ),
         sample=sample,
+        breakdown=sum_breakdowns(s.breakdown for s in steps),
     )
 
 
@@ -757,7 +789,8 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
             figures.status = "running"
         if figures.steps_seen > WARMUP_STEPS and step_time_ms > 0:
             figures.window.append(
-                WorkerStep(step_time_ms, event.input_wait_ms, event.compute_ms, event.examples)
+                WorkerStep(step_time_ms, event.input_wait_ms, event.compute_ms, event.examples,
+                           event.breakdown)
             )
     if worker != CHIEF:  # the headline is the chief's: nothing counted twice
         # But its input wait counts in its attempt's: the others may wait for it.
@@ -785,6 +818,10 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
         summary.sum_step_time_ms += step_time_ms
         summary.sum_input_wait_ms += event.input_wait_ms
         summary.sum_grad_sync_bytes += event.grad_sync_bytes
+        timed = event.breakdown
+        if timed is not None:
+            summary.breakdown = timed if summary.breakdown is None else summary.breakdown + timed
+            summary.sum_timed_sync_bytes += event.grad_sync_bytes
         rate = event.examples_per_s
         if rate is not None:
             summary.rates.add(rate)

@@ -165,7 +165,7 @@ import json
 import math
 import re
 import textwrap
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
 from types import MappingProxyType
 from typing import Any, ClassVar, TypeAlias
@@ -1046,6 +1046,22 @@ class Breakdown:
     def shares(self) -> dict[str, float]:
         """Every part's share, in %, in PARTS order."""
         return {part: self.pct(part) for part in self.PARTS}
+
+    def __add__(self, other: Breakdown) -> Breakdown:
+        """Two steps' (or sums') parts added: the breakdown of their sum."""
+        return Breakdown(self.step_ms + other.step_ms, self.input_ms + other.input_ms,
+                         self.compute_ms + other.compute_ms, self.sync_ms + other.sync_ms,
+                         self.update_ms + other.update_ms)
+
+
+def sum_breakdowns(parts: Iterable[Breakdown | None]) -> Breakdown | None:
+    """The breakdown of several steps together (their sums' shares); steps without one are
+    left out; None when none has one."""
+    total: Breakdown | None = None
+    for part in parts:
+        if part is not None:
+            total = part if total is None else total + part
+    return total
 
 
 def breakdown(step_time_ms: float, input_wait_ms: float, compute_ms: float | None,
