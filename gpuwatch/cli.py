@@ -139,16 +139,20 @@ def _overrides_of(args: argparse.Namespace) -> list[str] | None:
 
 def check_startable(loaded: LoadedConfig) -> None:
     """ConfigError unless a run of these settings can start from here: a cluster that can
-    launch (slurm inside an allocation) and a batch that splits over the replicas."""
-    from gpuwatch.config import check_replicas, expected_replicas
+    launch (slurm inside an allocation), the GPUs strategy.replicas asks for, and a batch
+    that splits over the replicas."""
+    from gpuwatch.config import check_devices, check_replicas, expected_replicas, visible_gpus
     from gpuwatch.supervisor.cluster import plan_workers
 
     plan_workers(loaded.config, Path("."), env=os.environ)
+    gpus = visible_gpus()
+    check_devices(loaded.config, loaded.where("strategy.replicas"), gpus)
     check_replicas(
         loaded.config,
-        expected_replicas(loaded.config),
+        expected_replicas(loaded.config, gpus),
         source=loaded.where(
-            "train.global_batch_size", "train.accumulation_steps", "strategy.cpu_replicas"
+            "train.global_batch_size", "train.accumulation_steps", "strategy.replicas",
+            "strategy.cpu_replicas",
         ),
     )
 

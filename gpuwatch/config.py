@@ -30,7 +30,7 @@ import yaml
 from pydantic import ValidationError
 
 from gpuwatch.config_words import Loc, key_text, kind, problems, show, yaml_float
-from trainer_runtime.schema import RunConfig, divisibility_error
+from trainer_runtime.schema import RunConfig, divisibility_error, gpu_shortage, replica_count
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -41,6 +41,7 @@ __all__ = [
     "ConfigError",
     "LoadedConfig",
     "apply_overrides",
+    "check_devices",
     "check_replicas",
     "dump_config",
     "expected_replicas",
@@ -298,20 +299,37 @@ def check_replicas(config: RunConfig, replicas: int, source: str) -> None:
         )
 
 
-def expected_replicas(config: RunConfig) -> int:
-    """How many replicas the trainer will run: the visible NVIDIA GPUs, else the CPU replicas.
+def visible_gpus() -> int:
+    """The NVIDIA GPUs the trainer will see, counted by gpuwatch.sampling (the one part of
+    gpuwatch that talks to NVML): NVML's devices narrowed by CUDA_VISIBLE_DEVICES; any NVML
+    failure counts as none."""
+    from gpuwatch.sampling import visible_gpu_count  # lazily: psutil and NVML only when asked
 
-    The GPUs are counted by gpuwatch.sampling (the one part of gpuwatch that talks to
-    NVML): NVML's devices narrowed by CUDA_VISIBLE_DEVICES; any NVML failure counts as none.
+    return visible_gpu_count()
+
+
+def expected_replicas(config: RunConfig, gpus: int | None = None) -> int:
+    """How many replicas the trainer will run (schema.replica_count): strategy.replicas, else
+    the visible GPUs, else the CPU replicas. gpus: the visible GPUs (None: count them).
+
     A cluster (MultiWorkerMirroredStrategy) runs one CPU replica per worker, or each
     worker's GPUs, counted as this host's (every host is taken to have as many).
     """
-    from gpuwatch.sampling import visible_gpu_count  # lazily: psutil and NVML only when asked
-
-    gpus = visible_gpu_count()
+    gpus = visible_gpus() if gpus is None else gpus
     if config.cluster is not None:
         return config.cluster.count * max(gpus, 1)
-    return gpus if gpus > 0 else config.strategy.cpu_replicas
+    return replica_count(config.strategy, gpus)
+
+
+def check_devices(config: RunConfig, source: str, gpus: int | None = None) -> None:
+    """ConfigError, naming strategy.replicas, if it asks for more GPUs than are visible
+    (gpus: the visible GPUs; None: count them). The trainer refuses the same (devices.py)."""
+    problem = gpu_shortage(config.strategy, visible_gpus() if gpus is None else gpus)
+    if problem is not None:
+        words = problem.removeprefix("strategy.replicas: ")
+        raise ConfigError(
+            f"{source}: {problem}", source=source, key="strategy.replicas", problem=words
+        )
 
 
 def dump_config(config: RunConfig) -> str:

@@ -569,10 +569,13 @@ class RunState:
 
     @property
     def replicas(self) -> int:
-        """Replicas of the current attempt (hello), else the config's CPU replicas, else 1."""
+        """Replicas of the current attempt (hello), else the config's replicas (strategy.replicas,
+        else its CPU replicas), else 1."""
         if self.hello is not None:
             return self.hello.replicas
-        value = get_setting(self.settings, "strategy.cpu_replicas")
+        value = get_setting(self.settings, "strategy.replicas")
+        if value is None:
+            value = get_setting(self.settings, "strategy.cpu_replicas")
         return int(value) if isinstance(value, int) and value > 0 else 1
 
     @property
@@ -1002,6 +1005,7 @@ _SHORT_LABELS = {
     "data.cache": "cache",
     "train.learning_rate": "lr",
     "strategy.cpu_replicas": "cpu replicas",
+    "strategy.replicas": "replicas",
 }
 
 

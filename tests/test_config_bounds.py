@@ -468,7 +468,10 @@ def test_gpuwatch_train_refuses_a_bomb_with_one_line_and_exit_2(home: Path, tmp_
 
 # Where generated anchors are used: known keys of several types, and an unknown one.
 # (model.kwargs holds the definitions; train is set last; no section is written twice.)
-PLACES = ["data.kwargs", "data.input_shape", "name", "checkpoint.every_steps", "bogus.x"]
+PLACES = [
+    "data.kwargs", "data.input_shape", "name", "checkpoint.every_steps", "strategy.replicas",
+    "bogus.x",
+]
 
 
 @st.composite

@@ -433,11 +433,13 @@ def test_the_walk_finds_numbers_in_plain_fields_unions_lists_and_optionals() -> 
         "data.prefetch",  # bool | Literal["autotune"] | int
         "data.parallel_calls",  # Literal["autotune"] | int
         "train.epochs",  # int | None
+        "strategy.replicas",  # int | None: a relaunch setting (devices)
         "model.hidden_units[]",  # a list of ints
         "data.input_shape[]",
     } <= found
     assert by_key("data.prefetch").takes_bool and by_key("data.prefetch").words == ("autotune",)
     assert by_key("train.epochs").takes_none
+    assert by_key("strategy.replicas").takes_none
     assert {"model.name", "data.cache", "data.factory", "model.kwargs", "name"}.isdisjoint(found)
 
 

@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         resolve_tf_config,
     )
     from trainer_runtime.devices import (
+        DeviceShortage,
         make_strategy,
         setup_devices,
         setup_worker_devices,
@@ -174,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
     strategy: tf.distribute.Strategy
     try:
         if config.cluster is None:
-            devices = setup_devices(config.strategy.cpu_replicas)
+            devices = setup_devices(config.strategy)
             strategy, _note = make_strategy(devices, config.strategy.cross_device_ops)
         else:
             gpus = setup_worker_devices()
@@ -202,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         trainer = Trainer(config, strategy, devices, run_dir=args.run_dir,
                           attempt=args.attempt, emitter=emitter, worker=args.worker,
                           workers=workers, chief_dir=args.chief_dir)
-    except ClusterError as exc:
+    except (ClusterError, DeviceShortage) as exc:
         return fail("config", str(exc), 2)
     except FactoryError as exc:
         return fail("factory", str(exc), 2)

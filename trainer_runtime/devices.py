@@ -1,9 +1,12 @@
-"""Replica devices and the MirroredStrategy over them: every GPU, else logical CPUs.
+"""Replica devices and the MirroredStrategy over them: the first N GPUs, else logical CPUs.
 
-On a box with no GPU the one physical CPU is split into N logical devices so
-MirroredStrategy really runs N replicas (tests, CI and laptops all train this way).
-The split must happen before TensorFlow runs any op, so call ``setup_devices``
-first thing after importing TensorFlow.
+How many (``strategy.replicas``; none: every GPU, or ``strategy.cpu_replicas``) is
+``schema.replica_count``'s rule. On a box with no GPU the one physical CPU is split
+into N logical devices so MirroredStrategy really runs N replicas (tests, CI and
+laptops all train this way). With GPUs, the first N are made visible and the others
+left alone; asking for more than there are is a ``DeviceShortage`` (a config error).
+The split and the visibility must be set before TensorFlow runs any op, so call
+``setup_devices`` first thing after importing TensorFlow.
 
 A worker of a cluster (MultiWorkerMirroredStrategy) uses every GPU it sees, or
 its one CPU: the strategy ignores logical CPU devices, so on CPU replicas = workers.
@@ -17,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import tensorflow as tf
+
+from trainer_runtime.schema import StrategyConfig, gpu_shortage, replica_count
 
 log = logging.getLogger("trainer_runtime")
 
@@ -37,23 +42,44 @@ def _grow_gpu_memory(gpus: list[Any]) -> None:
             pass  # already initialised in this process
 
 
-def setup_devices(cpu_replicas: int) -> Devices:
-    """Make the replica devices visible; idempotent within one process."""
+class DeviceShortage(ValueError):
+    """More GPUs asked for (strategy.replicas) than this host has visible: a config error."""
+
+
+def setup_devices(strategy: StrategyConfig | int) -> Devices:
+    """Make the replica devices visible; idempotent within one process.
+
+    strategy: the config's (an int: that many logical CPU replicas, as the bench asks).
+    """
+    if isinstance(strategy, int):
+        strategy = StrategyConfig(cpu_replicas=strategy)
     gpus = tf.config.list_physical_devices("GPU")
+    count = replica_count(strategy, len(gpus))
     if gpus:
-        _grow_gpu_memory(gpus)
-        return Devices("gpu", [d.name for d in tf.config.list_logical_devices("GPU")])
+        shortage = gpu_shortage(strategy, len(gpus))
+        if shortage:
+            raise DeviceShortage(shortage)
+        used = gpus[:count]
+        if len(used) < len(gpus):
+            try:
+                # The others stay untouched: no memory, no context, no NCCL ring member.
+                tf.config.set_visible_devices(used, "GPU")
+            except RuntimeError:
+                pass  # already initialised in this process: keep its devices, use the first N
+        _grow_gpu_memory(used)
+        names = [d.name for d in tf.config.list_logical_devices("GPU")]
+        return Devices("gpu", names[:count])
     cpu = tf.config.list_physical_devices("CPU")[0]
     try:
         tf.config.set_logical_device_configuration(
-            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(cpu_replicas)]
+            cpu, [tf.config.LogicalDeviceConfiguration() for _ in range(count)]
         )
     except RuntimeError:
         # Already initialised (a second trainer in the same process, e.g. the
         # bench): keep whatever split exists.
         pass
     names = [d.name for d in tf.config.list_logical_devices("CPU")]
-    return Devices("cpu", names[:cpu_replicas] if len(names) >= cpu_replicas else names)
+    return Devices("cpu", names[:count] if len(names) >= count else names)
 
 
 def setup_worker_devices() -> int:

@@ -53,6 +53,7 @@ MAX_EPOCHS = 1_000_000
 MAX_SEED = 2**32 - 1  # Keras' set_random_seed takes a 32-bit seed
 MAX_STEPS_PER_EXECUTION = 1000
 MAX_CPU_REPLICAS = 64
+MAX_REPLICAS = 64  # devices one host trains on: GPUs, or logical CPU replicas
 MAX_KEEP = 1000
 MAX_BUFFER_FRAMES = 1_000_000
 MAX_NAME_CHARS = 100
@@ -270,7 +271,11 @@ class TrainConfig(_Strict):
 class StrategyConfig(_Strict):
     """tf.distribute settings."""
 
-    # Logical CPU replicas when there is no GPU (MirroredStrategy still runs).
+    # Devices the run trains on (one host): the first N GPUs, or N logical CPU replicas
+    # with no GPU; none: every visible GPU, or cpu_replicas. Fixed for a process: a change
+    # is a relaunch.
+    replicas: Annotated[Integer, Field(ge=1, le=MAX_REPLICAS)] | None = None
+    # Logical CPU replicas when there is no GPU and replicas is not given.
     cpu_replicas: Annotated[Integer, Field(ge=1, le=MAX_CPU_REPLICAS)] = 2
     cross_device_ops: Literal["auto", "nccl", "hierarchical_copy", "reduce_to_one"] = "auto"
 
@@ -457,6 +462,13 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _settings_fit_together(self) -> RunConfig:
+        if self.cluster is not None and self.strategy.replicas is not None:
+            raise LimitError(
+                ("strategy.replicas", "cluster"),
+                f"strategy.replicas {self.strategy.replicas} is for one host "
+                "(MirroredStrategy); each worker of a cluster uses every GPU it sees, or one "
+                "CPU: set the number of cluster.workers instead",
+            )
         batch, accum = self.train.global_batch_size, self.train.accumulation_steps
         if batch % accum:
             raise LimitError(
@@ -500,6 +512,28 @@ class RunConfig(_Strict):
                 f"{self.data.features_per_example:,} features is {micro_bytes / 2**30:.1f} GiB "
                 f"per micro-step, over the {MAX_MICRO_BATCH_BYTES >> 30} GiB limit",
             )
+
+
+def replica_count(strategy: StrategyConfig, gpus: int) -> int:
+    """The replicas one host trains on, with `gpus` GPUs visible: strategy.replicas, else
+    every GPU, else strategy.cpu_replicas logical CPU replicas. The one home of this rule:
+    the trainer (devices.py) and gpuwatch (config.expected_replicas) both read it."""
+    if strategy.replicas is not None:
+        return strategy.replicas
+    return gpus if gpus > 0 else strategy.cpu_replicas
+
+
+def gpu_shortage(strategy: StrategyConfig, gpus: int) -> str | None:
+    """Why strategy.replicas cannot run on `gpus` visible GPUs (more asked for than there
+    are), or None. With no GPU at all the replicas are logical CPU devices: never short."""
+    wanted = strategy.replicas
+    if wanted is None or gpus == 0 or wanted <= gpus:
+        return None
+    return (
+        f"strategy.replicas: {wanted} GPUs asked for, but {gpus} "
+        f"{'is' if gpus == 1 else 'are'} visible here (CUDA_VISIBLE_DEVICES narrows them); "
+        f"set strategy.replicas to at most {gpus}, or leave it out to use every GPU"
+    )
 
 
 def divisibility_error(config: RunConfig, replicas: int) -> str | None:

@@ -71,8 +71,11 @@ class Attempts:
 
     def replicas_for(self, config: RunConfig) -> int:
         """Replicas the trainers reported, or what the config asks for before they have."""
-        # The chief's hello says the run's replicas (in a cluster: all workers' together).
+        # The chief's hello says the run's replicas (in a cluster: all workers' together),
+        # unless the devices change (strategy.replicas, a relaunch setting).
         replicas: int | None = self.agents[0].replicas
+        if config.strategy != self.config.strategy:
+            return expected_replicas(config)
         return replicas or expected_replicas(config)
 
     async def start_attempt(self, config: RunConfig, *, fresh: bool, reason: str) -> int:

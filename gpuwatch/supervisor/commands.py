@@ -15,7 +15,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpuwatch.config import ConfigError, apply_overrides, check_replicas
+from gpuwatch.config import ConfigError, apply_overrides, check_devices, check_replicas
 from gpuwatch.supervisor.hub import Client
 from trainer_runtime.protocol import (
     Command,
@@ -130,6 +130,8 @@ class Commands:
         # fresh is a literal true/false (only true may discard the run's progress).
         overrides = dict(command.overrides)
         config = apply_overrides(self.run.config, overrides, source="relaunch")
+        if config.strategy != self.run.config.strategy:
+            check_devices(config, source="relaunch")
         check_replicas(config, self.run.replicas_for(config), source="relaunch")
         live_keys, other_keys = live_changes(self.run.config, config)
         in_flight = self.run.live_in_flight()
