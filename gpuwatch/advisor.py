@@ -20,6 +20,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuwatch.runstate import Figures, RunState, WorkerSummary, get_setting, pace_setter
+from gpuwatch.scaling import ScalingRow
+from trainer_runtime.protocol import Scale
 from trainer_runtime.schema import prefetch_enabled
 
 HIGH_INPUT_BOUND_PCT = 20.0
@@ -278,3 +280,73 @@ def after_the_end(advice: Advice, status: str) -> Advice:
     else:
         verdict = f"{advice.verdict} (last measured)"
     return replace(advice, verdict=verdict, recommendations=recommendations)
+
+
+# Poor scaling (gpuwatch scale): a probe's efficiency, X(N) x b / (N x X(b)), below this at
+# some count is poor: at 80 %, a fifth of every added device's work is lost to what grew
+# with the count. The part of the step that grew most is named, with its remedy.
+POOR_SCALING_EFFICIENCY = 0.80
+# What to try when a part of the step grew with the count (keys as the dashboard has them).
+SCALING_REMEDIES = {
+    "sync": "the all-reduce grew with the devices: accumulation (a) syncs once per k "
+            "micro-steps; a bigger per-replica batch (b) does more work per all-reduce",
+    "input": "the input grew: every replica reads its own batches; prefetch (p) and parallel "
+             "reads (data.parallel_calls) keep more replicas fed",
+    "compute": "compute per example grew: the replicas contend for hardware they share "
+               "(cores, memory bandwidth, a PCIe switch)",
+    "update": "the optimizer update grew: it runs on every replica each step; a bigger "
+              "per-replica batch (b) runs it less often per example",
+    "other": "host work and dispatch grew: more devices to launch each step; "
+             "train.steps_per_execution runs several steps per call",
+}
+SCALING_PART_NAMES = {"input": "input wait", "compute": "compute", "sync": "all-reduce",
+                      "update": "optimizer update", "other": "host and dispatch"}
+
+
+def poor_scaling(rows: Sequence[ScalingRow], plan: Scale) -> Advice | None:
+    """A scaling probe's verdict (gpuwatch/scaling.py's rows): "poor" when a count's efficiency
+    is below POOR_SCALING_EFFICIENCY, naming the part of the step that grew most from the
+    smallest count to it, with the remedy; "good" otherwise; None with fewer than two counts
+    measured.
+
+    A part's growth is its device time per example: share x count / examples/s. Perfect
+    scaling keeps each part's constant, in weak and strong scaling alike, and the parts'
+    growths add up to what the efficiency lost. Counts whose logical CPU replicas share
+    fewer cores are said first: they measure the cores, not scaling.
+    """
+    measured = [row for row in rows if row.examples_per_s and row.efficiency is not None]
+    if len(measured) < 2:
+        return None
+    base = measured[0]
+    worst = min(measured[1:], key=lambda row: row.efficiency or 0.0)
+    efficiency = worst.efficiency or 0.0
+    unit = plan.unit
+    recs: list[str] = []
+    if any(row.shares_cores for row in measured):
+        recs.append(f"{worst.count} {unit} share {plan.cores} cores: not a real scaling measure "
+                    "(run it where every replica has its own device)")
+    if efficiency >= POOR_SCALING_EFFICIENCY:
+        verdict = (f"scales well: {efficiency:.0%} efficiency at {worst.count} {unit} "
+                   f"(at least {POOR_SCALING_EFFICIENCY:.0%})")
+        return Advice("good", verdict, None, recs[:MAX_RECOMMENDATIONS])
+    verdict = (f"poor scaling: {efficiency:.0%} efficiency at {worst.count} {unit} "
+               f"(below {POOR_SCALING_EFFICIENCY:.0%})")
+    before, after = base.shares, worst.shares
+    if before is None or after is None or not base.examples_per_s or not worst.examples_per_s:
+        recs.append("the step's parts are not timed apart: which one grew is not known")
+        return Advice("poor", verdict, None, recs[:MAX_RECOMMENDATIONS])
+
+    def device_ms_per_example(shares: dict[str, float], count: int, rate: float,
+                              part: str) -> float:
+        return shares[part] / 100.0 * count / rate * 1000.0
+
+    growth = {
+        part: device_ms_per_example(after, worst.count, worst.examples_per_s, part)
+        - device_ms_per_example(before, base.count, base.examples_per_s, part)
+        for part in before
+    }
+    part = max(growth, key=lambda name: growth[name])
+    verdict += (f"; {SCALING_PART_NAMES[part]} grew most: {before[part]:.0f}% of the step at "
+                f"{base.count} to {after[part]:.0f}% at {worst.count}")
+    recs.append(SCALING_REMEDIES[part])
+    return Advice("poor", verdict, None, recs[:MAX_RECOMMENDATIONS])

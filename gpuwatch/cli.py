@@ -1,4 +1,4 @@
-"""gpuwatch's command line: train, resume, attach, ls, stop, logs, export, doctor.
+"""gpuwatch's command line: train, scale, resume, attach, ls, stop, logs, export, doctor.
 
 Imports are lazy: `gpuwatch --help` must answer in well under half a second, and
 only the dashboard needs Textual. TensorFlow is never imported here.
@@ -44,6 +44,39 @@ def build_parser() -> argparse.ArgumentParser:
                      "start the run, print its id and return", "stop after N optimizer steps")
     train.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
 
+    scale = sub.add_parser(
+        "scale",
+        help="how the job scales: a short attempt at each device count, as a table",
+        description="Run the same job for a few steps at each device count (replicas on "
+        "one host: the first N GPUs, or N logical CPU replicas with no GPU; workers for a "
+        "cluster: config), one after another, each in a fresh trainer, and show examples/s, "
+        "speed-up, efficiency and where each step's time went, measured after warm-up.",
+    )
+    scale.add_argument("config", help="the run's YAML config, e.g. demo/demo.yaml")
+    scale.add_argument(
+        "--replicas", default=None, metavar="1,2,4",
+        help="the device counts (workers for a cluster), smallest first; default 1,2, or "
+        "1 to every GPU (worker) in powers of two",
+    )
+    scale.add_argument(
+        "--steps", type=int, default=None, metavar="N",
+        help="optimizer steps per count, the 5 warm-up steps included (default 40)",
+    )
+    scale.add_argument(
+        "--mode", default="weak", metavar="weak|strong",
+        help="weak: keep the per-replica batch (default); strong: keep the global batch",
+    )
+    scale.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+        help="override a config key for every count, e.g. --set data.prefetch=on",
+    )
+    scale_mode = scale.add_mutually_exclusive_group()
+    scale_mode.add_argument(
+        "--headless", action="store_true", help="no dashboard: progress lines, then the table"
+    )
+    scale_mode.add_argument("--detach", action="store_true",
+                            help="start the probe, print its run id and return")
+
     resume = sub.add_parser(
         "resume",
         help="go on with a run that has ended: its next attempt, from its last checkpoint",
@@ -88,8 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--what",
         default="steps",
-        metavar="steps|samples|attempts",
-        help="one row per step event (default), per GPU per device sample, or per attempt",
+        metavar="steps|samples|attempts|scaling",
+        help="one row per step event (default), per GPU per device sample, per attempt, or "
+        "per device count of a scaling probe (gpuwatch scale)",
     )
     export.add_argument(
         "--format", default="csv", metavar="csv|jsonl", help="CSV with a header (default) "
@@ -165,6 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     handler = {
         "train": cmd_train,
+        "scale": cmd_scale,
         "resume": cmd_resume,
         "attach": cmd_attach,
         "ls": cmd_ls,
@@ -229,6 +264,48 @@ def cmd_train(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         _err(str(exc))
         return EXIT_FAILED
+    return _follow(info, args)
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    """gpuwatch scale: the probe's plan checked here (every count's settings), then a run
+    whose supervisor runs one fresh attempt per count (supervisor/scale.py)."""
+    import importlib.util
+
+    from gpuwatch import runs, scaling
+    from gpuwatch.config import ConfigError, dump_config, load_config, visible_gpus
+    from gpuwatch.supervisor.cluster import plan_workers
+    from gpuwatch.supervisor.scale import PLAN_FILE, write_plan
+
+    try:
+        loaded = load_config(args.config, args.overrides)
+        config = loaded.config
+        plan_workers(config, Path("."), env=os.environ)  # a cluster that can launch from here
+        gpus = visible_gpus()
+        counts = (scaling.parse_counts(args.replicas) if args.replicas is not None
+                  else scaling.default_counts(config, gpus))
+        steps = scaling.DEFAULT_STEPS if args.steps is None else args.steps
+        plan = scaling.make_plan(config, counts, args.mode, steps, gpus)
+        scaling.plan_configs(config, plan, gpus)
+    except ConfigError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    if importlib.util.find_spec("tensorflow") is None:
+        _err("TensorFlow is not installed in this Python: pip install -e '.[cpu]'")
+        return EXIT_USAGE
+    _run_id, run_dir = runs.create_run_dir(runs.gpuwatch_home())
+    (run_dir / "config.yaml").write_text(dump_config(config))
+    (run_dir / "source.yaml").write_text(loaded.text)
+    write_plan(run_dir / PLAN_FILE, plan)
+    try:
+        info = start_supervisor(run_dir, fresh=True, extra=("--scale", str(run_dir / PLAN_FILE)))
+    except RuntimeError as exc:
+        _err(str(exc))
+        return EXIT_FAILED
+    if args.headless:
+        from gpuwatch.headless import run_headless, scale_ended
+
+        return run_headless(info, ended=scale_ended)
     return _follow(info, args)
 
 
@@ -461,6 +538,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
     for info in infos:
         rate = f"{info.examples_per_s:,.0f}" if info.examples_per_s else "-"
         workers = f"  workers={info.workers}" if info.workers > 1 else ""
+        if info.scale is not None:  # a scaling probe: its counts, not its last attempt's rate
+            plan = info.scale
+            workers += f"  scale {plan.mode} {plan.unit}={','.join(map(str, plan.counts))}"
         print(
             f"{info.run_id:<10} {info.name[:12]:<12} {info.status:<9} {info.attempt:>7} "
             f"{info.step:>8,} {rate:>9}  {_format_age(info.started)}{workers}"
@@ -574,8 +654,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         if value not in allowed:
             _err(f"{option} must be one of {', '.join(allowed)} (got {value!r})")
             return EXIT_USAGE
-    if args.worker is not None and args.what == "attempts":
-        _err("--worker picks rows of steps or samples; attempts are the run's (drop --worker)")
+    if args.worker is not None and args.what in ("attempts", "scaling"):
+        _err(f"--worker picks rows of steps or samples; {args.what} are the run's "
+             "(drop --worker)")
         return EXIT_USAGE
     info = resolve_run(args.run)  # RunError: main() prints it, exit 2
     if args.worker is not None and not _has_worker(info, args.worker):

@@ -22,6 +22,11 @@ fixed by the declarations, never by scanning the file):
   settings flattened as dotted columns (``train.global_batch_size``, the keys ``--set``
   takes) from the config schema.
   A setting that holds a list or an object (``model.kwargs``) is one cell.
+- ``scaling``: a scaling probe's table (``gpuwatch scale``; gpuwatch/scaling.py), one row
+  per device count: count, unit, mode, attempt, state, the batch, examples/s (median after
+  warm-up), speed-up and efficiency against the smallest count, each part of the step's
+  share in % (empty until the trainer times them apart) and whether the count's logical
+  CPU replicas share fewer cores. No rows for a run that is not a probe.
 
 Keys the declarations do not know (a newer version's readings or settings) are kept, in
 one ``extra`` cell: a JSON object of ``dotted.key: value``. In CSV an empty cell is null
@@ -60,7 +65,7 @@ from trainer_runtime.protocol import (
     parse_event,
 )
 
-WHATS = ("steps", "samples", "attempts")
+WHATS = ("steps", "samples", "attempts", "scaling")
 FORMATS = ("csv", "jsonl")
 EXTRA = "extra"
 
@@ -99,6 +104,29 @@ ATTEMPT_FIGURES = (
     "lost_steps",
     "data_order",
     "config_path",
+)
+
+SCALING_COLUMNS = (
+    "count",
+    "unit",
+    "mode",
+    "attempt",
+    "state",
+    "replicas",
+    "device_kind",
+    "global_batch_size",
+    "per_replica_batch",
+    "measured_steps",
+    "examples_per_s",
+    "speedup",
+    "efficiency",
+    "input_pct",
+    "compute_pct",
+    "sync_pct",
+    "update_pct",
+    "other_pct",
+    "shares_cores",
+    "cores",
 )
 
 Row = dict[str, Any]
@@ -337,6 +365,40 @@ def attempt_rows(
         yield _with_extra(row, extra)
 
 
+def scaling_table_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row]:
+    """One row per count of a scaling probe (gpuwatch/scaling.py's rows), after the stream."""
+    from gpuwatch.runstate import RunState
+    from gpuwatch.scaling import scaling_rows
+
+    state = RunState()
+    for envelope, event in events:
+        state.apply_event(envelope, event)
+    plan = state.scale
+    if plan is None:
+        return
+    for row in scaling_rows(state):
+        shares = row.shares or {}
+        yield {
+            "count": row.count,
+            "unit": plan.unit,
+            "mode": plan.mode,
+            "attempt": row.attempt,
+            "state": row.state,
+            "replicas": row.replicas,
+            "device_kind": row.device_kind,
+            "global_batch_size": row.global_batch_size,
+            "per_replica_batch": row.per_replica_batch,
+            "measured_steps": row.measured_steps,
+            "examples_per_s": row.examples_per_s,
+            "speedup": row.speedup,
+            "efficiency": row.efficiency,
+            **{f"{part}_pct": shares.get(part) for part in ("input", "compute", "sync",
+                                                              "update", "other")},
+            "shares_cores": row.shares_cores,
+            "cores": plan.cores,
+        }
+
+
 # -- writing ------------------------------------------------------------------------------
 
 
@@ -391,8 +453,8 @@ def export_events(
         raise ValueError(f"--what must be one of {', '.join(WHATS)} (got {what!r})")
     if fmt not in FORMATS:
         raise ValueError(f"--format must be one of {', '.join(FORMATS)} (got {fmt!r})")
-    if worker is not None and what == "attempts":
-        raise ValueError("--worker picks rows of steps or samples; attempts are the run's")
+    if worker is not None and what in ("attempts", "scaling"):
+        raise ValueError(f"--worker picks rows of steps or samples; {what} are the run's")
     report = ExportReport()
     with open(events_path, "rb") as fh:
         events = read_events(fh, report)
@@ -401,6 +463,8 @@ def export_events(
             rows, columns = step_rows(events), STEP_COLUMNS
         elif what == "samples":
             rows, columns = sample_rows(events), SAMPLE_COLUMNS
+        elif what == "scaling":
+            rows, columns = scaling_table_rows(events), SCALING_COLUMNS
         else:
             keys = settings_columns()
             rows, columns = attempt_rows(events, keys), (*ATTEMPT_FIGURES, *keys, EXTRA)

@@ -19,6 +19,13 @@ Exit codes: 0 when the run finished or was stopped (`gpuwatch stop`, the dashboa
 2 when the trainer refused its settings (a bad config or factory), 1 when the trainer
 crashed or the supervisor was lost (with the tail of the error), 130 when Ctrl-C
 stopped it (the shell's code for an interrupt; the trainer checkpoints first).
+
+A scaling probe (`gpuwatch scale CONFIG --headless`) prints the same progress lines while
+its attempts run, then its table (gpuwatch/scaling.py: a row per count), the advisor's
+word on how it scaled, and last the line `scaling: replicas=1,2 examples_per_s=A,B
+speedup=1.00,S efficiency=1.00,E mode=weak` (workers= for a cluster; n/a for a count
+not measured). It exits 0 when every count was measured, else as above (a count that
+crashed: 1; one stopped: 1, or 130 for Ctrl-C), after a line naming the count.
 """
 
 from __future__ import annotations
@@ -28,10 +35,12 @@ import contextlib
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpuwatch.advisor import VERDICTS, input_bound_level
+from gpuwatch import scaling
+from gpuwatch.advisor import VERDICTS, input_bound_level, poor_scaling
 from gpuwatch.client import ClientError, ConnectionLost, RunClient
 from gpuwatch.runs import RunInfo, read_run_info, workers_in
 from gpuwatch.runstate import CURRENT_STEPS, WARMUP_STEPS, RunState, steps_input_wait_pct
@@ -116,15 +125,21 @@ def recorded_state(run_dir: Path) -> RunState:
     return state
 
 
+Ending = Callable[[RunInfo, RunState, int, bool, TextIO, TextIO], int]
+
+
 async def follow(
     info: RunInfo,
     out: TextIO = sys.stdout,
     err: TextIO = sys.stderr,
     *,
     after_attempt: int = 0,
+    ended: Ending | None = None,
 ) -> int:
     """Follow the run until an attempt after `after_attempt` ends (a resume's: the one it
-    started; the record's earlier attempts ended long ago)."""
+    started; the record's earlier attempts ended long ago), then print its end with
+    `ended` (default: the summary of a training run)."""
+    ended = ended or _ended
     assert info.socket_path is not None
     state = RunState()
     workers = 1  # from the recorded settings: RunState does not count workers
@@ -168,7 +183,7 @@ async def follow(
         # happened before we could follow it, the record has the end.
         record = recorded_state(info.run_dir)
         if record.terminal and record.attempt > after_attempt:
-            return _ended(info, record, read_run_info(info.run_dir).workers, stopping, out, err)
+            return ended(info, record, read_run_info(info.run_dir).workers, stopping, out, err)
         print(progress_line(state), file=out, flush=True)
         print(f"gpuwatch: lost the run's supervisor: {exc}", file=err)
         print(summary_line(state, workers), file=out, flush=True)
@@ -177,7 +192,7 @@ async def follow(
         loop.remove_signal_handler(signal.SIGINT)
         loop.remove_signal_handler(signal.SIGTERM)
         await client.close()
-    return _ended(info, state, workers, stopping, out, err)
+    return ended(info, state, workers, stopping, out, err)
 
 
 def _ended(
@@ -189,6 +204,11 @@ def _ended(
     print(f"gpuwatch: attempt {state.attempt}'s figures over {window}; a progress line's are "
           f"its last {CURRENT_STEPS} steps", file=out, flush=True)
     print(summary_line(state, workers), file=out, flush=True)
+    return _exit_code(info, state, stopping, err)
+
+
+def _exit_code(info: RunInfo, state: RunState, stopping: bool, err: TextIO) -> int:
+    """The exit code of an ended run, after a line on `err` saying why it failed if it did."""
     error = state.error
     if (
         state.status == "crashed"
@@ -210,5 +230,33 @@ def _ended(
     return 0
 
 
-def run_headless(info: RunInfo, after_attempt: int = 0) -> int:
-    return asyncio.run(follow(info, after_attempt=after_attempt))
+def scale_ended(
+    info: RunInfo, state: RunState, workers: int, stopping: bool, out: TextIO, err: TextIO
+) -> int:
+    """A scaling probe's end: its table, the advisor's word, then the `scaling:` line last."""
+    plan = state.scale
+    print(progress_line(state), file=out, flush=True)
+    if plan is None:  # not a probe after all (its record lacks the plan): a run's end
+        return _ended(info, state, workers, stopping, out, err)
+    rows = scaling.scaling_rows(state)
+    print(f"gpuwatch: {scaling.describe(plan)}", file=out)
+    for line in scaling.table_lines(plan, rows):
+        print(line, file=out)
+    verdict = poor_scaling(rows, plan)
+    if verdict is not None:
+        print(f"gpuwatch: {verdict.verdict}", file=out)
+        for remedy in verdict.recommendations:
+            print(f"  - {remedy}", file=out)
+    code = _exit_code(info, state, stopping, err)
+    failed = scaling.probe_failed(rows)
+    if failed is not None:
+        print(f"gpuwatch: the probe did not measure {failed.count} {plan.unit}: "
+              f"{failed.state}{f' ({state.status_message})' if state.status_message else ''}",
+              file=err, flush=True)
+        code = code or 1
+    print(scaling.scaling_line(plan, rows), file=out, flush=True)
+    return code
+
+
+def run_headless(info: RunInfo, after_attempt: int = 0, ended: Ending | None = None) -> int:
+    return asyncio.run(follow(info, after_attempt=after_attempt, ended=ended))

@@ -39,6 +39,7 @@ from trainer_runtime.protocol import (
     Envelope,
     ProtocolError,
     Run,
+    Scale,
     StatusChange,
     Step,
     decode,
@@ -163,6 +164,7 @@ class RunInfo:
     exit_code: int | None = None
     message: str | None = None
     workers: int = 1  # a cluster run's workers (MultiWorkerMirroredStrategy); 1: one host
+    scale: Scale | None = None  # a scaling probe's plan (gpuwatch scale), else None
 
     @property
     def live(self) -> bool:
@@ -182,6 +184,9 @@ class RunInfo:
             "exit_code": self.exit_code,
             "message": self.message,
             "workers": self.workers,
+            "scale": None if self.scale is None else {
+                "counts": self.scale.counts, "unit": self.scale.unit, "mode": self.scale.mode,
+            },
         }
 
 
@@ -220,7 +225,7 @@ def read_run_info(run_dir: Path) -> RunInfo:
     message: str | None = None
     rates: list[float] = []
     workers = 1
-    head = _head_event(run_dir / "events.jsonl")
+    head, scale = _head_events(run_dir / "events.jsonl")
     if head is not None:
         envelope, run = head
         name = run.name or name
@@ -275,6 +280,7 @@ def read_run_info(run_dir: Path) -> RunInfo:
         exit_code=exit_code,
         message=message,
         workers=workers,
+        scale=scale,
     )
 
 
@@ -289,15 +295,20 @@ def _as_int(value: Any, default: Any) -> Any:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
-def _head_event(path: Path) -> tuple[Envelope, Run] | None:
-    """The run event that opens events.jsonl, if it is there and whole."""
+def _head_events(path: Path) -> tuple[tuple[Envelope, Run] | None, Scale | None]:
+    """The run event that opens events.jsonl, if it is there and whole, and the scaling
+    probe's plan that follows it in a probe's record."""
+    head: tuple[Envelope, Run] | None = None
     try:
         with open(path, "rb") as fh:
-            first = fh.readline(MAX_FRAME_BYTES)
-        envelope, event = parse_event(decode(first))
+            envelope, event = parse_event(decode(fh.readline(MAX_FRAME_BYTES)))
+            if not isinstance(event, Run):
+                return None, None
+            head = (envelope, event)
+            _, second = parse_event(decode(fh.readline(MAX_FRAME_BYTES)))
     except (OSError, ProtocolError):
-        return None
-    return (envelope, event) if isinstance(event, Run) else None
+        return head, None
+    return head, second if isinstance(second, Scale) else None
 
 
 def list_runs(home: Path | None = None) -> list[RunInfo]:

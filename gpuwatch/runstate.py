@@ -68,6 +68,7 @@ from trainer_runtime.protocol import (
     Resume,
     Run,
     Sample,
+    Scale,
     StatusChange,
     Step,
     input_wait_pct,
@@ -110,7 +111,7 @@ _LOCAL = {"snapshot": False}
 # Dirty areas, so the app repaints only the widgets whose inputs changed.
 AREAS = (
     "header", "metrics", "devices", "history", "attempts", "status", "link", "pending", "workers",
-    "gpu_history", "plots",
+    "gpu_history", "plots", "scaling",
 )
 
 
@@ -431,6 +432,7 @@ class RunState:
     settings: dict[str, Any] = field(default_factory=dict)
     attempts: dict[int, AttemptSummary] = field(default_factory=dict)
     attempt: int = 0
+    scale: Scale | None = None  # a scaling probe's plan (gpuwatch/scaling.py reads it)
     status: str | None = None
     status_message: str | None = None
     status_worker: int | None = None  # the worker whose exit set the status, in a cluster
@@ -745,6 +747,11 @@ def _on_run(state: RunState, event: Run, t: float | None) -> None:
     state.changed.update(("header", "pending"))
 
 
+def _on_scale(state: RunState, event: Scale, t: float | None) -> None:
+    state.scale = event
+    state.changed.update(("header", "scaling"))
+
+
 def _on_attempt(state: RunState, event: Attempt, t: float | None) -> None:
     summary = state._attempt(event.attempt)
     summary.settings = dict(event.settings)
@@ -761,7 +768,7 @@ def _on_attempt(state: RunState, event: Attempt, t: float | None) -> None:
         summary.hello = summary.hello or previous.hello
         summary.workers = previous.workers
     state.attempt = max(state.attempt, event.attempt)
-    state.changed.update(("header", "attempts", "pending", "metrics"))
+    state.changed.update(("header", "attempts", "pending", "metrics", "scaling"))
 
 
 def _on_hello(state: RunState, event: Hello, t: float | None) -> None:
@@ -888,7 +895,11 @@ def _on_status(state: RunState, event: StatusChange, t: float | None) -> None:
     # max_steps, epochs) unless the supervisor ended it (its SIGTERM is not the story).
     ended_as = {"crashed": "crashed", "stopped": "stopped", "relaunching": "relaunch"}
     if state.status in ended_as and number in state.attempts:
-        state.attempts[number].end = ended_as[state.status]
+        summary = state.attempts[number]
+        # An attempt that reached its steps before the next began (a scaling probe's
+        # count) ended on its own: that is its end, not the relaunch.
+        if not (state.status == "relaunching" and summary.end in ("max_steps", "epochs")):
+            summary.end = ended_as[state.status]
         state.changed.add("attempts")
     if state.status == "crashed" and event.worker is not None:
         figures = state._worker(event.worker, number)
@@ -946,6 +957,7 @@ _HANDLERS: dict[type[Event], Callable[[RunState, Any, float | None], None]] = {
     Checkpoint: _on_checkpoint,
     Resume: _on_resume,
     Reconfigured: _on_reconfigured,
+    Scale: _on_scale,
 }
 
 

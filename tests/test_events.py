@@ -48,6 +48,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
                 supervisor_pid=7, host="box", settings={"name": "demo"}, created=None),
     "attempt": dict(attempt=1, settings={"name": "demo"}, fresh=False, reason="start",
                     config_path="/r/attempt-1.yaml"),
+    "scale": dict(counts=[1, 2, 4], unit="replicas", mode="weak", steps=40, cores=2),
     "status": dict(attempt=1, status="crashed", exit_code=1, signal=None, message="boom",
                    log_tail=["a", "b"]),
     "sample": dict(host={"cpu_pct": 50.0}, gpus=[], nvml="no driver"),

@@ -106,8 +106,17 @@ supervisor -> dashboard, besides every trainer event relayed:
               attempt (int): the attempt it belongs to (1, 2, ...)
               settings (dict[str, Any]): the full validated config
               fresh (bool): whether it ignores checkpoints
-              reason (str): "start", "relaunch" or "live"
+              reason (str): "start", "relaunch", "live", "resume" or "scale"
               config_path (str): attempt-N.yaml in the run directory
+  scale       The run is a scaling probe: a short fresh attempt at each device count,
+              in order.
+              counts (list[int]): the device counts, in the order they run
+              unit (str): "replicas", or "workers" for a cluster
+              mode (str): "weak" (the per-replica batch kept) or "strong" (the global
+                batch kept)
+              steps (int): optimizer steps of each attempt, warm-up included
+              cores (int | None): CPU cores the supervisor's host lets its trainers
+                use (logical CPU replicas beyond them share cores)
   status      The run's status changed (see STATUSES).
               attempt (int): the attempt it belongs to (1, 2, ...)
               status (str): one of STATUSES
@@ -946,8 +955,32 @@ class Attempt(Event):
     attempt: int = _attempt()
     settings: dict[str, Any] = field(metadata=_note("the full validated config"))
     fresh: bool = field(default=False, metadata=_note("whether it ignores checkpoints"))
-    reason: str = field(default="start", metadata=_note('"start", "relaunch" or "live"'))
+    reason: str = field(
+        default="start", metadata=_note('"start", "relaunch", "live", "resume" or "scale"')
+    )
     config_path: str = field(default="", metadata=_note("attempt-N.yaml in the run directory"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scale(Event):
+    """The run is a scaling probe: a short fresh attempt at each device count, in order."""
+
+    TYPE: ClassVar[str] = "scale"
+    FROM: ClassVar[str] = "supervisor"
+    counts: list[int] = field(metadata=_note("the device counts, in the order they run"))
+    unit: str = field(
+        default="replicas", metadata=_note('"replicas", or "workers" for a cluster')
+    )
+    mode: str = field(
+        default="weak",
+        metadata=_note('"weak" (the per-replica batch kept) or "strong" (the global batch kept)'),
+    )
+    steps: int = field(metadata=_note("optimizer steps of each attempt, warm-up included"))
+    cores: int | None = field(
+        default=None,
+        metadata=_note("CPU cores the supervisor's host lets its trainers use (logical CPU "
+                       "replicas beyond them share cores)"),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -985,7 +1018,7 @@ EVENTS: Mapping[str, type[Event]] = MappingProxyType(
     {
         cls.TYPE: cls
         for cls in (Hello, Step, Checkpoint, Resume, Reconfigured, Done, Error, Run, Attempt,
-                    StatusChange, Sample)
+                    Scale, StatusChange, Sample)
     }
 )
 TRAINER_EVENTS = frozenset(name for name, cls in EVENTS.items() if cls.FROM == "trainer")
@@ -1190,6 +1223,11 @@ def _type_check(annotation: Any) -> Callable[[Any], tuple[bool, Any]]:
             lambda v: isinstance(v, list) and all(isinstance(i, str) for i in v),
             list,
             "a list of strings",
+        ),
+        "list[int]": (
+            lambda v: isinstance(v, list) and all(type(i) is int for i in v),
+            list,
+            "a list of integers",
         ),
         "dict[str, Any]": (lambda v: isinstance(v, dict), dict, "an object"),
         "list[dict[str, Any]]": (

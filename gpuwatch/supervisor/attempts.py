@@ -23,6 +23,7 @@ STOP_GRACE_S = float(os.environ.get("GPUWATCH_STOP_GRACE_S", "30"))
 
 if TYPE_CHECKING:
     from gpuwatch.supervisor.exit_policy import ExitPolicy
+    from gpuwatch.supervisor.scale import ScaleProbe
     from gpuwatch.supervisor.workers import Workers
 
 
@@ -52,6 +53,7 @@ class Attempts:
         workers: Workers
         agents: list[Any]
         exit_policy: ExitPolicy
+        scale: ScaleProbe | None
         _hellos: set[int]
         _last_step_before: int
 
@@ -60,6 +62,9 @@ class Attempts:
 
         @property
         def ended(self) -> bool: ...
+
+        @property
+        def scaling(self) -> bool: ...
 
         def record(self, event: Event, t: float | None = None) -> float: ...
 
@@ -140,6 +145,9 @@ class Attempts:
                 "change on a relaunch (the agents are this run's); start a new run with "
                 "gpuwatch train"
             )
+        if self.scaling:
+            assert self.scale is not None
+            raise ValueError(self.scale.in_progress())
         if self.exiting:
             raise ValueError(
                 f"run {self.run_id} has ended and its supervisor is exiting; "

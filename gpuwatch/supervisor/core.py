@@ -11,7 +11,8 @@ dashboard still attached keeps it up, so the person can read the end and press `
 it exits LINGER_S after the last one leaves. A spare trainer (spare.py) waits only
 while a person's dashboard is attached to a live run. `gpuwatch resume` starts a
 supervisor again on the run directory (``--resume``): the next attempt, from the
-last checkpoint.
+last checkpoint. A scaling probe (``--scale``, scale.py) runs one fresh attempt per
+device count, in turn, before the run ends.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.hub import Client, TaskSet
 from gpuwatch.supervisor.live import LiveChange, LiveChanges
 from gpuwatch.supervisor.recorder import Recorder
+from gpuwatch.supervisor.scale import ScaleProbe, read_plan
 from gpuwatch.supervisor.workers import Workers
 from trainer_runtime.protocol import (
     TERMINAL_STATUSES,
@@ -77,6 +79,7 @@ class Supervisor(Attempts):
         trainer_module: str = "trainer_runtime",
         config_path: Path | None = None,
         resume: bool = False,
+        scale_path: Path | None = None,
     ) -> None:
         self.run_dir = run_dir
         self.run_id = run_dir.name
@@ -110,6 +113,10 @@ class Supervisor(Attempts):
         self._finished = asyncio.Event()
         self.exiting = False  # it has decided to exit: no new attempt starts here
         self.loop: asyncio.AbstractEventLoop | None = None
+        # A scaling probe's attempts (scale.py); ConfigError when a count cannot run here.
+        self.scale: ScaleProbe | None = None
+        if scale_path is not None:
+            self.scale = ScaleProbe(self, *read_plan(scale_path, self.config))
 
     @property
     def clustered(self) -> bool:
@@ -127,6 +134,8 @@ class Supervisor(Attempts):
             StatusChange(attempt=self.attempt, status=status, **fields), self.last_step
         )
         self._update_spares()
+        if self.scale is not None:
+            self.scale.poke()
 
     @property
     def ended(self) -> bool:
@@ -176,7 +185,7 @@ class Supervisor(Attempts):
             self.record(event, t)
             self._hellos.add(index)
             # Running once every worker is up (a cluster's first steps wait for all).
-            if len(self._hellos) == len(self.agents) and self.status == "starting":
+            if len(self._hellos) == self.workers.active and self.status == "starting":
                 self.set_status("running")
             return
         if isinstance(event, Reconfigured):
@@ -196,6 +205,8 @@ class Supervisor(Attempts):
     def _on_trainer_exit(self, index: int, ended: TrainerExit) -> None:
         self.live.trainer_exited(index)
         self.exit_policy.on_exit(index, ended)
+        if self.scale is not None:
+            self.scale.poke()
 
     def _on_sample(self, index: int, fields: dict[str, Any]) -> None:
         # A finished run lingering for a relaunch records no more samples: the record
@@ -212,7 +223,12 @@ class Supervisor(Attempts):
         return self.hub.subscribe(client, from_seq, snapshot, dashboard=dashboard)
 
     def can_reconfigure(self) -> bool:
-        return self.live.possible()
+        return self.live.possible() and not self.scaling
+
+    @property
+    def scaling(self) -> bool:
+        """A scaling probe's attempts are under way or still to come."""
+        return self.scale is not None and self.scale.running
 
     def live_in_flight(self) -> str | None:
         return self.live.in_flight()
@@ -270,12 +286,17 @@ class Supervisor(Attempts):
                         settings=self.config.model_dump(mode="json"),
                     )
                 )
+                if self.scale is not None:
+                    self.record(self.scale.plan)
             self._write_info()  # after the socket exists: `gpuwatch train` waits on this file
             self.workers.start_sampling(self.loop)
-            async with self.commands.lock:  # a relaunch waits until these trainers started
-                if not self.stop_requested:
-                    reason = "resume" if self.resume else "start"
-                    await self.start_attempt(self.config, fresh=self.fresh, reason=reason)
+            if self.scale is not None:  # its attempts, one after another
+                self._tasks.spawn(self.scale.run_all())
+            else:
+                async with self.commands.lock:  # a relaunch waits until these trainers started
+                    if not self.stop_requested:
+                        reason = "resume" if self.resume else "start"
+                        await self.start_attempt(self.config, fresh=self.fresh, reason=reason)
             while not self._finished.is_set():
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._finished.wait(), LIFE_CHECK_S)
@@ -289,8 +310,10 @@ class Supervisor(Attempts):
 
     def _may_exit(self) -> bool:
         """The run has ended, no client follows it (for LINGER_S), and no command is
-        under way (a relaunch holds the lock from the old attempt's end to the new start)."""
-        return self.ended and self.hub.idle_s >= LINGER_S and not self.commands.lock.locked()
+        under way (a relaunch holds the lock from the old attempt's end to the new start),
+        nor a scaling probe's next count."""
+        return (self.ended and self.hub.idle_s >= LINGER_S and not self.commands.lock.locked()
+                and not self.scaling)
 
     def _restore_progress(self) -> None:
         """Started again on a recorded run: go on from its last attempt and step."""
@@ -335,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="go on with a recorded run: its next attempt, from its last checkpoint",
     )
+    parser.add_argument(
+        "--scale", type=Path, default=None,
+        help="a scaling probe's plan (scale.json): a fresh attempt per device count, in turn",
+    )
     args = parser.parse_args(argv)
     run_dir = args.run_dir.resolve()
     logging.basicConfig(
@@ -349,6 +376,7 @@ def main(argv: list[str] | None = None) -> int:
             fresh=args.fresh,
             config_path=args.config.resolve() if args.config else None,
             resume=args.resume,
+            scale_path=args.scale.resolve() if args.scale else None,
             trainer_module=os.environ.get("GPUWATCH_TRAINER_MODULE", "trainer_runtime"),
         )
     except ConfigError as exc:

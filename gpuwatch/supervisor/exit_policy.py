@@ -49,6 +49,8 @@ class ExitPolicy:
         self.tasks = tasks
         # The supervisor stops the trainers to make way for the next attempt.
         self.relaunching = False
+        # Another attempt follows this one's end (a scaling probe's next count).
+        self.next_follows = False
         self.exits: dict[int, TrainerExit] = {}
         self.failed_worker: int | None = None
         self._straggler_timer: asyncio.TimerHandle | None = None
@@ -74,7 +76,8 @@ class ExitPolicy:
     def on_exit(self, index: int, ended: TrainerExit) -> None:
         """A worker's trainer exited: the run's status, once it is known."""
         status, fields = exit_status(
-            ended, relaunching=self.relaunching, stop_requested=self.run.stop_requested
+            ended, relaunching=self.relaunching, stop_requested=self.run.stop_requested,
+            next_follows=self.next_follows,
         )
         if not self.run.clustered:
             self.set_exit_status(status, fields)
@@ -100,7 +103,8 @@ class ExitPolicy:
         self._cancel_straggler_timer()
         chief = self.exits.get(0, ended)
         status, fields = exit_status(
-            chief, relaunching=self.relaunching, stop_requested=self.run.stop_requested
+            chief, relaunching=self.relaunching, stop_requested=self.run.stop_requested,
+            next_follows=self.next_follows,
         )
         if status == "crashed":
             who = self.workers.who(0)

@@ -51,9 +51,12 @@ class TrainerExit:
 
 
 def exit_status(
-    ended: TrainerExit, *, relaunching: bool, stop_requested: bool
+    ended: TrainerExit, *, relaunching: bool, stop_requested: bool, next_follows: bool = False
 ) -> tuple[str, dict[str, Any]]:
-    """The status a run takes when its trainer exits, and that status event's fields."""
+    """The status a run takes when its trainer exits, and that status event's fields.
+
+    next_follows: another attempt starts once this one reaches its steps (a scaling
+    probe's next count), so reaching them is not the run's end."""
     returncode = ended.returncode
     exit_code = returncode if returncode >= 0 else None
     sig = signal_name(-returncode) if returncode < 0 else None
@@ -67,6 +70,11 @@ def exit_status(
         }
     if stop_requested and asked_to_end:
         return "stopped", {"exit_code": exit_code, "signal": sig, "message": "stopped on request"}
+    if returncode == 0 and ended.done_reason in ("max_steps", "epochs") and next_follows:
+        return "relaunching", {
+            "exit_code": 0,
+            "message": f"reached {ended.done_reason.replace('_', ' ')}; the next attempt follows",
+        }
     if returncode == 0 and ended.done_reason in ("max_steps", "epochs"):
         return "finished", {
             "exit_code": 0,

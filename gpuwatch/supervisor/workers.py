@@ -56,6 +56,9 @@ class Workers:
                     a for a in self.agents if isinstance(a, LocalAgent) and a is not agent
                 ]
         self.hosts = [plan.host for plan in self.plans]  # a worker's host, for messages
+        # The workers the current attempt runs: all of them, or the first N (a scaling
+        # probe's attempt at N workers).
+        self.active = len(self.agents)
 
     def _make_agent(self, config: RunConfig, plan: WorkerPlan, trainer_module: str) -> Any:
         """A LocalAgent for a worker on this host, a RemoteAgent (ssh, srun) for the others."""
@@ -113,7 +116,8 @@ class Workers:
     def live_capable(self) -> bool:
         """Every worker runs and its agent can send frames down to it."""
         return all(
-            getattr(agent, "live_capable", False) and agent.stoppable for agent in self.agents
+            getattr(agent, "live_capable", False) and agent.stoppable
+            for agent in self.agents[: self.active]
         )
 
     @property
@@ -135,16 +139,21 @@ class Workers:
         fresh: bool,
         go_on: Callable[[], bool],
     ) -> None:
-        """Prepare every agent (fresh ports), then start each worker with its launch, chief first.
+        """Prepare every agent of the attempt (fresh ports), then start each worker with its
+        launch, chief first. The attempt's config says how many: the first N of the run's
+        workers (a scaling probe runs fewer than the run has).
 
         go_on is asked before each start (False: a started one failed, or a stop came:
         start no more). WorkerStartError names the worker that could not be prepared or
         started.
         """
         index = 0
+        count = config.cluster.count if config.cluster is not None else 1
+        self.active = min(count, len(self.agents))
+        agents, plans = self.agents[: self.active], self.plans[: self.active]
         try:
             results = await asyncio.gather(
-                *(agent.prepare() for agent in self.agents), return_exceptions=True
+                *(agent.prepare() for agent in agents), return_exceptions=True
             )
             prepared: list[tuple[str, int]] = []
             for i, result in enumerate(results):
@@ -152,13 +161,13 @@ class Workers:
                     index = i  # the worker the failure names
                     raise result
                 prepared.append(result)
-            for plan, (host, _) in zip(self.plans, prepared, strict=True):
+            for plan, (host, _) in zip(plans, prepared, strict=True):
                 if plan.kind == "remote":
                     self.hosts[plan.index] = host  # e.g. the slurm node's own name
             launches = worker_launches(
-                config, self.plans, prepared, env=os.environ, this_host=socket.getfqdn()
+                config, plans, prepared, env=os.environ, this_host=socket.getfqdn()
             )
-            for index, agent in enumerate(self.agents):
+            for index, agent in enumerate(agents):
                 if not go_on():
                     break
                 await agent.start(attempt, attempt_path, fresh=fresh, launch=launches[index])

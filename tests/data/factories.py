@@ -50,3 +50,17 @@ def model_that_runs_out_of_memory(
     x = _FailAfter(after_steps * replicas, error=MemoryError)(x)
     outputs = keras.layers.Dense(classes, dtype="float32")(x)
     return keras.Model(inputs, outputs)
+
+
+def model_that_fails_with_replicas(
+    input_shape: tuple[int, ...], classes: int, fail_at_replicas: int = 2, after_steps: int = 8
+) -> keras.Model:
+    """A small MLP that trains, but raises after `after_steps` steps when it is built under a
+    strategy of `fail_at_replicas` replicas (a scaling probe's count that crashes)."""
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    inputs = keras.Input(shape=input_shape)
+    x = keras.layers.Dense(32, activation="relu")(inputs)
+    if replicas == fail_at_replicas:
+        x = _FailAfter(after_steps * replicas)(x)
+    outputs = keras.layers.Dense(classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs)

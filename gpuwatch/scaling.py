@@ -1,0 +1,400 @@
+"""The scaling probe's rules and arithmetic: its plan, each count's settings, and its table.
+
+Pure: no Textual, no TensorFlow, no I/O. `gpuwatch scale CONFIG` runs one short, fresh
+attempt of the same job at each device count, one after another (the supervisor's
+``scale.py``); this module says what each attempt runs with (``plan_configs``) and what
+the attempts measured (``scaling_rows``). The dashboard, headless mode, ``gpuwatch export
+--what scaling`` and the advisor's poor-scaling verdict all read the rows made here.
+
+The counts are replicas on one host (``strategy.replicas``: the first N GPUs, or N logical
+CPU replicas with no GPU) or, for a ``cluster:`` config, workers (the first N of
+``cluster.workers``). Weak scaling keeps the per-replica batch (the global batch is the
+per-replica batch x replicas x accumulation steps); strong scaling keeps the global batch
+(which must split over every count). Figures are the attempt's after its warm-up steps
+(runstate.WARMUP_STEPS): the median examples/s, and the step's breakdown over those steps.
+
+    speed-up(N)   = X(N) / X(b)
+    efficiency(N) = X(N) x b / (N x X(b))     (NVIDIA DeepLearningExamples' definition,
+                                               b = 1: X(N) / (N x X(1)))
+
+where X is examples/s and b the smallest count of the plan (1 by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuwatch.config import (
+    ConfigError,
+    apply_overrides,
+    check_devices,
+    check_replicas,
+    expected_replicas,
+)
+from gpuwatch.runstate import WARMUP_STEPS, AttemptSummary, RunState, get_setting
+from trainer_runtime.protocol import Breakdown, Scale
+from trainer_runtime.schema import (
+    MAX_REPLICAS,
+    MAX_WORKERS,
+    RunConfig,
+    divisibility_error,
+    per_replica_batch,
+)
+
+MODES = ("weak", "strong")
+# Each count's attempt: enough steps to take a median after the warm-up's.
+DEFAULT_STEPS = 40
+MIN_MEASURED_STEPS = 5
+MIN_STEPS = WARMUP_STEPS + MIN_MEASURED_STEPS
+MAX_STEPS = 1_000_000
+# Why an attempt of the probe is there: the attempt event's reason.
+REASON = "scale"
+
+
+class ScaleError(ConfigError):
+    """A probe that cannot run as asked (a count, the steps, a batch that does not split)."""
+
+
+# ---- the plan ------------------------------------------------------------------------
+
+
+def unit_of(config: RunConfig) -> str:
+    """What the counts count: "workers" for a cluster, else "replicas"."""
+    return "workers" if config.cluster is not None else "replicas"
+
+
+def available(config: RunConfig, gpus: int) -> int | None:
+    """The most the counts can go to: the cluster's workers, the visible GPUs, or None
+    (logical CPU replicas: up to MAX_REPLICAS, however many cores there are)."""
+    if config.cluster is not None:
+        return config.cluster.count
+    return gpus if gpus > 0 else None
+
+
+def default_counts(config: RunConfig, gpus: int) -> list[int]:
+    """1, 2, 4, ... up to every GPU (or worker), and that number itself; 1,2 on CPU replicas."""
+    most = available(config, gpus)
+    if most is None:
+        return [1, 2]
+    counts = [1]
+    while counts[-1] * 2 <= most:
+        counts.append(counts[-1] * 2)
+    if counts[-1] != most:
+        counts.append(most)
+    return counts
+
+
+def parse_counts(text: str) -> list[int]:
+    """"1,2,4" as a list of counts; ScaleError naming the option for anything else."""
+    counts: list[int] = []
+    for part in text.split(","):
+        word = part.strip()
+        if not word.isdigit() or int(word) < 1 or len(word) > 6:
+            raise ScaleError(f"--replicas {text}: {word!r} is not a count from 1 "
+                             "(give counts like 1,2,4)")
+        counts.append(int(word))
+    return counts
+
+
+def make_plan(
+    config: RunConfig, counts: Sequence[int], mode: str, steps: int, gpus: int,
+    cores: int | None = None,
+) -> Scale:
+    """The probe's plan (the event the supervisor records first). ScaleError unless the
+    counts go up from 1, each once, within what this host (or the cluster) has, and the
+    steps leave some to measure after the warm-up."""
+    unit = unit_of(config)
+    shown = ",".join(map(str, counts))
+    if not counts or list(counts) != sorted(set(counts)) or counts[0] < 1:
+        raise ScaleError(f"--replicas {shown}: give each count once, smallest first "
+                         "(e.g. 1,2,4)")
+    limit = MAX_WORKERS if unit == "workers" else MAX_REPLICAS
+    most = available(config, gpus)
+    if counts[-1] > limit:
+        raise ScaleError(f"--replicas {shown}: at most {limit} {unit}")
+    if most is not None and counts[-1] > most:
+        have = (f"cluster.workers has {most}" if unit == "workers"
+                else f"{most} GPU{'s are' if most != 1 else ' is'} visible here")
+        raise ScaleError(f"--replicas {shown}: {counts[-1]} {unit} asked for, but {have}")
+    if mode not in MODES:
+        raise ScaleError(f"--mode must be weak or strong (got {mode!r})")
+    if not MIN_STEPS <= steps <= MAX_STEPS:
+        raise ScaleError(
+            f"--steps {steps}: each count needs at least {MIN_STEPS} steps ({WARMUP_STEPS} of "
+            f"warm-up, then {MIN_MEASURED_STEPS} measured) and at most {MAX_STEPS:,}"
+        )
+    return Scale(counts=list(counts), unit=unit, mode=mode, steps=steps, cores=cores)
+
+
+def replicas_at(plan: Scale, count: int, gpus: int) -> int:
+    """Replicas in sync at a count: the count itself, or a cluster's workers x each one's
+    GPUs (one CPU replica per worker with no GPU)."""
+    return count * max(gpus, 1) if plan.unit == "workers" else count
+
+
+def plan_configs(
+    config: RunConfig, plan: Scale, gpus: int
+) -> list[tuple[int, RunConfig]]:
+    """Each count's settings, in order: the same job at that many devices, for plan.steps
+    steps. ConfigError (one line, naming the count and the key) if one cannot run here."""
+    base_replicas = expected_replicas(config, gpus)
+    batch = config.train.global_batch_size
+    accum = config.train.accumulation_steps
+    if plan.mode == "weak":
+        problem = divisibility_error(config, base_replicas)
+        if problem is not None:
+            raise ScaleError(f"weak scaling keeps the per-replica batch, but at the config's "
+                             f"{base_replicas} replicas {problem}")
+        kept = per_replica_batch(config, base_replicas)
+    configs: list[tuple[int, RunConfig]] = []
+    for count in plan.counts:
+        replicas = replicas_at(plan, count, gpus)
+        source = f"scale at {count} {plan.unit}"
+        overrides: dict[str, Any] = {"train.max_steps": plan.steps, "train.epochs": None}
+        if plan.unit == "workers":
+            assert config.cluster is not None
+            cluster = config.cluster.model_dump(mode="json")
+            overrides["cluster.workers"] = cluster["workers"][:count]
+            if cluster.get("ports") is not None and config.cluster.launcher != "slurm":
+                overrides["cluster.ports"] = cluster["ports"][:count]
+        else:
+            overrides["strategy.replicas"] = count
+        if plan.mode == "weak":
+            overrides["train.global_batch_size"] = kept * replicas * accum
+            source += f" (weak: {kept} examples per replica kept)"
+        else:
+            source += f" (strong: the global batch {batch} kept)"
+        one = apply_overrides(config, overrides, source=source)
+        check_devices(one, source, gpus)
+        check_replicas(one, replicas, source)
+        configs.append((count, one))
+    return configs
+
+
+def count_of(settings: Mapping[str, Any]) -> int | None:
+    """The device count an attempt of the probe ran at, from its settings."""
+    workers = get_setting(settings, "cluster.workers")
+    if isinstance(workers, list) and workers:
+        return len(workers)
+    replicas = get_setting(settings, "strategy.replicas")
+    return replicas if isinstance(replicas, int) else None
+
+
+# ---- the table -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ScalingRow:
+    """One count of the probe: what its attempt ran with and measured (None: not known)."""
+
+    count: int
+    attempt: int | None = None
+    state: str = "waiting"  # waiting | running | measured | the attempt's end (crashed, ...)
+    global_batch_size: int | None = None
+    per_replica_batch: int | None = None
+    replicas: int | None = None
+    device_kind: str | None = None
+    measured_steps: int = 0
+    examples_per_s: float | None = None
+    speedup: float | None = None
+    efficiency: float | None = None
+    breakdown: Breakdown | None = None
+    shares_cores: bool = False  # logical CPU replicas (or local workers) beyond the cores
+
+    @property
+    def shares(self) -> dict[str, float] | None:
+        """The step's parts in %, in Breakdown.PARTS order; None until the trainer times them."""
+        return self.breakdown.shares() if self.breakdown is not None else None
+
+    @property
+    def failed(self) -> bool:
+        return self.state in ("crashed", "lost", "stopped", "not run")
+
+
+def speedup(rate: float | None, base_rate: float | None) -> float | None:
+    """X(N) / X(b): how many times the base count's examples/s."""
+    if rate is None or base_rate is None or base_rate <= 0:
+        return None
+    return rate / base_rate
+
+
+def efficiency(
+    rate: float | None, count: int, base_rate: float | None, base_count: int
+) -> float | None:
+    """X(N) x b / (N x X(b)): 1.0 when N devices do N/b times the base count's work."""
+    gain = speedup(rate, base_rate)
+    if gain is None or count <= 0:
+        return None
+    return gain * base_count / count
+
+
+def _attempt_at(state: RunState, count: int) -> AttemptSummary | None:
+    """The latest attempt of the probe that ran at `count`."""
+    found = None
+    for summary in state.attempts.values():
+        if summary.reason == REASON and count_of(summary.settings) == count:
+            found = summary
+    return found
+
+
+def _row_state(state: RunState, summary: AttemptSummary | None) -> str:
+    if summary is None:
+        return "not run" if state.terminal else "waiting"
+    if summary.attempt == state.attempt and not state.terminal and summary.end is None:
+        return "running"
+    end = summary.end
+    if summary.attempt == state.attempt and state.terminal and state.status != "finished":
+        end = end if end in ("crashed", "stopped") else state.status
+    if end in (None, "max_steps", "epochs") and summary.measured:
+        return "measured"
+    return end or "ended"
+
+
+def _shares_cores(plan: Scale, count: int, summary: AttemptSummary | None,
+                  settings: Mapping[str, Any]) -> bool:
+    """Logical CPU replicas (or one host's CPU workers) beyond the host's cores."""
+    if plan.cores is None or count <= plan.cores:
+        return False
+    hello = summary.hello if summary is not None else None
+    if hello is not None and hello.device_kind != "cpu":
+        return False
+    launcher = get_setting(settings, "cluster.launcher")
+    return plan.unit == "replicas" or launcher == "local"
+
+
+def scaling_rows(state: RunState) -> list[ScalingRow]:
+    """The probe's table: a row per count of the plan, in order ([] for another run).
+
+    Speed-up and efficiency are against the smallest count, once it is measured; a row
+    still running shows its figures so far (after warm-up)."""
+    plan = state.scale
+    if plan is None:
+        return []
+    found = [(count, _attempt_at(state, count)) for count in plan.counts]
+    states = {count: _row_state(state, summary) for count, summary in found}
+    base_count = min(plan.counts)
+    base = dict(found).get(base_count)
+    base_rate = _rate(base, states[base_count])
+    rows: list[ScalingRow] = []
+    for count, summary in found:
+        row_state = states[count]
+        if summary is None:
+            rows.append(ScalingRow(count, state=row_state,
+                                   shares_cores=_shares_cores(plan, count, None, state.settings)))
+            continue
+        hello = summary.hello
+        rate = _rate(summary, row_state)
+        rows.append(ScalingRow(
+            count,
+            attempt=summary.attempt,
+            state=row_state,
+            global_batch_size=summary.global_batch_size,
+            per_replica_batch=hello.per_replica_batch if hello is not None else None,
+            replicas=hello.replicas if hello is not None else None,
+            device_kind=hello.device_kind if hello is not None else None,
+            measured_steps=summary.measured_steps,
+            examples_per_s=rate,
+            speedup=speedup(rate, base_rate),
+            efficiency=efficiency(rate, count, base_rate, base_count),
+            breakdown=summary.breakdown if rate is not None else None,
+            shares_cores=_shares_cores(plan, count, summary, summary.settings),
+        ))
+    return rows
+
+
+def _rate(summary: AttemptSummary | None, row_state: str) -> float | None:
+    """A count's examples/s: its attempt's median after warm-up, so far while it runs; none
+    for an attempt that did not reach its steps (a crash's last steps are no measure)."""
+    if summary is None or row_state not in ("measured", "running"):
+        return None
+    return summary.median_examples_per_s
+
+
+def probe_failed(rows: Sequence[ScalingRow]) -> ScalingRow | None:
+    """The first count that did not measure (crashed, stopped, never ran), or None."""
+    return next((row for row in rows if row.failed or row.examples_per_s is None), None)
+
+
+# ---- the table in words (headless, export and the dashboard's cells) -------------------
+
+
+def _num(value: float | None, spec: str) -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def scaling_line(plan: Scale, rows: Sequence[ScalingRow]) -> str:
+    """`scaling: replicas=1,2 examples_per_s=A,B speedup=1.00,S efficiency=1.00,E mode=weak`
+    (workers= for a cluster; n/a for a count that did not measure)."""
+    def joined(values: list[str]) -> str:
+        return ",".join(values)
+
+    return (
+        f"scaling: {plan.unit}={joined([str(r.count) for r in rows])} "
+        f"examples_per_s={joined([_num(r.examples_per_s, '.1f') for r in rows])} "
+        f"speedup={joined([_num(r.speedup, '.2f') for r in rows])} "
+        f"efficiency={joined([_num(r.efficiency, '.2f') for r in rows])} mode={plan.mode}"
+    )
+
+
+SHARE_HEADS = {"input": "input", "compute": "comp", "sync": "sync", "update": "upd",
+               "other": "other"}
+
+
+def cells(row: ScalingRow) -> dict[str, str]:
+    """A row's figures as the table shows them: count, batch, ex/s, speed-up, efficiency,
+    and each part of the step's share ("-" until the trainer times the parts)."""
+    shares = row.shares
+    mark = "*" if row.shares_cores else ""
+    out = {
+        "count": f"{row.count}{mark}",
+        "batch": "-" if row.global_batch_size is None else str(row.global_batch_size),
+        "examples_per_s": "-" if row.examples_per_s is None else f"{row.examples_per_s:,.0f}",
+        "speedup": "-" if row.speedup is None else f"{row.speedup:.2f}",
+        "efficiency": "-" if row.efficiency is None else f"{100 * row.efficiency:.0f}%",
+    }
+    for part in Breakdown.PARTS:
+        out[part] = "-" if shares is None else f"{shares[part]:.0f}%"
+    out["state"] = row.state
+    return out
+
+
+def describe(plan: Scale) -> str:
+    """What the probe keeps and measures, in one line."""
+    kept = ("the per-replica batch kept" if plan.mode == "weak"
+            else "the global batch kept")
+    return (f"{plan.mode} scaling ({kept}) over {plan.unit} {','.join(map(str, plan.counts))}: "
+            f"{plan.steps} steps each, measured after the first {WARMUP_STEPS}")
+
+
+def shared_cores_note(plan: Scale, rows: Sequence[ScalingRow]) -> str | None:
+    """The footnote for counts marked *: their replicas share the host's cores."""
+    shared = [row.count for row in rows if row.shares_cores]
+    if not shared or plan.cores is None:
+        return None
+    what = "logical CPU replicas" if plan.unit == "replicas" else "CPU workers"
+    counts = ", ".join(map(str, shared))
+    return (f"* {counts} {what} share {plan.cores} cores: more replicas than cores is not a "
+            "real scaling measure")
+
+
+def table_lines(plan: Scale, rows: Sequence[ScalingRow]) -> list[str]:
+    """The probe's table as plain text lines (headless): a header, a row per count, notes."""
+    head = (f"{plan.unit:>8} {'batch':>6} {'ex/s':>9} {'speed-up':>8} {'effic.':>6}  "
+            + " ".join(f"{SHARE_HEADS[part]:>5}" for part in Breakdown.PARTS) + "  state")
+    lines = [head]
+    for row in rows:
+        cell = cells(row)
+        lines.append(
+            f"{cell['count']:>8} {cell['batch']:>6} {cell['examples_per_s']:>9} "
+            f"{cell['speedup']:>8} {cell['efficiency']:>6}  "
+            + " ".join(f"{cell[part]:>5}" for part in Breakdown.PARTS) + f"  {cell['state']}"
+        )
+    note = shared_cores_note(plan, rows)
+    if note:
+        lines.append(note)
+    if rows and all(row.breakdown is None for row in rows if row.examples_per_s is not None):
+        lines.append("(the step's parts: '-' until the trainer times input, compute, "
+                     "all-reduce and update apart)")
+    return lines

@@ -1,0 +1,226 @@
+"""`gpuwatch scale` as a person runs it: real supervisors and trainers, checked against the record.
+
+- the demo at 1 and 2 replicas, headless: the last line is the scaling line, and its figures
+  are the record's own (each attempt's median examples/s after warm-up, worked out here
+  from events.jsonl), the attempts are fresh trainers at 1 and 2 replicas, and the run is
+  listed, exportable as a scaling table, and leaves nothing running;
+- a count that crashes: one line naming it, a non-zero exit, no later count, nothing left;
+- a cluster's counts are workers;
+- a plan that cannot run is one line and exit 2 before anything starts;
+- the truth test: the probe's 1- and 2-replica examples/s each within 10 % of a separate
+  headless `gpuwatch train` of the same settings.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuwatch import cli
+from tests.conftest import TINY, gpuwatch
+from tests.test_run_lifecycle import assert_gone_by, recorded, run_groups
+
+SCALING = re.compile(
+    r"scaling: (replicas|workers)=(\S+) examples_per_s=(\S+) speedup=(\S+) efficiency=(\S+) "
+    r"mode=(weak|strong)"
+)
+SUMMARY_RATE = re.compile(r"^summary: steps=\d+ examples_per_s=([\d.]+) ", re.M)
+WARMUP_STEPS = 5  # gpuwatch.runstate.WARMUP_STEPS, spelled out: the record is read by hand
+
+
+def scaling_line(stdout: str) -> dict[str, Any]:
+    """The last line of stdout, which must be the scaling line, read into its figures."""
+    last = stdout.strip().splitlines()[-1]
+    match = SCALING.fullmatch(last)
+    assert match, f"the last line is not the scaling line: {last!r}\n{stdout}"
+    unit, counts, rates, speedups, efficiencies, mode = match.groups()
+
+    def numbers(text: str) -> list[float | None]:
+        return [None if word == "n/a" else float(word) for word in text.split(",")]
+
+    return {"unit": unit, "counts": [int(c) for c in counts.split(",")], "rates": numbers(rates),
+            "speedups": numbers(speedups), "efficiencies": numbers(efficiencies), "mode": mode}
+
+
+def the_run(home: Path) -> Path:
+    (run_dir,) = (home / "runs").iterdir()
+    return run_dir
+
+
+def medians_after_warm_up(events: list[dict[str, Any]]) -> dict[int, float]:
+    """Each attempt's median examples/s over its chief's steps after the warm-up, by hand."""
+    rates: dict[int, list[float]] = {}
+    for event in events:
+        if event["type"] == "step" and event["worker"] == 0:
+            rates.setdefault(event["attempt"], []).append(
+                event["examples"] * 1000.0 / event["step_time_ms"])
+    return {attempt: statistics.median(values[WARMUP_STEPS:]) for attempt, values in rates.items()}
+
+
+def nothing_left(run_dir: Path) -> None:
+    assert_gone_by(run_dir, run_groups(run_dir), time.time() + 10.0, "after the probe")
+
+
+@pytest.mark.slow
+def test_scale_demo_headless_at_1_and_2_replicas(home: Path) -> None:
+    proc = gpuwatch("scale", "demo/demo.yaml", "--replicas", "1,2", "--steps", "15",
+                    "--headless")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = scaling_line(proc.stdout)
+    assert (line["unit"], line["counts"], line["mode"]) == ("replicas", [1, 2], "weak")
+    run_dir = the_run(home)
+    events = recorded(run_dir)
+    # One fresh trainer per count, in order: strategy.replicas 1 then 2, the demo's 128
+    # examples per replica kept (weak), 15 steps each.
+    attempts = [e for e in events if e["type"] == "attempt"]
+    assert [(a["reason"], a["fresh"]) for a in attempts] == [("scale", True)] * 2
+    assert [a["settings"]["strategy"]["replicas"] for a in attempts] == [1, 2]
+    assert [a["settings"]["train"]["global_batch_size"] for a in attempts] == [128, 256]
+    hellos = [e for e in events if e["type"] == "hello"]
+    assert [(h["replicas"], h["per_replica_batch"]) for h in hellos] == [(1, 128), (2, 128)]
+    assert hellos[0]["pid"] != hellos[1]["pid"]  # a fresh process each
+    assert [e["step"] for e in events if e["type"] == "step"] == [*range(1, 16), *range(1, 16)]
+    statuses = [e["status"] for e in events if e["type"] == "status"]
+    assert statuses == ["starting", "running", "relaunching", "starting", "running", "finished"]
+    # The line's figures are the record's: medians after warm-up, their ratios.
+    by_hand = medians_after_warm_up(events)
+    one, two = by_hand[1], by_hand[2]
+    assert line["rates"] == [pytest.approx(one, abs=0.051), pytest.approx(two, abs=0.051)]
+    assert line["speedups"] == [1.0, pytest.approx(two / one, abs=0.0051)]
+    assert line["efficiencies"] == [1.0, pytest.approx(two / (2 * one), abs=0.0051)]
+    # Its table comes before it, a row per count.
+    assert re.search(r"^\s+1\s+128\s+[\d,]+\s+1\.00\s+100%", proc.stdout, re.M), proc.stdout
+    # A run like any other: listed, exported as a scaling table.
+    listed = gpuwatch("ls", check=True).stdout
+    assert run_dir.name in listed and "scale weak replicas=1,2" in listed
+    exported = gpuwatch("export", run_dir.name, "--what", "scaling", check=True).stdout
+    rows = list(csv.DictReader(io.StringIO(exported)))
+    assert [(r["count"], r["state"], r["mode"]) for r in rows] == [
+        ("1", "measured", "weak"), ("2", "measured", "weak")]
+    assert [float(r["examples_per_s"]) for r in rows] == [pytest.approx(one), pytest.approx(two)]
+    nothing_left(run_dir)
+
+
+@pytest.mark.slow
+def test_a_count_that_crashes_is_named_exits_1_and_no_later_count_runs(home: Path) -> None:
+    proc = gpuwatch(
+        "scale", str(TINY), "--replicas", "1,2,3", "--steps", "12", "--headless",
+        "--set", "model.factory=tests.data.factories:model_that_fails_with_replicas",
+        "--set", "model.kwargs={fail_at_replicas: 2, after_steps: 8}",
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "gpuwatch: the probe did not measure 2 replicas: crashed" in proc.stderr
+    assert "deliberate failure" in proc.stderr and "Traceback" not in proc.stdout
+    line = scaling_line(proc.stdout)
+    assert line["counts"] == [1, 2, 3] and line["rates"][1:] == [None, None]
+    assert line["rates"][0] and line["speedups"] == [1.0, None, None]
+    run_dir = the_run(home)
+    events = recorded(run_dir)
+    assert [e["attempt"] for e in events if e["type"] == "attempt"] == [1, 2]
+    assert [e["status"] for e in events if e["type"] == "status"][-1] == "crashed"
+    nothing_left(run_dir)
+
+
+@pytest.mark.slow
+def test_a_clusters_counts_are_workers(home: Path, tmp_path: Path) -> None:
+    config = tmp_path / "cluster.yaml"
+    config.write_text(TINY.read_text() + "cluster:\n  workers: 2\n  timeout_s: 30\n")
+    proc = gpuwatch("scale", str(config), "--steps", "12", "--headless")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = scaling_line(proc.stdout)
+    assert (line["unit"], line["counts"]) == ("workers", [1, 2])
+    events = recorded(the_run(home))
+    attempts = [e for e in events if e["type"] == "attempt"]
+    assert [len(a["settings"]["cluster"]["workers"]) for a in attempts] == [1, 2]
+    hellos = [e for e in events if e["type"] == "hello"]
+    assert sorted((h["attempt"], h["worker"], h["workers"]) for h in hellos) == [
+        (1, 0, 1), (2, 0, 2), (2, 1, 2)]
+    by_hand = medians_after_warm_up(events)
+    assert line["rates"] == [pytest.approx(by_hand[1], abs=0.051),
+                             pytest.approx(by_hand[2], abs=0.051)]
+    nothing_left(the_run(home))
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--replicas", "2,1"], "gpuwatch: --replicas 2,1: give each count once, smallest first"),
+        (["--replicas", "1,x"], "gpuwatch: --replicas 1,x: 'x' is not a count from 1"),
+        (["--steps", "5"], "gpuwatch: --steps 5: each count needs at least 10 steps"),
+        (["--mode", "both"], "gpuwatch: --mode must be weak or strong (got 'both')"),
+        (["--replicas", "1,3", "--mode", "strong"],
+         "gpuwatch: scale at 3 replicas (strong: the global batch 64 kept): "
+         "train.global_batch_size 64 is not divisible by replicas x accumulation_steps = 3 x 1"),
+        (["--replicas", "1,2,4", "--set", "data.examples=100"],
+         "gpuwatch: scale at 4 replicas (weak: 32 examples per replica kept): "
+         "train.global_batch_size: 128 is more than data.examples 100"),
+    ],
+)
+def test_a_plan_that_cannot_run_is_one_line_and_exit_2_before_anything_starts(
+    home: Path, capsys: pytest.CaptureFixture[str], args: list[str], words: str
+) -> None:
+    code = cli.main(["scale", str(TINY), "--headless", *args])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert len(err.strip().splitlines()) == 1 and err.startswith(words), err
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+# ---- the truth test ------------------------------------------------------------------
+
+TRUTH_STEPS = 150
+TRUTH_ROUNDS = 3
+
+
+def probe_rates(steps: int) -> dict[int, float]:
+    proc = gpuwatch("scale", "demo/demo.yaml", "--replicas", "1,2", "--steps", str(steps),
+                    "--headless", timeout_s=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    line = scaling_line(proc.stdout)
+    return {count: float(rate or 0.0) for count, rate in zip(line["counts"], line["rates"],
+                                                              strict=True)}
+
+
+def alone_rate(count: int, steps: int) -> float:
+    """`gpuwatch train` of the demo as the probe runs its count: strategy.replicas N, the
+    demo's 128 examples per replica (weak scaling), `steps` steps; its summary's rate."""
+    proc = gpuwatch("train", "demo/demo.yaml", "--headless", "--max-steps", str(steps),
+                    "--set", f"strategy.replicas={count}",
+                    "--set", f"train.global_batch_size={128 * count}", timeout_s=400)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    match = SUMMARY_RATE.search(proc.stdout)
+    assert match, proc.stdout
+    return float(match.group(1))
+
+
+@pytest.mark.slow
+def test_the_probes_figures_match_separate_headless_runs_within_10_percent(home: Path) -> None:
+    """Each count's examples/s from the probe against `gpuwatch train --headless` with the
+    same settings, both the median of the attempt's steps after warm-up. The box is noisy
+    (2 cores, shared with other work): probe and separate runs alternate in order (probe
+    first, then last), TRUTH_ROUNDS times, and the medians over the rounds are compared."""
+    probe: dict[int, list[float]] = {1: [], 2: []}
+    alone: dict[int, list[float]] = {1: [], 2: []}
+    for round_index in range(TRUTH_ROUNDS):
+        order: list[Any] = ["probe", 1, 2] if round_index % 2 == 0 else [2, 1, "probe"]
+        for what in order:
+            if what == "probe":
+                for count, rate in probe_rates(TRUTH_STEPS).items():
+                    probe[count].append(rate)
+            else:
+                alone[what].append(alone_rate(what, TRUTH_STEPS))
+    report = json.dumps({"probe": probe, "alone": alone})
+    print(report)
+    for count in (1, 2):
+        ratio = statistics.median(probe[count]) / statistics.median(alone[count])
+        assert 0.9 <= ratio <= 1.1, f"{count} replicas: probe/alone = {ratio:.3f}: {report}"
+    for run_dir in (home / "runs").iterdir():
+        nothing_left(run_dir)

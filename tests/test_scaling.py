@@ -1,0 +1,362 @@
+"""gpuwatch/scaling.py: the probe's plan, each count's settings, and its table's arithmetic,
+against figures worked out by hand from constructed runs; and the advisor's poor-scaling
+verdict (advisor.poor_scaling) on them.
+
+The real probe (a supervisor, real trainers) is tests/test_scale.py.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from gpuwatch.advisor import POOR_SCALING_EFFICIENCY, poor_scaling
+from gpuwatch.config import ConfigError, apply_overrides, load_config
+from gpuwatch.runstate import WARMUP_STEPS, RunState
+from gpuwatch.scaling import (
+    MIN_STEPS,
+    ScaleError,
+    ScalingRow,
+    default_counts,
+    efficiency,
+    make_plan,
+    parse_counts,
+    plan_configs,
+    scaling_line,
+    scaling_rows,
+    speedup,
+    table_lines,
+)
+from gpuwatch.supervisor.exits import TrainerExit, exit_status
+from tests.conftest import ROOT, TINY
+from trainer_runtime.protocol import Breakdown, Scale
+from trainer_runtime.schema import RunConfig
+
+DEMO = load_config(ROOT / "demo" / "demo.yaml").config  # global batch 256, 2 CPU replicas
+CLUSTER = apply_overrides(DEMO, {"cluster.workers": 4})
+
+
+# ---- the arithmetic ------------------------------------------------------------------
+
+
+def test_speedup_and_efficiency_by_hand() -> None:
+    assert speedup(1800.0, 1000.0) == pytest.approx(1.8)
+    assert efficiency(1800.0, 2, 1000.0, 1) == pytest.approx(0.9)  # 1800 / (2 x 1000)
+    assert efficiency(1000.0, 1, 1000.0, 1) == pytest.approx(1.0)
+    # From a base of 2: 4 devices at 3000 against 2 at 2000 is 3000 x 2 / (4 x 2000).
+    assert efficiency(3000.0, 4, 2000.0, 2) == pytest.approx(0.75)
+    assert speedup(None, 1000.0) is None and speedup(1000.0, None) is None
+    assert speedup(1000.0, 0.0) is None and efficiency(None, 2, 1000.0, 1) is None
+
+
+# ---- the plan ------------------------------------------------------------------------
+
+
+def test_default_counts_are_powers_of_two_up_to_every_gpu_and_it() -> None:
+    assert default_counts(DEMO, 0) == [1, 2]
+    assert default_counts(DEMO, 1) == [1]
+    assert default_counts(DEMO, 4) == [1, 2, 4]
+    assert default_counts(DEMO, 6) == [1, 2, 4, 6]
+    assert default_counts(DEMO, 8) == [1, 2, 4, 8]
+    assert default_counts(CLUSTER, 0) == [1, 2, 4]  # a cluster's counts are its workers
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("1,x", "'x' is not a count from 1"),
+        ("0,1", "'0' is not a count from 1"),
+        ("1,,2", "'' is not a count from 1"),
+        ("-1", "'-1' is not a count from 1"),
+    ],
+)
+def test_counts_that_do_not_parse_are_one_line_naming_the_option(text: str, words: str) -> None:
+    with pytest.raises(ScaleError) as refused:
+        parse_counts(text)
+    assert str(refused.value) == f"--replicas {text}: {words} (give counts like 1,2,4)"
+
+
+@pytest.mark.parametrize(
+    ("config", "counts", "gpus", "words"),
+    [
+        (DEMO, [2, 1], 0, "give each count once, smallest first"),
+        (DEMO, [1, 1], 0, "give each count once, smallest first"),
+        (DEMO, [1, 65], 0, "at most 64 replicas"),
+        (DEMO, [1, 2, 4], 2, "4 replicas asked for, but 2 GPUs are visible here"),
+        (CLUSTER, [1, 8], 0, "8 workers asked for, but cluster.workers has 4"),
+    ],
+)
+def test_counts_past_what_there_is_are_refused(
+    config: RunConfig, counts: list[int], gpus: int, words: str
+) -> None:
+    with pytest.raises(ScaleError, match=words):
+        make_plan(config, counts, "weak", 40, gpus)
+
+
+def test_steps_must_leave_some_to_measure_after_warm_up() -> None:
+    assert MIN_STEPS == WARMUP_STEPS + 5
+    make_plan(DEMO, [1, 2], "weak", MIN_STEPS, 0)
+    with pytest.raises(ScaleError, match=rf"--steps {MIN_STEPS - 1}: each count needs at least"):
+        make_plan(DEMO, [1, 2], "weak", MIN_STEPS - 1, 0)
+    with pytest.raises(ScaleError, match="--mode must be weak or strong"):
+        make_plan(DEMO, [1, 2], "sideways", 40, 0)
+
+
+def test_weak_scaling_keeps_the_per_replica_batch() -> None:
+    plan = make_plan(DEMO, [1, 2, 4], "weak", 30, 0)
+    configs = plan_configs(DEMO, plan, 0)
+    # The demo: 256 over its 2 CPU replicas = 128 per replica, kept at every count.
+    assert [(n, c.strategy.replicas, c.train.global_batch_size) for n, c in configs] == [
+        (1, 1, 128), (2, 2, 256), (4, 4, 512)]
+    assert all(c.train.max_steps == 30 and c.train.epochs is None for _, c in configs)
+    # Nothing else changes: the same job.
+    for _, config in configs:
+        assert config.model == DEMO.model and config.data == DEMO.data
+
+
+def test_weak_scaling_with_accumulation_keeps_the_micro_batch_per_replica() -> None:
+    base = apply_overrides(DEMO, {"train.accumulation_steps": 2})  # 256 / (2 x 2) = 64
+    configs = plan_configs(base, make_plan(base, [1, 2], "weak", 20, 0), 0)
+    assert [c.train.global_batch_size for _, c in configs] == [128, 256]
+
+
+def test_strong_scaling_keeps_the_global_batch_and_says_when_it_does_not_split() -> None:
+    configs = plan_configs(DEMO, make_plan(DEMO, [1, 2, 4], "strong", 20, 0), 0)
+    assert [c.train.global_batch_size for _, c in configs] == [256, 256, 256]
+    with pytest.raises(ConfigError) as refused:
+        plan_configs(DEMO, make_plan(DEMO, [1, 3], "strong", 20, 0), 0)
+    assert str(refused.value) == (
+        "scale at 3 replicas (strong: the global batch 256 kept): train.global_batch_size 256 "
+        "is not divisible by replicas x accumulation_steps = 3 x 1 = 3"
+    )
+
+
+def test_weak_scaling_past_the_data_names_the_count_and_the_key() -> None:
+    small = apply_overrides(DEMO, {"data.examples": 512})
+    with pytest.raises(ConfigError) as refused:
+        plan_configs(small, make_plan(small, [1, 2, 8], "weak", 20, 0), 0)
+    message = str(refused.value)
+    assert message.startswith("scale at 8 replicas (weak: 128 examples per replica kept): ")
+    assert "train.global_batch_size: 1024 is more than data.examples 512" in message
+
+
+def test_on_gpus_a_count_past_the_visible_ones_is_refused_naming_strategy_replicas() -> None:
+    plan = Scale(counts=[1, 4], unit="replicas", mode="weak", steps=20)  # made past make_plan
+    with pytest.raises(ConfigError) as refused:
+        plan_configs(DEMO, plan, 2)
+    assert "strategy.replicas: 4 GPUs asked for, but 2 are visible" in str(refused.value)
+
+
+def test_a_cluster_scales_over_its_first_workers() -> None:
+    ported = apply_overrides(CLUSTER, {"cluster.ports": [7001, 7002, 7003, 7004]})
+    configs = plan_configs(ported, make_plan(ported, [1, 2, 4], "weak", 20, 0), 0)
+    assert [(c.cluster.count, c.cluster.ports) for _, c in configs if c.cluster] == [
+        (1, [7001]), (2, [7001, 7002]), (4, [7001, 7002, 7003, 7004])]
+    # One CPU replica per worker: 256 over 4 workers = 64 per replica, kept.
+    assert [c.train.global_batch_size for _, c in configs] == [64, 128, 256]
+    assert all(c.strategy.replicas is None for _, c in configs)
+
+
+# ---- the table, from a constructed run -----------------------------------------------
+
+
+def _settings(replicas: int, batch: int) -> dict[str, Any]:
+    config = apply_overrides(RunConfig(), {"strategy.replicas": replicas,
+                                           "train.global_batch_size": batch})
+    return config.model_dump(mode="json")
+
+
+def _step(attempt: int, step: int, batch: int, step_ms: float,
+          parts: tuple[float, float, float, float] | None) -> dict[str, Any]:
+    timed: dict[str, Any] = {}
+    if parts is not None:
+        timed = dict(zip(("input_wait_ms", "compute_ms", "sync_ms", "update_ms"), parts,
+                         strict=True))
+    return {"type": "step", "attempt": attempt, "step": step, "micro_step": step, "epoch": 0,
+            "loss": 1.0, "lr": 1e-3, "examples": batch, "step_time_ms": step_ms,
+            "input_wait_ms": 0.0, "grad_sync_bytes": 1000.0, **timed}
+
+
+def probe_run(
+    counts: list[int], step_ms: dict[int, float], *, cores: int = 8, kind: str = "cpu",
+    parts: dict[int, tuple[float, float, float, float]] | None = None,
+    crash_at: int | None = None, per_replica: int = 64, mode: str = "weak",
+) -> RunState:
+    """A probe's record folded: at count n, WARMUP_STEPS slow steps then 10 of step_ms[n].
+    Weak: per_replica examples per replica; strong: per_replica x the first count, kept."""
+    events: list[dict[str, Any]] = [
+        {"type": "run", "run_id": "r", "config_path": "c", "supervisor_pid": 1, "host": "h",
+         "settings": _settings(1, per_replica)},
+        {"type": "scale", "counts": counts, "unit": "replicas", "mode": mode, "steps": 15,
+         "cores": cores},
+    ]
+    for attempt, count in enumerate(counts, 1):
+        batch = per_replica * (count if mode == "weak" else counts[0])
+        events.append({"type": "attempt", "attempt": attempt, "settings": _settings(count, batch),
+                       "fresh": True, "reason": "scale"})
+        events.append({"type": "hello", "attempt": attempt, "pid": 10 + attempt, "tf_version": "x",
+                       "replicas": count, "device_kind": kind, "devices": [], "param_count": 1,
+                       "param_bytes": 4, "global_batch_size": batch, "accumulation_steps": 1,
+                       "per_replica_batch": batch // count, "start_step": 0,
+                       "start_micro_step": 0})
+        for step in range(1, WARMUP_STEPS + 1):  # tracing: slow, and never measured
+            events.append(_step(attempt, step, batch, 500.0, None))
+        if count == crash_at:
+            events.append({"type": "status", "attempt": attempt, "status": "crashed",
+                           "message": "boom"})
+            break
+        for step in range(WARMUP_STEPS + 1, WARMUP_STEPS + 11):
+            events.append(_step(attempt, step, batch, step_ms[count],
+                                (parts or {}).get(count)))
+        events.append({"type": "done", "attempt": attempt, "reason": "max_steps", "step": 15})
+        last = attempt == len(counts)
+        events.append({"type": "status", "attempt": attempt,
+                       "status": "finished" if last else "relaunching"})
+    state = RunState()
+    for seq, event in enumerate(events):
+        state.apply({"v": 1, "seq": seq, "t": 1000.0 + seq, **event})
+    assert state.bad_events == 0
+    return state
+
+
+def test_rows_are_each_counts_median_after_warm_up_and_the_ratios_against_one() -> None:
+    # 64 examples per replica: 1 replica 64 ex / 10 ms = 6400 ex/s; 2 replicas 128 ex /
+    # 16 ms = 8000 ex/s; 4 replicas 256 ex / 40 ms = 6400 ex/s.
+    state = probe_run([1, 2, 4], {1: 10.0, 2: 16.0, 4: 40.0})
+    rows = scaling_rows(state)
+    assert [(r.count, r.state, r.attempt, r.global_batch_size, r.measured_steps) for r in rows] == [
+        (1, "measured", 1, 64, 10), (2, "measured", 2, 128, 10), (4, "measured", 3, 256, 10)]
+    assert [r.examples_per_s for r in rows] == pytest.approx([6400.0, 8000.0, 6400.0])
+    assert [r.speedup for r in rows] == pytest.approx([1.0, 1.25, 1.0])
+    assert [r.efficiency for r in rows] == pytest.approx([1.0, 0.625, 0.25])
+    assert scaling_line(state.scale, rows) == (  # type: ignore[arg-type]
+        "scaling: replicas=1,2,4 examples_per_s=6400.0,8000.0,6400.0 "
+        "speedup=1.00,1.25,1.00 efficiency=1.00,0.62,0.25 mode=weak"
+    )
+    assert all(r.breakdown is None and r.shares is None for r in rows)
+    assert "'-' until the trainer times" in table_lines(state.scale, rows)[-1]  # type: ignore[arg-type]
+
+
+def test_the_step_breakdown_of_each_count_is_its_measured_steps_together() -> None:
+    parts = {1: (1.0, 7.0, 1.0, 1.0), 2: (1.0, 7.0, 7.0, 1.0)}  # (input, compute, sync, update)
+    state = probe_run([1, 2], {1: 10.0, 2: 16.0}, parts=parts)
+    one, two = scaling_rows(state)
+    assert one.breakdown == Breakdown(100.0, 10.0, 70.0, 10.0, 10.0)
+    assert one.shares == pytest.approx({"input": 10, "compute": 70, "sync": 10, "update": 10,
+                                        "other": 0})
+    assert two.shares == pytest.approx({"input": 6.25, "compute": 43.75, "sync": 43.75,
+                                        "update": 6.25, "other": 0})
+    lines = table_lines(state.scale, [one, two])  # type: ignore[arg-type]
+    assert lines[2].split()[5:10] == ["6%", "44%", "44%", "6%", "0%"]
+
+
+def test_a_crashed_count_ends_the_probe_and_the_rest_did_not_run() -> None:
+    state = probe_run([1, 2, 4], {1: 10.0, 2: 16.0, 4: 40.0}, crash_at=2)
+    rows = scaling_rows(state)
+    assert [(r.count, r.state) for r in rows] == [(1, "measured"), (2, "crashed"),
+                                                  (4, "not run")]
+    assert rows[1].examples_per_s is None and rows[1].efficiency is None
+    assert scaling_line(state.scale, rows).endswith(  # type: ignore[arg-type]
+        "examples_per_s=6400.0,n/a,n/a speedup=1.00,n/a,n/a efficiency=1.00,n/a,n/a mode=weak")
+
+
+def test_logical_cpu_replicas_beyond_the_cores_are_marked_as_sharing_them() -> None:
+    state = probe_run([1, 2, 4], {1: 10.0, 2: 16.0, 4: 40.0}, cores=2)
+    rows = scaling_rows(state)
+    assert [r.shares_cores for r in rows] == [False, False, True]
+    lines = table_lines(state.scale, rows)  # type: ignore[arg-type]
+    assert lines[3].split()[0] == "4*"
+    assert lines[4] == ("* 4 logical CPU replicas share 2 cores: more replicas than cores is "
+                        "not a real scaling measure")
+    gpu = probe_run([1, 2, 4], {1: 10.0, 2: 16.0, 4: 40.0}, cores=2, kind="gpu")
+    assert not any(r.shares_cores for r in scaling_rows(gpu))
+
+
+def test_an_attempt_that_reached_its_steps_keeps_that_end_through_the_next_one() -> None:
+    state = probe_run([1, 2], {1: 10.0, 2: 16.0})
+    assert [s.end for s in state.attempts.values()] == ["max_steps", "max_steps"]
+
+
+def test_a_run_that_is_not_a_probe_has_no_rows() -> None:
+    assert scaling_rows(RunState()) == []
+
+
+def test_between_counts_the_run_is_relaunching_not_finished() -> None:
+    reached = TrainerExit(0, done_reason="max_steps")
+    assert exit_status(reached, relaunching=False, stop_requested=False)[0] == "finished"
+    status, fields = exit_status(reached, relaunching=False, stop_requested=False,
+                                 next_follows=True)
+    assert status == "relaunching" and fields["message"].endswith("the next attempt follows")
+    crashed = TrainerExit(1)
+    assert exit_status(crashed, relaunching=False, stop_requested=False,
+                       next_follows=True)[0] == "crashed"
+    assert exit_status(TrainerExit(0, done_reason="sigterm"), relaunching=False,
+                       stop_requested=True, next_follows=True)[0] == "stopped"
+
+
+# ---- the advisor's verdict --------------------------------------------------------------
+
+
+def test_poor_scaling_names_the_all_reduce_when_it_grew_most() -> None:
+    # 1 replica: 10 ms (7 compute); 2 replicas: 16 ms, the all-reduce 1 -> 7 ms.
+    parts = {1: (1.0, 7.0, 1.0, 1.0), 2: (1.0, 7.0, 7.0, 1.0)}
+    state = probe_run([1, 2], {1: 10.0, 2: 16.0}, parts=parts)
+    advice = poor_scaling(scaling_rows(state), state.scale)  # type: ignore[arg-type]
+    assert advice is not None and advice.level == "poor"
+    assert advice.verdict == ("poor scaling: 62% efficiency at 2 replicas (below 80%); "
+                              "all-reduce grew most: 10% of the step at 1 to 44% at 2")
+    assert advice.recommendations[0].startswith("the all-reduce grew with the devices: "
+                                                "accumulation (a) syncs once per k micro-steps")
+
+
+def test_poor_scaling_names_the_input_when_it_grew_most() -> None:
+    parts = {1: (1.0, 7.0, 1.0, 1.0), 2: (7.0, 7.0, 1.0, 1.0)}
+    state = probe_run([1, 2], {1: 10.0, 2: 16.0}, parts=parts)
+    advice = poor_scaling(scaling_rows(state), state.scale)  # type: ignore[arg-type]
+    assert advice is not None and "input wait grew most" in advice.verdict
+    assert "prefetch (p)" in advice.recommendations[0]
+
+
+def test_strong_scaling_blames_the_part_that_did_not_shrink() -> None:
+    # Strong: 128 examples per step at both counts. 1 replica 20 ms (16 compute, 2 sync):
+    # 6400 ex/s; 2 replicas 14 ms, compute halved to 8, the all-reduce 2 -> 4: 9143 ex/s,
+    # efficiency 9143 / (2 x 6400) = 71%. Per example and device compute stayed at 125 us,
+    # the all-reduce went from 15.6 to 62.5 us: it is what grew.
+    parts = {1: (1.0, 16.0, 2.0, 1.0), 2: (1.0, 8.0, 4.0, 1.0)}
+    state = probe_run([1, 2], {1: 20.0, 2: 14.0}, parts=parts, mode="strong", per_replica=128)
+    rows = scaling_rows(state)
+    assert [r.global_batch_size for r in rows] == [128, 128]
+    assert rows[1].efficiency == pytest.approx(20.0 / (2 * 14.0))
+    advice = poor_scaling(rows, state.scale)  # type: ignore[arg-type]
+    assert advice is not None
+    assert advice.verdict == ("poor scaling: 71% efficiency at 2 replicas (below 80%); "
+                              "all-reduce grew most: 10% of the step at 1 to 29% at 2")
+
+
+def test_good_scaling_and_too_few_counts() -> None:
+    state = probe_run([1, 2], {1: 10.0, 2: 10.5})  # 95%
+    advice = poor_scaling(scaling_rows(state), state.scale)  # type: ignore[arg-type]
+    assert advice is not None and advice.level == "good"
+    assert advice.verdict == "scales well: 95% efficiency at 2 replicas (at least 80%)"
+    one = probe_run([1], {1: 10.0})
+    assert poor_scaling(scaling_rows(one), one.scale) is None  # type: ignore[arg-type]
+    assert POOR_SCALING_EFFICIENCY == 0.80
+
+
+def test_replicas_sharing_cores_are_said_first() -> None:
+    state = probe_run([1, 2, 4], {1: 10.0, 2: 16.0, 4: 40.0}, cores=2)
+    advice = poor_scaling(scaling_rows(state), state.scale)  # type: ignore[arg-type]
+    assert advice is not None and advice.verdict.startswith("poor scaling: 25% efficiency at 4")
+    assert advice.recommendations[0].startswith("4 replicas share 2 cores: not a real scaling")
+    assert "not timed apart" in advice.recommendations[1]
+
+
+def test_rows_of_a_failed_count_are_left_out_of_the_verdict() -> None:
+    rows = [ScalingRow(1, examples_per_s=1000.0, speedup=1.0, efficiency=1.0),
+            ScalingRow(2, state="crashed")]
+    assert poor_scaling(rows, Scale(counts=[1, 2], steps=20)) is None
+
+
+def test_tiny_yaml_loads_as_the_e2e_tests_use_it() -> None:
+    assert load_config(TINY).config.train.global_batch_size == 64
