@@ -210,7 +210,8 @@ class ScalingRow:
 
     @property
     def failed(self) -> bool:
-        return self.state in ("crashed", "lost", "stopped", "not run")
+        """It ended without a figure: crashed, stopped, never ran, or measured nothing."""
+        return self.state not in ("waiting", "running", "measured")
 
 
 def speedup(rate: float | None, base_rate: float | None) -> float | None:
@@ -247,9 +248,9 @@ def _row_state(state: RunState, summary: AttemptSummary | None) -> str:
     end = summary.end
     if summary.attempt == state.attempt and state.terminal and state.status != "finished":
         end = end if end in ("crashed", "stopped") else state.status
-    if end in (None, "max_steps", "epochs") and summary.measured:
-        return "measured"
-    return end or "ended"
+    if end in (None, "max_steps", "epochs"):
+        return "measured" if summary.measured else "no steps measured"
+    return end
 
 
 def _shares_cores(plan: Scale, count: int, summary: AttemptSummary | None,

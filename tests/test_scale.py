@@ -224,3 +224,59 @@ def test_the_probes_figures_match_separate_headless_runs_within_10_percent(home:
         assert 0.9 <= ratio <= 1.1, f"{count} replicas: probe/alone = {ratio:.3f}: {report}"
     for run_dir in (home / "runs").iterdir():
         nothing_left(run_dir)
+
+
+# ---- the supervisor's side, with the stand-in trainer (no TensorFlow) ------------------
+
+
+def test_while_the_probe_runs_a_relaunch_is_refused_and_a_stop_ends_it(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from gpuwatch.client import CommandError, RunClient
+    from gpuwatch.runs import read_run_info
+    from tests.conftest import wait_for
+
+    monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")  # the first count runs until stopped
+    run_id = gpuwatch("scale", str(TINY), "--replicas", "1,2", "--detach",
+                      check=True).stdout.strip()
+    run_dir = home / "runs" / run_id
+    wait_for(lambda: any(e["type"] == "hello" for e in recorded(run_dir)), 30, "a hello")
+    info = read_run_info(run_dir)
+    assert info.socket_path is not None
+
+    async def relaunch(overrides: dict[str, Any]) -> str:
+        async with RunClient(info.socket_path) as client:
+            with pytest.raises(CommandError) as refused:
+                await client.command("relaunch", overrides=overrides)
+            return str(refused.value)
+
+    for overrides in ({}, {"data.prefetch": True}):  # a relaunch, and a live change
+        message = asyncio.run(relaunch(overrides))
+        assert "the scaling probe is measuring 1 replicas (count 1 of 2)" in message
+    stop = gpuwatch("stop", run_id, check=True)
+    assert f"run {run_id} stopped" in stop.stdout
+    events = recorded(run_dir)
+    assert [e["attempt"] for e in events if e["type"] == "attempt"] == [1]  # no second count
+    assert [e["status"] for e in events if e["type"] == "status"][-1] == "stopped"
+    nothing_left(run_dir)
+
+
+def test_counts_that_measure_nothing_end_the_probe_with_a_line_and_exit_1(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "finish")  # one step each: none measured
+    proc = gpuwatch("scale", str(TINY), "--replicas", "1,2,4", "--headless")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "gpuwatch: the probe did not measure 1 replicas: no steps measured" in proc.stderr
+    line = scaling_line(proc.stdout)
+    assert line["counts"] == [1, 2, 4] and line["rates"] == [None, None, None]
+    events = recorded(the_run(home))
+    # Each count still ran, in turn: reaching its steps is no failure of the trainer.
+    assert [e["status"] for e in events if e["type"] == "status"] == [
+        "starting", "running", "relaunching", "starting", "running", "relaunching",
+        "starting", "running", "finished"]
+    nothing_left(the_run(home))
