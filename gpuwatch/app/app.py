@@ -62,6 +62,7 @@ from gpuwatch.app.widgets.panels import (
     PendingBar,
     WorkersPanel,
 )
+from gpuwatch.app.widgets.scaling import ScalingPanel
 from gpuwatch.runs import RunInfo, list_runs
 from gpuwatch.runstate import (
     RunState,
@@ -128,6 +129,7 @@ class GpuwatchApp(CommandsMixin, App[str]):
         yield HistoryPanel(id="history")
         yield CrashPanel(id="crash")
         yield AttemptsPanel(id="attempts")
+        yield ScalingPanel(id="scaling")
         yield PendingBar(
             idle_hint=self.settings_keys_hint(), pending_hint=self.pending_keys_hint, id="pending"
         )

@@ -42,6 +42,7 @@ from gpuwatch.app.widgets.panels import (
     MetricsPanel,
     WorkersPanel,
 )
+from gpuwatch.app.widgets.scaling import ScalingPanel
 
 if TYPE_CHECKING:
     from textual.timer import Timer
@@ -109,6 +110,9 @@ class Repainter:
             # An attempt ending at once; its running figures slowly.
             Painter("attempts", {"status": now, "attempts": slow}, self._attempts),
             Painter("crash", {"status": now}, self._crash),
+            # A scaling probe's table: a count's end at once, its running figures slowly.
+            Painter("scaling", {"scaling": now, "status": now, "attempts": slow},
+                    self._scaling),
             Painter("pending", {"pending": now, "link": now}, self.app.show_pending),
         ]
 
@@ -173,6 +177,7 @@ class Repainter:
         with app.batch_update():
             main.set_class(app.state.workers > 1, "-cluster")
             main.set_class(self.gpus_shown(), "-gpus")
+            main.set_class(app.state.scale is not None, "-scale")
             for painter in due:
                 painter.paint()
 
@@ -225,6 +230,10 @@ class Repainter:
 
     def _attempts(self) -> None:
         self.app.query_one(AttemptsPanel).show_state(self.app.state)
+
+    def _scaling(self) -> None:
+        if self.app.state.scale is not None:
+            self.app.query_one(ScalingPanel).show_state(self.app.state)
 
     def _crash(self) -> None:
         self.app.query_one(CrashPanel).show_state(self.app.state)

@@ -66,3 +66,9 @@ def test_settings_screen_with_errors_80x24(snap_compare):
     # the running batch 256 does not divide by 3); Enter keeps the screen open with 2 lines.
     typed = ("e", "1", "5", "tab", "tab", "tab", "0", "tab", "tab", "tab", "3", "enter")
     assert shot(snap_compare, "cpu_one_attempt.jsonl", (80, 24), typed)
+
+
+def test_scale_probe_80x24(snap_compare):
+    # A scaling probe at 1, 2 and 4 CPU replicas, the third running: the table (4 marked as
+    # sharing the 2 cores), the verdict and the efficiency plot in place of the attempts.
+    assert shot(snap_compare, "cpu_scale.jsonl", (80, 24))

@@ -350,6 +350,55 @@ def cpu_settings_changed() -> None:
     rec.write("cpu_settings_changed.jsonl")
 
 
+def cpu_scale() -> None:
+    """`gpuwatch scale demo.yaml --replicas 1,2,4 --steps 25` on a 2-core box, weak scaling
+    (128 examples per replica): 1 and 2 replicas measured, 4 running (15 of its steps).
+
+    Ground truth after warm-up (steps of step_ms +/- 2 ms in pairs; the parts in ms are
+    input, compute, all-reduce, update; other is the rest):
+      1 replica   128 ex,  40 ms: 4, 30, 0.5, 3   (other 2.5)
+      2 replicas  256 ex,  50 ms: 5, 31, 8, 3     (other 3)
+      4 replicas  512 ex,  90 ms: 6, 40, 35, 4    (other 5)
+    4 logical CPU replicas on 2 cores: marked as sharing them.
+    """
+    rec = Recorder()
+    base = settings(False, batch=256)
+    base["strategy"]["replicas"] = None
+    rec.emit("run", run_id="0612-sc4l", config_path="/home/ana/demo/demo.yaml", created=T0,
+             supervisor_pid=4200, host="gpu-box-3", settings=base)
+    rec.emit("scale", counts=[1, 2, 4], unit="replicas", mode="weak", steps=25, cores=2)
+    plan = {1: (40.0, (4.0, 30.0, 0.5, 3.0)), 2: (50.0, (5.0, 31.0, 8.0, 3.0)),
+            4: (90.0, (6.0, 40.0, 35.0, 4.0))}
+    for attempt, (count, (step_ms, parts)) in enumerate(plan.items(), 1):
+        one = settings(False, batch=128 * count)
+        one["strategy"]["replicas"] = count
+        one["train"]["max_steps"] = 25
+        rec.emit("attempt", attempt=attempt, settings=one, fresh=True, reason="scale")
+        rec.emit("status", status="starting", attempt=attempt, exit_code=None, signal=None,
+                 message=None, log_tail=[])
+        rec.t += 5.0
+        hello(rec, attempt, 0, one, replicas=count, per_replica_batch=128)
+        rec.emit("status", status="running", attempt=attempt, exit_code=None, signal=None,
+                 message=None, log_tail=[])
+        last = count == 4
+        for i in range(15 if last else 25):
+            jitter = 0.0 if i < 5 else (2.0 if i % 2 else -2.0)
+            ms = 1500.0 if i == 0 else (step_ms * 1.5 if i < 5 else step_ms + jitter)
+            wait, compute, sync, update = parts
+            rec.t += ms / 1000.0
+            rec.emit("step", attempt=attempt, step=i + 1, micro_step=i + 1, epoch=0,
+                     loss=round(2.3 * 0.97 ** i + 0.1, 5), lr=0.001, examples=128 * count,
+                     step_time_ms=round(ms, 3), input_wait_ms=wait, grad_sync_bytes=7_454_760,
+                     dropped=0, compute_ms=compute + jitter / 2, sync_ms=sync, update_ms=update)
+            if i % 4 == 3:
+                cpu_sample(rec, 90.0)
+        if not last:
+            rec.emit("done", attempt=attempt, reason="max_steps", step=25)
+            rec.emit("status", status="relaunching", attempt=attempt, exit_code=0, signal=None,
+                     message="reached max steps; the next attempt follows", log_tail=[])
+    rec.write("cpu_scale.jsonl")
+
+
 if __name__ == "__main__":
     cpu_two_attempts()
     cpu_one_attempt()
@@ -358,3 +407,4 @@ if __name__ == "__main__":
     cpu_two_workers()
     gpu_eight()
     cpu_settings_changed()
+    cpu_scale()

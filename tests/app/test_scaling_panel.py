@@ -1,0 +1,95 @@
+"""The scaling probe on the dashboard: its table and efficiency plot, at 80x24.
+
+The fixture (tests/app/data/cpu_scale.jsonl, make_fixtures.cpu_scale) is a probe at 1, 2
+and 4 logical CPU replicas on 2 cores, the third count still running. The figures on
+screen are checked against the fixture's steps, worked out here by hand: each count's
+median examples/s after the warm-up, the ratios to one replica, and the shares of the
+step's parts over the measured steps.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+import pytest
+
+from gpuwatch.app.widgets.panels import AttemptsPanel, HistoryPanel
+from gpuwatch.app.widgets.scaling import EfficiencyChart, ScalingPanel
+from gpuwatch.app.widgets.state_panel import StatePanel
+
+from .conftest import load_events, make_app, settle
+
+FIXTURE = "cpu_scale.jsonl"
+WARMUP_STEPS = 5
+
+
+def by_hand() -> dict[int, dict[str, Any]]:
+    """Each attempt's count, median examples/s after warm-up and its parts' shares in %."""
+    figures: dict[int, dict[str, Any]] = {}
+    for event in load_events(FIXTURE):
+        if event["type"] == "attempt":
+            figures[event["attempt"]] = {"count": event["settings"]["strategy"]["replicas"],
+                                         "steps": []}
+        elif event["type"] == "step":
+            figures[event["attempt"]]["steps"].append(event)
+    for one in figures.values():
+        measured = one.pop("steps")[WARMUP_STEPS:]
+        one["rate"] = statistics.median(
+            e["examples"] * 1000.0 / e["step_time_ms"] for e in measured)
+        total = sum(e["step_time_ms"] for e in measured)
+        parts = {part: sum(e[key] for e in measured) for part, key in (
+            ("in", "input_wait_ms"), ("comp", "compute_ms"), ("sync", "sync_ms"),
+            ("upd", "update_ms"))}
+        parts["oth"] = total - sum(parts.values())
+        one["shares"] = {part: 100.0 * ms / total for part, ms in parts.items()}
+    return {one["count"]: one for one in figures.values()}
+
+
+def table_rows(text: str) -> dict[int, dict[str, str]]:
+    lines = text.splitlines()
+    head = lines[0].split()
+    rows = {}
+    for line in lines[1:]:
+        cells = line.split()
+        if cells and cells[0].rstrip("*").isdigit():
+            rows[int(cells[0].rstrip("*"))] = dict(zip(head, cells, strict=False))
+    return rows
+
+
+async def test_the_probe_shows_its_table_and_plot_instead_of_the_attempts() -> None:
+    app, link = make_app(FIXTURE)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, link, pilot)
+        screen = app.screen
+        assert screen.has_class("-scale")
+        panel = app.query_one(ScalingPanel)
+        assert panel.display and panel.region.height >= 12
+        assert not app.query_one(AttemptsPanel).display
+        assert not app.query_one(HistoryPanel).display
+        assert panel.border_title is not None and panel.border_title.startswith(
+            "scaling: weak scaling (the per-replica batch kept) over replicas 1,2,4")
+        text = app.query_one("#scaling-table", StatePanel).plain
+        rows = table_rows(text)
+        truth = by_hand()
+        base = truth[1]["rate"]
+        for count in (1, 2, 4):
+            row, want = rows[count], truth[count]
+            assert row["ex/s"] == f"{want['rate']:,.0f}", (count, text)
+            assert row["speed"] == f"{want['rate'] / base:.2f}"
+            assert row["eff"] == f"{100 * want['rate'] / (count * base):.0f}%"
+            for part in ("in", "comp", "sync", "upd", "oth"):
+                assert row[part] == f"{want['shares'][part]:.0f}%", (count, part, text)
+        assert text.splitlines()[3].lstrip().startswith("4*")  # 4 replicas on 2 cores
+        assert "* 4 logical CPU replicas share 2 cores" in text
+        assert "poor scaling: 44% efficiency at 4 replicas" in text
+        assert "all-reduce grew most" in text
+        chart = app.query_one(EfficiencyChart)
+        counts, values = chart.points
+        assert counts == [1.0, 2.0, 4.0]
+        assert values == pytest.approx(
+            [100.0 * truth[n]["rate"] / (n * base) for n in (1, 2, 4)])
+        assert chart.values == (0.0, 100.0) and chart.steps == (1.0, 4.0)
+        # Every line of the table fits the panel: nothing cut at 80 columns.
+        table = app.query_one("#scaling-table", StatePanel)
+        assert max(len(line) for line in text.splitlines()[:4]) <= table.content_size.width
