@@ -148,11 +148,14 @@ class Supervisor(Attempts):
         return self.stop_requested and not self.ended
 
     def _update_spares(self) -> None:
-        """A spare trainer waits only while a person's dashboard follows a live run."""
+        """A spare trainer waits only while a person's dashboard follows a live run (not a
+        scaling probe's: a spare importing TensorFlow beside a count would be in its
+        measurement, and its counts start fresh trainers as headless ones do)."""
         wanted = (
             self.hub.dashboards > 0
             and self.status not in TERMINAL_STATUSES
             and not self.stop_requested
+            and not self.scaling
         )
         self.workers.want_spares(wanted)
 

@@ -93,3 +93,21 @@ async def test_the_probe_shows_its_table_and_plot_instead_of_the_attempts() -> N
         # Every line of the table fits the panel: nothing cut at 80 columns.
         table = app.query_one("#scaling-table", StatePanel)
         assert max(len(line) for line in text.splitlines()[:4]) <= table.content_size.width
+
+
+async def test_before_any_count_is_measured_the_rows_wait_and_nothing_breaks() -> None:
+    from gpuwatch.app.app import GpuwatchApp
+    from gpuwatch.app.link import ReplayLink
+
+    events = load_events(FIXTURE)
+    first_step = next(i for i, e in enumerate(events) if e["type"] == "step")
+    head = events[:first_step]  # the plan, attempt 1 started, its hello: no step yet
+    link = ReplayLink(head, batch_size=50)
+    app = GpuwatchApp(link, clock=lambda: head[-1]["t"])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(app, link, pilot)
+        rows = table_rows(app.query_one("#scaling-table", StatePanel).plain)
+        assert [(n, row["ex/s"]) for n, row in rows.items()] == [
+            (1, "running"), (2, "waiting"), (4, "waiting")]
+        chart = app.query_one(EfficiencyChart)
+        assert chart.points == ([], []) and chart.values == (0.0, 100.0)

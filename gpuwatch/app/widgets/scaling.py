@@ -60,7 +60,7 @@ class EfficiencyChart(StepChart):
             plt.scatter(counts, values, color=MEASURED, marker="●")
         self.show({1: (counts, values)}, every)
         # From 0 to the ideal (or above it): a fall reads as far as it is.
-        self.values = (0.0, max(100.0, *values)) if every else None
+        self.values = (0.0, max([100.0, *values])) if every else None
         self.refresh()
 
 
