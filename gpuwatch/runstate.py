@@ -382,6 +382,10 @@ class Figures:
     # other; None: not timed apart), and the all-reduce bus bandwidth they achieved.
     breakdown: Breakdown | None = None
     bus_bytes_per_s: float | None = None
+    # The link that all-reduce crosses, from the chief's host sample (peaks.link_peak;
+    # None: no GPU, not told, or across hosts), and the bus bandwidth as a share of it.
+    link: peaks.LinkPeak | None = None
+    bus_pct_of_link: float | None = None
 
 
 def bus_bandwidth(sync_bytes: float, timed: Breakdown | None) -> float | None:
@@ -622,7 +626,11 @@ class RunState:
         workers = tuple(self.worker_summaries()) if self.workers > 1 else ()
         figures = step_figures(self.recent_steps(), workers)
         _, tflops, mfu = self.flops_figures(figures.examples_per_s)
-        return replace(figures, tflops=tflops, mfu_pct=mfu)
+        link = peaks.link_peak((self.samples.get(CHIEF) or {}).get("gpus"), self.workers)
+        bus = figures.bus_bytes_per_s
+        share = (100.0 * bus / link.bytes_per_s
+                 if link is not None and bus is not None and link.bytes_per_s > 0 else None)
+        return replace(figures, tflops=tflops, mfu_pct=mfu, link=link, bus_pct_of_link=share)
 
     def no_step_for_s(self, now: float) -> float | None:
         """Seconds since the chief's last step while the run is running and that is several
