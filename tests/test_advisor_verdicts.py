@@ -43,9 +43,18 @@ def gpu(index: int, *, name: str = H100, used: int = 20 * GB, total: int = 80 * 
             "pcie_gen": 5, "pcie_width": 16, "processes": [], **extra}
 
 
-def run(parts: dict[str, float] | None, *, settings: dict[str, Any] | None = None,
-        gpus: list[dict[str, Any]] | None = None, param_bytes: int = 40_000_000,
-        device_kind: str = "gpu", bus_bytes: float = 0.0, steps: int = 12) -> RunState:
+def run(parts: dict[str, float] | None, **made: Any) -> RunState:
+    """The run of ``run_events``, folded."""
+    state = RunState()
+    state.apply_many(run_events(parts, **made))
+    assert state.bad_events == 0
+    return state
+
+
+def run_events(parts: dict[str, float] | None, *, settings: dict[str, Any] | None = None,
+               gpus: list[dict[str, Any]] | None = None, param_bytes: int = 40_000_000,
+               device_kind: str = "gpu", bus_bytes: float = 0.0, steps: int = 12
+               ) -> list[dict[str, Any]]:
     """A one-host run of two replicas: `steps` steps of STEP_MS, each split as `parts`
     (input, compute, sync, update in ms; the rest is the host's), after warm-up steps."""
     events: list[dict[str, Any]] = []
@@ -68,10 +77,7 @@ def run(parts: dict[str, float] | None, *, settings: dict[str, Any] | None = Non
                 examples=batch, step_time_ms=STEP_MS, input_wait_ms=parts["input"],
                 compute_ms=parts["compute"], sync_ms=parts["sync"],
                 update_ms=parts["update"], grad_sync_bytes=bus_bytes)
-    state = RunState()
-    state.apply_many(events)
-    assert state.bad_events == 0
-    return state
+    return events
 
 
 def advice_of(state: RunState) -> Advice:
