@@ -270,9 +270,9 @@ def _input_only(run: Evidence, figures: Figures, straggler: Straggler | None) ->
     verdict = VERDICTS[level] if pct is None else _input_finding(run, level).verdict
     recs: list[str] = [_straggler_text(straggler)] if straggler is not None else []
     util = _mean_util(run.gpus)
-    if level in ("high", "moderate"):
-        recs += [remedy.text for remedy in _input_remedies(run)]
-    elif level == "none":
+    remedies = tuple(_input_remedies(run)) if level in ("high", "moderate") else ()
+    recs += [remedy.text for remedy in remedies]
+    if level == "none":
         if util is not None and util < LOW_GPU_UTIL_PCT:
             recs.append(f"GPUs only {util:.0f}% busy, not waiting on input: "
                         "a larger batch (b) adds work")
@@ -292,7 +292,8 @@ def _input_only(run: Evidence, figures: Figures, straggler: Straggler | None) ->
         recs.append(f"GPU {full[0]} memory {full[1]:.0f}% full: a larger batch (b) may not fit")
     most = MAX_RECOMMENDATIONS if straggler is None else min(2, MAX_RECOMMENDATIONS)
     bottleneck = "input" if level in ("high", "moderate") else level
-    return Advice(level, verdict, pct, recs[:most], bottleneck=bottleneck, share_pct=pct)
+    return Advice(level, verdict, pct, recs[:most], bottleneck=bottleneck, share_pct=pct,
+                  remedies=remedies)
 
 
 # ---- the evidence the rules read, and the rules ----------------------------------------
