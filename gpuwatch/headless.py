@@ -3,11 +3,16 @@
 `gpuwatch train CONFIG --headless [--max-steps N]` runs the same supervisor and
 trainer as the dashboard; this client prints a line every few seconds and,
 when the run ends, one line that says what the summary measured, then
-`summary: steps=N examples_per_s=X input_wait_pct=Y replicas=R attempt=A workers=W
-flops_per_example=F tflops=T mfu_pct=M` (one line; W: a cluster's workers, 1 on one
-host; F: one example's forward and backward FLOPs as the trainer counted them in its
-graph; T: achieved TFLOP/s, F x X / 1e12; M: T over the replicas' GPUs' dense peak, only
-where that peak is known, gpuwatch/peaks.py; n/a: a figure not known). A progress
+`summary: steps=N examples_per_s=X input_wait_pct=Y compute_pct=C sync_pct=S update_pct=U
+other_pct=O replicas=R attempt=A workers=W flops_per_example=F tflops=T mfu_pct=M
+bus_bytes_per_s=B` (one line; C, S, U, O: the step's other parts, compute, gradient
+all-reduce, optimizer update and the host's rest, over the same steps as Y, the five
+adding to 100; W: a cluster's workers, 1 on one host; F: one example's forward and
+backward FLOPs as the trainer counted them in its graph; T: achieved TFLOP/s,
+F x X / 1e12; M: T over the replicas' GPUs' dense peak, only where that peak is known,
+gpuwatch/peaks.py; B: the all-reduce's bus bandwidth, nccl-tests' busbw; n/a: a figure
+not known), and last `verdict: ...`, the advisor's verdict on those figures: the part
+that holds the step back, with its share (gpuwatch/advisor.py). A progress
 line's figures are the last 20 steps; the summary's are the whole attempt after its
 warm-up steps (the median examples/s, the summed input wait over the summed step time),
 or, for an attempt too short to have any after warm-up, all its steps, and the line
@@ -36,15 +41,23 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from gpuwatch import scaling
-from gpuwatch.advisor import VERDICTS, input_bound_level, poor_scaling
+from gpuwatch.advisor import VERDICTS, final_verdict, input_bound_level, poor_scaling
 from gpuwatch.client import ClientError, ConnectionLost, RunClient
 from gpuwatch.runs import RunInfo, read_run_info, workers_in
-from gpuwatch.runstate import CURRENT_STEPS, WARMUP_STEPS, RunState, steps_input_wait_pct
-from trainer_runtime.protocol import ProtocolError, decode
+from gpuwatch.runstate import (
+    CURRENT_STEPS,
+    WARMUP_STEPS,
+    Figures,
+    RunState,
+    share_of_link,
+    step_figures,
+)
+from trainer_runtime.protocol import Breakdown, ProtocolError, decode
 
 PROGRESS_EVERY_S = 3.0
 ERROR_TAIL_LINES = 15
@@ -71,34 +84,91 @@ def progress_line(state: RunState) -> str:
     )
 
 
-def summary_window(state: RunState) -> tuple[float | None, float | None, str]:
-    """The attempt's examples/s and input wait %, and what they were measured over."""
+def summary_figures(state: RunState) -> tuple[Figures, str]:
+    """The attempt's figures the summary gives (examples/s, input wait, the breakdown over
+    the same steps as the input wait, the bus bandwidth), and what they were measured over.
+
+    The link, the workers and the straggler are the current figures' (``RunState.figures``).
+    """
+    now = state.figures()
     current = state.current
     if current is not None and current.measured:
-        return (current.median_examples_per_s, current.input_wait_pct,
-                f"its {current.measured_steps:,} steps after the first {WARMUP_STEPS} "
-                "(warm-up)")
+        rate = current.median_examples_per_s
+        _, tflops, mfu = state.flops_figures(rate)
+        figures = Figures(
+            examples_per_s=rate, input_wait_pct=current.input_wait_pct,
+            input_wait_worker=current.input_wait_worker,
+            grad_sync_bytes_per_s=current.grad_sync_bytes_per_s, workers=now.workers,
+            tflops=tflops, mfu_pct=mfu, breakdown=current.input_breakdown,
+            bus_bytes_per_s=current.bus_bytes_per_s, link=now.link,
+            bus_pct_of_link=share_of_link(current.bus_bytes_per_s, now.link))
+        return figures, (f"its {current.measured_steps:,} steps after the first "
+                         f"{WARMUP_STEPS} (warm-up)")
     # Too short to leave warm-up out: what it did measure, said so.
     points = [p for p in state.window if p.event.attempt == state.attempt
               and p.event.worker == 0 and p.event.step_time_ms > 0]
     if not points:
-        return None, None, "no step with a time"
+        return Figures(workers=now.workers, link=now.link), "no step with a time"
     rates = sorted(r for p in points if (r := p.event.examples_per_s) is not None)
     rate = rates[len(rates) // 2] if rates else None
-    wait = steps_input_wait_pct(points)
-    return rate, wait, f"all its {len(points)} steps, warm-up included (too few to leave it out)"
+    _, tflops, mfu = state.flops_figures(rate)
+    steps = step_figures(points)
+    figures = replace(steps, examples_per_s=rate, workers=now.workers, tflops=tflops,
+                      mfu_pct=mfu, link=now.link,
+                      bus_pct_of_link=share_of_link(steps.bus_bytes_per_s, now.link))
+    return figures, f"all its {len(points)} steps, warm-up included (too few to leave it out)"
+
+
+def summary_window(state: RunState) -> tuple[float | None, float | None, str]:
+    """The attempt's examples/s and input wait %, and what they were measured over."""
+    figures, window = summary_figures(state)
+    return figures.examples_per_s, figures.input_wait_pct, window
+
+
+def part_shares(breakdown: Breakdown | None, input_wait_pct: float | None) -> dict[str, str]:
+    """The summary's compute/sync/update/other shares, one decimal each, of what the input
+    wait as printed leaves (the breakdown is of the same steps: that is its rounding),
+    rounded together (largest remainder) so that the five add to 100.0; 'n/a' each
+    without a breakdown or an input wait."""
+    parts = [part for part in Breakdown.PARTS if part != "input"]
+    if breakdown is None or input_wait_pct is None:
+        return {part: "n/a" for part in parts}
+    shares = {part: breakdown.pct(part) for part in parts}
+    total = sum(shares.values())
+    if total <= 0:
+        return {part: "0.0" for part in parts}
+    left = max(0, 1000 - round(float(format(input_wait_pct, ".1f")) * 10))  # in tenths
+    exact = {part: shares[part] * left / total for part in parts}
+    tenths = {part: int(value) for part, value in exact.items()}
+    by_remainder = sorted(parts, key=lambda part: exact[part] - tenths[part], reverse=True)
+    for part in by_remainder[: left - sum(tenths.values())]:
+        tenths[part] += 1
+    return {part: f"{tenths[part] / 10:.1f}" for part in parts}
 
 
 def summary_line(state: RunState, workers: int = 1) -> str:
-    rate, wait, _ = summary_window(state)
+    figures, _ = summary_figures(state)
+    rate, wait = figures.examples_per_s, figures.input_wait_pct
     steps = state.last_step.step if state.last_step else 0
-    flops, tflops, mfu = state.flops_figures(rate)
+    flops = state.flops_per_example
+    shares = part_shares(figures.breakdown, wait)
+    bus = figures.bus_bytes_per_s
     return (
         f"summary: steps={steps} examples_per_s={_fmt(rate, '.1f')} "
-        f"input_wait_pct={_fmt(wait, '.1f')} replicas={state.replicas} attempt={state.attempt} "
-        f"workers={workers} flops_per_example={_fmt(flops, '.3e')} tflops={_fmt(tflops, '.3g')}"
-        + (f" mfu_pct={mfu:.3g}" if mfu is not None else "")
+        f"input_wait_pct={_fmt(wait, '.1f')} compute_pct={shares['compute']} "
+        f"sync_pct={shares['sync']} update_pct={shares['update']} "
+        f"other_pct={shares['other']} replicas={state.replicas} attempt={state.attempt} "
+        f"workers={workers} flops_per_example={_fmt(flops, '.3e')} "
+        f"tflops={_fmt(figures.tflops, '.3g')}"
+        + (f" mfu_pct={figures.mfu_pct:.3g}" if figures.mfu_pct is not None else "")
+        + f" bus_bytes_per_s={_fmt(bus, '.3e')}"
     )
+
+
+def verdict_line(state: RunState) -> str:
+    """'verdict: ...': the advisor's verdict on the summary's figures (headless's last line)."""
+    figures, _ = summary_figures(state)
+    return f"verdict: {final_verdict(state, figures)}"
 
 
 def workers_of(events: list[dict[str, Any]], workers: int = 1) -> int:
@@ -187,6 +257,7 @@ async def follow(
         print(progress_line(state), file=out, flush=True)
         print(f"gpuwatch: lost the run's supervisor: {exc}", file=err)
         print(summary_line(state, workers), file=out, flush=True)
+        print(verdict_line(state), file=out, flush=True)
         return 1
     finally:
         loop.remove_signal_handler(signal.SIGINT)
@@ -204,6 +275,7 @@ def _ended(
     print(f"gpuwatch: attempt {state.attempt}'s figures over {window}; a progress line's are "
           f"its last {CURRENT_STEPS} steps", file=out, flush=True)
     print(summary_line(state, workers), file=out, flush=True)
+    print(verdict_line(state), file=out, flush=True)
     return _exit_code(info, state, stopping, err)
 
 

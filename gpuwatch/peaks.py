@@ -38,6 +38,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuwatch.sampling.counters import pcie_link_bytes_per_s
+
 PRECISIONS = ("float32", "float16", "bfloat16")
 # train.mixed_precision -> the matmuls' precision (a table column).
 _POLICY_PRECISION = {
@@ -181,3 +183,65 @@ def mfu_pct(flops_per_example: float | None, examples_per_s: float | None,
     if achieved is None or peak is None or peak <= 0:
         return None
     return 100.0 * achieved / peak
+
+
+# ---- the interconnect's peak, for the all-reduce's bus bandwidth ---------------------
+# Per link and per direction, by NVLink generation (nvmlDeviceGetNvLinkVersion), in
+# bytes/s: NVIDIA's per-GPU totals (both directions) over the links they count:
+# NVLink 1 (P100) 160 GB/s over 4 links; NVLink 2 (V100) 300 GB/s over 6; NVLink 3
+# (A100) 600 GB/s over 12; NVLink 4 (H100) 900 GB/s over 18; NVLink 5 (Blackwell)
+# 1.8 TB/s over 18. Sources: https://www.nvidia.com/en-us/data-center/nvlink/ and the
+# P100 whitepaper (https://images.nvidia.com/content/pdf/tesla/whitepaper/
+# pascal-architecture-whitepaper.pdf). Unvalidated against a real GPU here.
+NVLINK_LINK_BYTES_PER_S = {1: 20e9, 2: 25e9, 3: 25e9, 4: 25e9, 5: 50e9}
+
+
+@dataclass(frozen=True, slots=True)
+class LinkPeak:
+    """The slowest link among a run's GPUs, per direction: what an all-reduce's bus
+    bandwidth (nccl-tests' busbw) is measured against."""
+
+    kind: str  # "NVLink" | "PCIe"
+    bytes_per_s: float
+
+
+def gpu_link_peak(gpu: Mapping[str, Any]) -> LinkPeak | None:
+    """One GPU's link to its peers (a sample frame's GPU object): NVLink where it has active
+    links of a known generation (links x per-link rate), else its PCIe link (generation x
+    width); None when neither is known."""
+    links, version = gpu.get("nvlink_links_active"), gpu.get("nvlink_version")
+    per_link = NVLINK_LINK_BYTES_PER_S.get(version) if isinstance(version, int) else None
+    if isinstance(links, int) and links > 0 and per_link is not None:
+        return LinkPeak("NVLink", links * per_link)
+    gen, width = gpu.get("pcie_gen"), gpu.get("pcie_width")
+    pcie = pcie_link_bytes_per_s(gen if isinstance(gen, int) else None,
+                                 width if isinstance(width, int) else None)
+    return None if pcie is None else LinkPeak("PCIe", pcie)
+
+
+def link_peak(gpus: Sequence[Mapping[str, Any]] | None, workers: int = 1) -> LinkPeak | None:
+    """The peak of the link a run's all-reduce crosses, from one host's GPU sample.
+
+    The run's GPUs are those NVML lists a process of the run on (every GPU when it
+    lists none). The slowest of their links bounds the ring: all on NVLink gives the
+    least NVLink figure, any GPU without it the least PCIe one. None with no GPU, a link
+    not known, or a cluster (``workers`` > 1: the network between hosts is not one NVML
+    can tell).
+    """
+    if workers > 1 or not gpus:
+        return None
+    present = [g for g in gpus if isinstance(g, dict) and not g.get("lost")]
+    in_run = [g for g in present
+              if any(isinstance(p, dict) and p.get("in_run") for p in g.get("processes") or ())]
+    peaks = [gpu_link_peak(g) for g in (in_run or present)]
+    if not peaks or any(p is None for p in peaks):
+        return None
+    known = [p for p in peaks if p is not None]
+    kinds = {p.kind for p in known}
+    if kinds == {"NVLink"}:
+        return min(known, key=lambda p: p.bytes_per_s)
+    pcie = [gpu_link_peak({**g, "nvlink_links_active": None}) for g in (in_run or present)]
+    slowest = [p for p in pcie if p is not None]
+    if len(slowest) != len(pcie):
+        return None
+    return min(slowest, key=lambda p: p.bytes_per_s)

@@ -257,6 +257,7 @@ class WorkerWait:
     measured_steps: int = 0
     sum_step_time_ms: float = 0.0
     sum_input_wait_ms: float = 0.0
+    breakdown: Breakdown | None = None  # the same steps' parts together (None: not timed)
 
     @property
     def input_wait_pct(self) -> float | None:
@@ -331,6 +332,16 @@ class AttemptSummary:
         return pace_setter({w: wait.input_wait_pct for w, wait in self.worker_waits.items()})
 
     @property
+    def input_breakdown(self) -> Breakdown | None:
+        """The breakdown of the steps ``input_wait_pct`` is over: the chief's measured steps
+        on one host, in a cluster the waiting worker's (the summary's five shares)."""
+        pace = self._input_pace()
+        if pace is None:
+            return self.breakdown
+        wait = self.worker_waits.get(pace[0])
+        return wait.breakdown if wait is not None else None
+
+    @property
     def median_examples_per_s(self) -> float | None:
         return self.rates.median()
 
@@ -383,6 +394,17 @@ class Figures:
     # other; None: not timed apart), and the all-reduce bus bandwidth they achieved.
     breakdown: Breakdown | None = None
     bus_bytes_per_s: float | None = None
+    # The link that all-reduce crosses, from the chief's host sample (peaks.link_peak;
+    # None: no GPU, not told, or across hosts), and the bus bandwidth as a share of it.
+    link: peaks.LinkPeak | None = None
+    bus_pct_of_link: float | None = None
+
+
+def share_of_link(bus_bytes_per_s: float | None, link: peaks.LinkPeak | None) -> float | None:
+    """A bus bandwidth as a % of the link's peak; None when either is not known."""
+    if link is None or bus_bytes_per_s is None or link.bytes_per_s <= 0:
+        return None
+    return 100.0 * bus_bytes_per_s / link.bytes_per_s
 
 
 def bus_bandwidth(sync_bytes: float, timed: Breakdown | None) -> float | None:
@@ -627,7 +649,9 @@ class RunState:
         workers = tuple(self.worker_summaries()) if self.workers > 1 else ()
         figures = step_figures(self.recent_steps(), workers)
         _, tflops, mfu = self.flops_figures(figures.examples_per_s)
-        return replace(figures, tflops=tflops, mfu_pct=mfu)
+        link = peaks.link_peak((self.samples.get(CHIEF) or {}).get("gpus"), self.workers)
+        return replace(figures, tflops=tflops, mfu_pct=mfu, link=link,
+                       bus_pct_of_link=share_of_link(figures.bus_bytes_per_s, link))
 
     def no_step_for_s(self, now: float) -> float | None:
         """Seconds since the chief's last step while the run is running and that is several
@@ -791,6 +815,7 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
     # The event's fields read once each (the dashboard folds 100 steps a second).
     attempt, worker, number = event.attempt, event.worker, event.step
     step_time_ms = event.step_time_ms
+    timed = event.breakdown
     figures = state._worker(worker, attempt)
     if figures is not None:
         figures.steps_seen += 1
@@ -800,13 +825,13 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
         if figures.steps_seen > WARMUP_STEPS and step_time_ms > 0:
             figures.window.append(
                 WorkerStep(step_time_ms, event.input_wait_ms, event.compute_ms, event.examples,
-                           event.breakdown)
+                           timed)
             )
     if worker != CHIEF:  # the headline is the chief's: nothing counted twice
         # But its input wait counts in its attempt's: the others may wait for it.
         other = state.attempts.get(attempt)
         if (other is not None and 0 <= worker < MAX_WORKERS
-                and _add_wait(other, worker, step_time_ms, event.input_wait_ms)):
+                and _add_wait(other, worker, step_time_ms, event.input_wait_ms, timed)):
             state.changed.add("attempts")
         return
     summary = state._attempt(attempt)
@@ -822,13 +847,12 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
     summary.last_step = number
     state.run_history.add(event, warmup=point.warmup)
     changed = state.changed
-    _add_wait(summary, worker, step_time_ms, event.input_wait_ms)
+    _add_wait(summary, worker, step_time_ms, event.input_wait_ms, timed)
     if summary.steps_seen > WARMUP_STEPS and step_time_ms > 0:
         summary.measured_steps += 1
         summary.sum_step_time_ms += step_time_ms
         summary.sum_input_wait_ms += event.input_wait_ms
         summary.sum_grad_sync_bytes += event.grad_sync_bytes
-        timed = event.breakdown
         if timed is not None:
             summary.breakdown = timed if summary.breakdown is None else summary.breakdown + timed
             summary.sum_timed_sync_bytes += event.grad_sync_bytes
@@ -839,8 +863,10 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
     changed.update(_STEP_AREAS)
 
 
-def _add_wait(summary: AttemptSummary, worker: int, step_time_ms: float, wait_ms: float) -> bool:
-    """Count a worker's step in its attempt's input wait; whether it was measured."""
+def _add_wait(summary: AttemptSummary, worker: int, step_time_ms: float, wait_ms: float,
+              timed: Breakdown | None) -> bool:
+    """Count a worker's step in its attempt's input wait (and breakdown); whether it was
+    measured."""
     wait = summary.worker_waits.get(worker)
     if wait is None:
         wait = summary.worker_waits[worker] = WorkerWait()
@@ -850,6 +876,8 @@ def _add_wait(summary: AttemptSummary, worker: int, step_time_ms: float, wait_ms
     wait.measured_steps += 1
     wait.sum_step_time_ms += step_time_ms
     wait.sum_input_wait_ms += wait_ms
+    if timed is not None:
+        wait.breakdown = timed if wait.breakdown is None else wait.breakdown + timed
     return True
 
 

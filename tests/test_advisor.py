@@ -55,6 +55,7 @@ def test_input_bound_with_prefetch_off_recommends_p():
     assert advice.verdict == "highly input-bound: 38.0% of step time waiting for input"
     assert advice.recommendations[0].startswith("turn prefetch on (p)")
     assert any("parallel_calls" in r for r in advice.recommendations)
+    assert (advice.bottleneck, advice.remedies[0].key) == ("input", "p")
 
 
 def test_prefetch_on_and_parallel_recommends_cache():

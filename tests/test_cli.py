@@ -12,8 +12,9 @@ from tests.conftest import TINY, gpuwatch
 
 SUMMARY = re.compile(
     r"^summary: steps=(\d+) examples_per_s=([\d.]+) input_wait_pct=([\d.]+) "
+    r"compute_pct=(\S+) sync_pct=(\S+) update_pct=(\S+) other_pct=(\S+) "
     r"replicas=(\d+) attempt=(\d+) workers=(\d+) flops_per_example=(\S+) tflops=(\S+)"
-    r"( mfu_pct=\S+)?$",
+    r"( mfu_pct=\S+)? bus_bytes_per_s=(\S+)$",
     re.M,
 )
 
@@ -24,7 +25,8 @@ def test_demo_runs_headless_for_30_steps_on_two_replicas(home: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     match = SUMMARY.search(proc.stdout)
     assert match, proc.stdout
-    steps, rate, wait, replicas, attempt, workers, flops, tflops, mfu = match.groups()
+    (steps, rate, wait, compute, sync, update, other, replicas, attempt, workers, flops,
+     tflops, mfu, _bus) = match.groups()
     assert int(steps) == 30 and int(replicas) == 2 and int(attempt) == 1 and int(workers) == 1
     assert float(rate) > 0 and 0.0 <= float(wait) <= 100.0
     # The summary's figures are the trainer's own measurements, not made up: recompute
@@ -38,6 +40,16 @@ def test_demo_runs_headless_for_30_steps_on_two_replicas(home: Path) -> None:
         100 * sum(e["input_wait_ms"] for e in measured) / sum(e["step_time_ms"] for e in measured)
     )
     assert float(wait) == pytest.approx(expected, abs=0.05)
+    # The other four parts, over the same steps: n/a from a trainer that does not time the
+    # all-reduce apart, else the five add to 100.
+    parts = (compute, sync, update, other)
+    if all("sync_ms" in e and e["sync_ms"] is not None for e in measured):
+        assert sum(map(float, parts)) + float(wait) == pytest.approx(100.0, abs=0.2)
+        synced = sum(e["sync_ms"] for e in measured) / sum(e["step_time_ms"] for e in measured)
+        assert float(sync) == pytest.approx(100 * synced, abs=0.15)
+    else:
+        assert parts == ("n/a",) * 4
+    assert proc.stdout.splitlines()[-1].startswith("verdict: ")
     hello = next(e for e in events if e["type"] == "hello")
     assert hello["replicas"] == 2 and hello["device_kind"] in ("cpu", "gpu")
     # FLOPs per example as the trainer counted them in its graph: the demo's MLP,

@@ -22,6 +22,7 @@ def test_a_short_run_reports_what_it_measured_and_says_over_what(home: Path) -> 
     lines = done.stdout.splitlines()
     summary = next(line for line in lines if line.startswith("summary: "))
     assert "examples_per_s=n/a" not in summary and "input_wait_pct=n/a" not in summary
+    assert lines[-1].startswith("verdict: ") and lines[-2] == summary  # the verdict is last
     said = lines[lines.index(summary) - 1]
     assert said == ("gpuwatch: attempt 1's figures over all its 4 steps, warm-up included "
                     "(too few to leave it out); a progress line's are its last 20 steps")

@@ -107,3 +107,54 @@ def test_every_row_names_its_public_source_and_has_a_float32_figure() -> None:
         assert row.source.startswith("https://"), row.product
         assert row.float32 is not None and row.float32 > 0, row.product
         assert row.float16 is not None and row.float16 >= row.float32, row.product
+
+
+# ---- the link an all-reduce crosses -------------------------------------------------
+
+
+def _gpu(**fields: object) -> dict[str, object]:
+    return {"index": 0, "name": "NVIDIA H100 80GB HBM3", "lost": False, "processes": [],
+            "pcie_gen": 5, "pcie_width": 16, "nvlink_links_active": None,
+            "nvlink_version": None, **fields}
+
+
+def test_nvlink_peak_is_links_times_the_generations_per_link_rate() -> None:
+    # An SXM H100: 18 NVLink 4 links, 900 GB/s both ways = 450 GB/s each way.
+    gpus = [_gpu(index=i, nvlink_links_active=18, nvlink_version=4) for i in range(8)]
+    peak = peaks.link_peak(gpus)
+    assert peak == peaks.LinkPeak("NVLink", 450e9)
+    # An A100 SXM: 12 NVLink 3 links, 600 GB/s both ways.
+    assert peaks.link_peak([_gpu(nvlink_links_active=12, nvlink_version=3)]) == peaks.LinkPeak(
+        "NVLink", 300e9)
+
+
+def test_pcie_peak_is_generation_times_width_and_the_slowest_gpu_bounds_the_ring() -> None:
+    # Gen4 x16: 16 GT/s x 16 lanes x 128/130 / 8 = 31.5 GB/s each way.
+    gen4 = 16e9 / 8 * 128 / 130 * 16
+    assert peaks.link_peak([_gpu(pcie_gen=4)]) == peaks.LinkPeak("PCIe", pytest.approx(gen4))
+    slow = [_gpu(index=0, pcie_gen=4), _gpu(index=1, pcie_gen=4, pcie_width=8)]
+    assert peaks.link_peak(slow) == peaks.LinkPeak("PCIe", pytest.approx(gen4 / 2))
+    # One GPU without NVLink: the ring crosses PCIe, so every GPU's PCIe link counts.
+    mixed = [_gpu(index=0, nvlink_links_active=18, nvlink_version=4, pcie_gen=5),
+             _gpu(index=1, pcie_gen=4)]
+    assert peaks.link_peak(mixed) == peaks.LinkPeak("PCIe", pytest.approx(gen4))
+
+
+def test_the_runs_own_gpus_are_the_ones_measured() -> None:
+    run = {"pid": 7, "used_bytes": 1, "in_run": True}
+    gpus = [_gpu(index=0, pcie_gen=3, processes=[]),
+            _gpu(index=1, pcie_gen=5, processes=[run]),
+            _gpu(index=2, pcie_gen=5, processes=[run])]
+    assert peaks.link_peak(gpus) == peaks.LinkPeak("PCIe", pytest.approx(32e9 / 8 * 128 / 130 * 16))
+
+
+@pytest.mark.parametrize("gpus,workers", [
+    ([], 1),  # no GPU: the achieved figure alone
+    (None, 1),
+    ([_gpu(pcie_gen=None)], 1),  # a link NVML does not tell
+    ([_gpu(nvlink_links_active=4, nvlink_version=9, pcie_gen=None)], 1),  # unknown generation
+    ([_gpu(nvlink_links_active=18, nvlink_version=4)], 2),  # across hosts: not NVML's to tell
+    ([_gpu(lost=True)], 1),
+])
+def test_no_peak_where_the_machine_does_not_tell(gpus: object, workers: int) -> None:
+    assert peaks.link_peak(gpus, workers) is None  # type: ignore[arg-type]

@@ -602,3 +602,32 @@ def test_pcie_link_ceiling() -> None:
     assert pcie_link_max_bytes_per_s(3, 16) == pytest.approx(15.75e9, rel=0.01)
     # Unknown link: assume the fastest, which only makes the wrap check stricter.
     assert pcie_link_max_bytes_per_s(None, 16) >= pcie_link_max_bytes_per_s(6, 16)
+
+
+def test_nvlink_generation_is_read_once_from_the_first_active_link(make_sampler) -> None:
+    gpu = FakeGpu(nvlink_active=[False, True, True], nvlink_tx_kib=[0, 0, 0],
+                  nvlink_rx_kib=[0, 0, 0], nvlink_version=3)
+    sampler = make_sampler(FakeNVML([gpu]))
+    reading = sampler.sample().gpus[0]
+    assert (reading.nvlink_links_active, reading.nvlink_version) == (2, 3)
+    frame_gpu = sample_to_frame_fields(sampler.sample())["gpus"][0]
+    assert frame_gpu["nvlink_version"] == 3 and frame_gpu["nvlink_links_active"] == 2
+
+
+def test_a_sample_frame_gives_the_link_peak_the_all_reduce_is_measured_against(
+    make_sampler,
+) -> None:
+    from gpuwatch import peaks
+
+    nvml = fake_h100_box(2)  # SXM H100s: 18 active NVLink 4 links each
+    nvml.gpus[0].processes = nvml.gpus[1].processes = [(4242, 2**30)]
+    sampler = make_sampler(nvml, run_pids=lambda: {4242})
+    gpus = sample_to_frame_fields(sampler.sample())["gpus"]
+    assert peaks.link_peak(gpus) == peaks.LinkPeak("NVLink", 18 * 25e9)
+
+
+def test_an_nvlink_generation_nvml_cannot_tell_is_none(make_sampler) -> None:
+    gpu = FakeGpu(nvlink_active=[True], nvlink_tx_kib=[0], nvlink_rx_kib=[0],
+                  nvlink_version=None)
+    reading = make_sampler(FakeNVML([gpu])).sample().gpus[0]
+    assert reading.nvlink_links_active == 1 and reading.nvlink_version is None

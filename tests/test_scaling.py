@@ -308,6 +308,9 @@ def test_poor_scaling_names_the_all_reduce_when_it_grew_most() -> None:
                               "all-reduce grew most: 10% of the step at 1 to 44% at 2")
     assert advice.recommendations[0].startswith("the all-reduce grew with the devices: "
                                                 "accumulation (a) syncs once per k micro-steps")
+    assert [(r.key, r.setting) for r in advice.remedies] == [
+        ("a", "train.accumulation_steps"), ("b", "train.global_batch_size")]
+    assert advice.bottleneck == "scaling" and advice.share_pct == pytest.approx(62.5)
 
 
 def test_poor_scaling_names_the_input_when_it_grew_most() -> None:
@@ -315,7 +318,7 @@ def test_poor_scaling_names_the_input_when_it_grew_most() -> None:
     state = probe_run([1, 2], {1: 10.0, 2: 16.0}, parts=parts)
     advice = poor_scaling(scaling_rows(state), state.scale)  # type: ignore[arg-type]
     assert advice is not None and "input wait grew most" in advice.verdict
-    assert "prefetch (p)" in advice.recommendations[0]
+    assert "prefetch (p)" in advice.recommendations[0] and advice.remedies[0].key == "p"
 
 
 def test_strong_scaling_blames_the_part_that_did_not_shrink() -> None:

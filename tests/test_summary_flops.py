@@ -67,9 +67,12 @@ def test_tflops_is_flops_per_example_times_examples_per_s_and_mfu_over_the_gpus_
     assert float(got["tflops"]) == pytest.approx(expected_tflops, rel=5e-3)
     # float32 on an A100 runs on TF32 tensor cores: 156 TFLOP/s dense each, two replicas.
     assert float(got["mfu_pct"]) == pytest.approx(100 * expected_tflops / (2 * 156), rel=5e-3)
-    # The keys that were there keep their order, the new ones follow.
-    assert list(got) == ["steps", "examples_per_s", "input_wait_pct", "replicas", "attempt",
-                         "workers", "flops_per_example", "tflops", "mfu_pct"]
+    # The keys that were there keep their order: the other parts follow the input wait,
+    # the bus bandwidth comes last.
+    assert list(got) == ["steps", "examples_per_s", "input_wait_pct", "compute_pct",
+                         "sync_pct", "update_pct", "other_pct", "replicas", "attempt",
+                         "workers", "flops_per_example", "tflops", "mfu_pct",
+                         "bus_bytes_per_s"]
 
 
 def test_mixed_bfloat16_takes_the_bf16_peak() -> None:

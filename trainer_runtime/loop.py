@@ -303,8 +303,9 @@ class Trainer:
         else:
             self.examples_per_epoch = 0
 
-    def make_update_graph(self, jit_compile: bool) -> UpdateGraph:
-        """The update graph of the current batch split, with its own gradient accumulators."""
+    def make_update_graph(self, jit_compile: bool, split: bool = True) -> UpdateGraph:
+        """The update graph of the current batch split, with its own gradient accumulators;
+        ``split=False``: the optimizer all-reduces (the fused path, untimed)."""
         accumulators: list[tf.Variable] = []
         if self.k > 1:
             with self.strategy.scope():
@@ -316,7 +317,7 @@ class Trainer:
                     for i, v in enumerate(self.model.trainable_variables)
                 ]
         return UpdateGraph(self.strategy, self.model, self.optimizer, accumulators,
-                           self.k, self.global_batch, jit_compile)
+                           self.k, self.global_batch, jit_compile, split)
 
     # --------------------------------------------------------------- running
     def concrete_update_fn(self) -> Any:
@@ -329,7 +330,9 @@ class Trainer:
         fn = self.graph.function(multi)
         start = time.time()
         out = fn(self.iterator, tf.constant(n, tf.int32)) if multi else fn(self.iterator)
-        ends, waits, losses, lrs, local_counts, computes = (t.numpy() for t in out)
+        ends, waits, losses, lrs, local_counts, computes, syncs, updates = (
+            t.numpy() for t in out)
+        split = self.graph.split  # the all-reduce timed apart from the update
         # Every worker reads the same batch per update: the whole update's examples,
         # the same on every worker, with no collective.
         counts = local_counts * self.workers
@@ -351,6 +354,8 @@ class Trainer:
                 input_wait_ms=float(waits[i]) * 1000.0,
                 grad_sync_bytes=self.grad_sync_bytes, dropped=self.emitter.dropped,
                 worker=self.worker, compute_ms=float(computes[i]) * 1000.0,
+                sync_ms=float(syncs[i]) * 1000.0 if split else None,
+                update_ms=float(updates[i]) * 1000.0 if split else None,
             )
             prev = end
             steps.append(step)

@@ -18,6 +18,19 @@ measured inside each replica, from its batch in hand to its local gradients
 ready (before the all-reduce): under MultiWorkerMirroredStrategy a worker with
 slow devices shows a high compute time, the others wait in the all-reduce.
 
+The all-reduce is timed apart from the optimizer's update: each replica
+all-reduces its gradients itself (``ReplicaContext.all_reduce(SUM)``, the very
+call Keras 3 makes inside ``apply_gradients``, so the same cross-device ops run)
+and the optimizer's own all-reduce is turned off on that optimizer
+(``own_all_reduce``), so it stays one all-reduce per update (under accumulation
+too: the accumulated gradients once) and the weights are the fused path's. Its
+bracket runs from the last local replica's gradients ready to the last
+replica's reduced gradients in hand: on a cluster that holds the wait for
+slower workers, and on a GPU backward work still queued when the host stamped
+"ready" (GPU ops report done when enqueued, NCCL's when its kernel ends). The
+update runs from there to the new weights written. Step time less input wait,
+compute, all-reduce and update is "other": host work and dispatch between them.
+
 Everything reported is local to this worker: its replicas' loss and examples,
 no collective added for telemetry.
 """
@@ -32,6 +45,39 @@ import tensorflow as tf
 # Above this many micro-steps the accumulation loop is a tf.while instead of
 # being unrolled in the graph (keeps tracing time bounded).
 UNROLL_MICRO_STEPS = 16
+# The dtypes of one update's outputs (UpdateGraph._one_update): end timestamp, input
+# wait, mean loss, learning rate, examples, compute, all-reduce, update (seconds).
+UPDATE_OUTPUTS = (tf.float64, tf.float64, tf.float32, tf.float32, tf.int64, tf.float64,
+                  tf.float64, tf.float64)
+
+
+def _passthrough(grads_and_vars: Any) -> list[Any]:
+    return list(grads_and_vars)
+
+
+def own_all_reduce(optimizer: keras.optimizers.Optimizer, own: bool = True) -> bool:
+    """Turn off the optimizer's own all-reduce, so the update graph can run (and time)
+    it; whether it could (a Keras whose TF optimizer all-reduces elsewhere: False, and
+    the optimizer keeps its own, untimed). ``own=False`` gives the optimizer its
+    all-reduce back (the fused path, which the tests compare against).
+
+    Keras 3's TF optimizer all-reduces in ``_all_reduce_sum_gradients`` and has no
+    switch for it (Keras 2's ``experimental_aggregate_gradients`` is gone); this sets
+    that method on this optimizer instance (and a LossScaleOptimizer's inner one) to
+    pass the already reduced gradients through. Idempotent.
+    """
+    targets = [optimizer]
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if inner is not None:
+        targets.append(inner)
+    if not all(callable(getattr(type(t), "_all_reduce_sum_gradients", None)) for t in targets):
+        return False
+    for target in targets:
+        if own:
+            target._all_reduce_sum_gradients = _passthrough
+        else:
+            target.__dict__.pop("_all_reduce_sum_gradients", None)
+    return own
 
 
 class UpdateGraph:
@@ -43,7 +89,8 @@ class UpdateGraph:
 
     def __init__(self, strategy: tf.distribute.MirroredStrategy, model: keras.Model,
                  optimizer: keras.optimizers.Optimizer, accumulators: list[tf.Variable],
-                 accumulation_steps: int, global_batch: int, jit_compile: bool) -> None:
+                 accumulation_steps: int, global_batch: int, jit_compile: bool,
+                 split: bool = True) -> None:
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
@@ -59,6 +106,9 @@ class UpdateGraph:
         # all-reduce is a merge_call, which cannot live inside an XLA cluster.
         self._grads_fn: Any = (tf.function(self._grads_eager, jit_compile=True)
                                if jit_compile else None)
+        # The all-reduce runs (and is timed) here, not inside the optimizer; split=False
+        # leaves it to the optimizer (the fused path: no all-reduce or update time).
+        self.split = own_all_reduce(optimizer, split)
 
     def function(self, multi: bool) -> Any:
         """The update tf.function: ``fn(iterator)``, or ``fn(iterator, n)`` when `multi`."""
@@ -122,8 +172,9 @@ class UpdateGraph:
             return tf.identity(features), tf.identity(labels)
 
     def _timed_grads(self, features: tf.Tensor, labels: tf.Tensor
-                     ) -> tuple[list[Any], Any, tf.Tensor]:
-        """Gradients, mean loss, and seconds from the batch in hand to the gradients ready."""
+                     ) -> tuple[list[Any], Any, tf.Tensor, tf.Tensor]:
+        """Gradients, mean loss, seconds from the batch in hand to the gradients ready,
+        and the timestamp of that."""
         with tf.control_dependencies([features, labels]):
             t_in = tf.timestamp()
         with tf.control_dependencies([t_in]):
@@ -132,32 +183,54 @@ class UpdateGraph:
         # Depends on the gradients only: it fires before the all-reduce they feed.
         with tf.control_dependencies([g for g in grads if g is not None] + [mean_loss]):
             t_ready = tf.timestamp()
-        return grads, mean_loss, t_ready - t_in
+        return grads, mean_loss, t_ready - t_in, t_ready
+
+    def _all_reduce(self, grads: list[Any], ready: tf.Tensor) -> tuple[list[Any], tf.Tensor]:
+        """This replica's gradients summed over every replica (one all-reduce, started
+        after `ready`), and the timestamp of the reduced gradients in hand. Without
+        ``split`` the gradients go back as they are (the optimizer all-reduces them)."""
+        if not self.split:
+            return grads, ready
+        with tf.control_dependencies([ready]):
+            present = [tf.identity(g) for g in grads if g is not None]
+        reduced = tf.distribute.get_replica_context().all_reduce(
+            tf.distribute.ReduceOp.SUM, present)
+        with tf.control_dependencies(reduced):
+            t_reduced = tf.timestamp()
+        with tf.control_dependencies([t_reduced]):
+            gated = iter([tf.identity(r) for r in reduced])
+        return [None if g is None else next(gated) for g in grads], t_reduced
 
     def _apply_step(self, features: tf.Tensor, labels: tf.Tensor,
-                    after: tf.Tensor) -> tuple[Any, Any, Any]:
+                    after: tf.Tensor) -> tuple[Any, ...]:
         features, labels = self._gate(features, labels, after)
-        grads, mean_loss, compute = self._timed_grads(features, labels)
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
-        return mean_loss, self._probe(), compute
+        grads, mean_loss, compute, ready = self._timed_grads(features, labels)
+        reduced, t_reduced = self._all_reduce(grads, ready)
+        self.optimizer.apply_gradients(
+            zip(reduced, self.model.trainable_variables, strict=True))
+        return mean_loss, self._probe(), compute, ready, t_reduced
 
     def _accumulate(self, features: tf.Tensor, labels: tf.Tensor,
                     after: tf.Tensor) -> tuple[Any, Any]:
         features, labels = self._gate(features, labels, after)
-        grads, mean_loss, compute = self._timed_grads(features, labels)
+        grads, mean_loss, compute, _ = self._timed_grads(features, labels)
         writes = [acc.assign_add(g) for acc, g in zip(self.accumulators, grads, strict=True)]
         with tf.control_dependencies(writes):
             return tf.identity(mean_loss), tf.identity(compute)
 
-    def _apply_accumulated(self, after: tf.Tensor) -> Any:
+    def _apply_accumulated(self, after: tf.Tensor) -> tuple[Any, Any, Any]:
         with tf.control_dependencies([after]):
             grads = [tf.identity(acc.read_value()) for acc in self.accumulators]
-        self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables, strict=True))
+        with tf.control_dependencies(grads):
+            ready = tf.timestamp()
+        reduced, t_reduced = self._all_reduce(grads, ready)
+        self.optimizer.apply_gradients(
+            zip(reduced, self.model.trainable_variables, strict=True))
         probe = self._probe()
         with tf.control_dependencies([probe]):
             resets = [acc.assign(tf.zeros_like(acc)) for acc in self.accumulators]
         with tf.control_dependencies(resets):
-            return tf.identity(probe)
+            return tf.identity(probe), ready, t_reduced
 
     def _local_sum(self, per_replica: Any) -> tf.Tensor:
         # Local reads, not strategy.reduce: the loss must not add a collective.
@@ -169,10 +242,13 @@ class UpdateGraph:
         return tf.reduce_max(tf.stack([tf.cast(t, tf.float64) for t in parts]))
 
     def _one_update(self, iterator: Any, after: tf.Tensor) -> tuple[Any, ...]:
-        """(end timestamp, input wait s, mean loss, lr, examples, compute s) for one update.
+        """(end timestamp, input wait s, mean loss, lr, examples, compute s, all-reduce s,
+        update s) for one update.
 
         Loss and examples are this worker's (a mean over its local replicas); compute
-        is the slowest local replica's, summed over micro-steps.
+        is the slowest local replica's, summed over micro-steps; the all-reduce runs from
+        the last local replica's gradients ready to the last one's reduced gradients in
+        hand, the update from there to the end.
         """
         lr = tf.cast(self.optimizer.learning_rate, tf.float32)
         wait = tf.constant(0.0, tf.float64)
@@ -183,7 +259,8 @@ class UpdateGraph:
         if self.k == 1:
             batch, t0, t1, examples = self._timed_next(iterator, dep)
             with tf.control_dependencies([t1]):
-                loss, probe, seconds = self.strategy.run(self._apply_step, args=(*batch, t1))
+                loss, probe, seconds, ready, reduced = self.strategy.run(
+                    self._apply_step, args=(*batch, t1))
             wait += t1 - t0
             compute += self._local_max(seconds)
             loss_sum += self._local_sum(loss)
@@ -215,12 +292,15 @@ class UpdateGraph:
                     (tf.constant(0), wait, loss_sum, examples, compute,
                      tf.cast(dep, tf.float32)))
             with tf.control_dependencies([dep]):
-                probe = self.strategy.run(self._apply_accumulated, args=(tf.identity(dep),))
+                probe, ready, reduced = self.strategy.run(
+                    self._apply_accumulated, args=(tf.identity(dep),))
             dep = self._local_sum(probe)
         with tf.control_dependencies([dep]):
             t_end = tf.timestamp()
+        t_ready, t_reduced = self._local_max(ready), self._local_max(reduced)
+        sync, update = t_reduced - t_ready, t_end - t_reduced
         mean_loss = loss_sum / float(self.local_replicas * self.k)
-        return t_end, wait, mean_loss, lr, examples, compute
+        return t_end, wait, mean_loss, lr, examples, compute, sync, update
 
     def _timed_next(self, iterator: Any, after: tf.Tensor
                     ) -> tuple[Any, tf.Tensor, tf.Tensor, tf.Tensor]:
@@ -245,31 +325,18 @@ class UpdateGraph:
         if not multi:
             @tf.function
             def run_one(iterator: Any) -> Any:
-                t_end, wait, loss, lr, examples, compute = self._one_update(
-                    iterator, tf.constant(0.0))
-                return (tf.reshape(t_end, [1]), tf.reshape(wait, [1]),
-                        tf.reshape(loss, [1]), tf.reshape(lr, [1]), tf.reshape(examples, [1]),
-                        tf.reshape(compute, [1]))
+                return tuple(tf.reshape(out, [1])
+                             for out in self._one_update(iterator, tf.constant(0.0)))
             return run_one
 
         @tf.function
         def run_many(iterator: Any, n: tf.Tensor) -> Any:
-            ends = tf.TensorArray(tf.float64, size=n)
-            waits = tf.TensorArray(tf.float64, size=n)
-            losses = tf.TensorArray(tf.float32, size=n)
-            lrs = tf.TensorArray(tf.float32, size=n)
-            counts = tf.TensorArray(tf.int64, size=n)
-            computes = tf.TensorArray(tf.float64, size=n)
+            # One array per output of _one_update, in its order.
+            arrays = tuple(tf.TensorArray(dtype, size=n) for dtype in UPDATE_OUTPUTS)
             dep = tf.constant(0.0)
             for i in tf.range(n):
-                t_end, wait, loss, lr, examples, compute = self._one_update(iterator, dep)
-                computes = computes.write(i, compute)
-                ends = ends.write(i, t_end)
-                waits = waits.write(i, wait)
-                losses = losses.write(i, loss)
-                lrs = lrs.write(i, lr)
-                counts = counts.write(i, examples)
-                dep = tf.cast(t_end, tf.float32)
-            return (ends.stack(), waits.stack(), losses.stack(), lrs.stack(), counts.stack(),
-                    computes.stack())
+                outs = self._one_update(iterator, dep)
+                arrays = tuple(a.write(i, out) for a, out in zip(arrays, outs, strict=True))
+                dep = tf.cast(outs[0], tf.float32)
+            return tuple(a.stack() for a in arrays)
         return run_many

@@ -34,11 +34,18 @@ PCIE_FASTEST_BYTES_PER_S = _PCIE_LANE_BYTES_PER_S[6] * 16
 NVLINK_LINK_MAX_BYTES_PER_S = 100e9
 
 
-def pcie_link_max_bytes_per_s(gen: int | None, width: int | None) -> float:
-    """The most a PCIe link of this generation and width can move per direction."""
+def pcie_link_bytes_per_s(gen: int | None, width: int | None) -> float | None:
+    """What a PCIe link of this generation and width moves per direction; None: unknown."""
     if gen is None or width is None or gen not in _PCIE_LANE_BYTES_PER_S or width <= 0:
-        return PCIE_FASTEST_BYTES_PER_S
+        return None
     return _PCIE_LANE_BYTES_PER_S[gen] * width
+
+
+def pcie_link_max_bytes_per_s(gen: int | None, width: int | None) -> float:
+    """The most a PCIe link of this generation and width can move per direction (the
+    fastest link there is when unknown)."""
+    known = pcie_link_bytes_per_s(gen, width)
+    return PCIE_FASTEST_BYTES_PER_S if known is None else known
 
 
 def counter_delta(previous: int, current: int, width_bits: int) -> int | None:

@@ -513,6 +513,7 @@ class NvlinkThroughput:
         self._calls = calls
         self._clock = clock
         self.links: list[int] | None = None  # active link indices; None = not found yet
+        self.version: int | None = None  # the first active link's NVLink generation
         self._rates = CounterRates()
         nvml = calls.nvml
         self._fields = (
@@ -545,6 +546,9 @@ class NvlinkThroughput:
         self.links = active
         if not active:
             calls.sticky["nvlink"] = "no active NVLink link"
+            return
+        version = calls.call("nvlink_version", "nvmlDeviceGetNvLinkVersion", handle, active[0])
+        self.version = int(version) if isinstance(version, int) and version > 0 else None
 
     def wanted(self) -> list[CounterKey]:
         """The counter fields to read this sample: TX and RX of each active link."""
@@ -724,6 +728,7 @@ class GpuReader:
             processes=processes,
             pcie_source=self._pcie.source,
             nvlink_links_active=None if nvlink_links is None else len(nvlink_links),
+            nvlink_version=self._nvlink.version,
             unavailable=tuple(sorted(reasons.items())),
         )
 

@@ -49,6 +49,9 @@ class GpuSample:
     # by a worker thread); None while neither is available.
     pcie_source: str | None = None
     nvlink_links_active: int | None = None
+    # The NVLink generation of its first active link (nvmlDeviceGetNvLinkVersion): with
+    # the active links, the link's peak (gpuwatch.peaks.link_peak). None: no NVLink.
+    nvlink_version: int | None = None
     # Why each None reading is None, for `gpuwatch doctor` and tooltips; not
     # sent in the 2 Hz frame (it rarely changes and would bloat every frame).
     unavailable: tuple[tuple[str, str], ...] = field(default=(), compare=False)

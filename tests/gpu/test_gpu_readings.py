@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from gpuwatch import peaks
 from gpuwatch.sampling import DeviceSampler, sample_to_frame_fields
 
 pytestmark = pytest.mark.gpu
@@ -106,6 +107,13 @@ def test_static_readings_are_present_and_plausible(sampler: DeviceSampler) -> No
         assert 0 < gpu.power_w <= gpu.power_limit_w * 1.2
     json.dumps(sample_to_frame_fields(sample), allow_nan=False)
     print("\nGPU0:", json.dumps(sample_to_frame_fields(sample)["gpus"][GPU]))
+    # The link an all-reduce crosses: NVLink where the board has it (a generation the
+    # per-link table knows), else the PCIe link NVML reports.
+    if gpu.nvlink_links_active:
+        assert gpu.nvlink_version in peaks.NVLINK_LINK_BYTES_PER_S, gpu.nvlink_version
+    link = peaks.link_peak(sample_to_frame_fields(sample)["gpus"][GPU:GPU + 1])
+    assert link is not None, "NVML told neither an NVLink generation nor a PCIe link"
+    print("link peak:", link)
 
 
 def test_utilization_matches_nvidia_smi_under_a_matmul_loop(

@@ -185,6 +185,7 @@ class FakeGpu:
     nvlink_active: list[bool] = field(default_factory=list)
     nvlink_tx_kib: list[int] = field(default_factory=list)
     nvlink_rx_kib: list[int] = field(default_factory=list)
+    nvlink_version: int | None = 4
     mig: bool = False
     processes: list[tuple[int, int | None]] = field(default_factory=list)
     graphics_processes: list[tuple[int, int | None]] = field(default_factory=list)
@@ -397,6 +398,12 @@ class FakeNVML:
         if not 0 <= link < len(gpu.nvlink_active):
             raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
         return NVML_FEATURE_ENABLED if gpu.nvlink_active[link] else NVML_FEATURE_DISABLED
+
+    def nvmlDeviceGetNvLinkVersion(self, handle: FakeHandle, link: int) -> int:
+        gpu = self._gpu("nvmlDeviceGetNvLinkVersion", handle)
+        if not 0 <= link < len(gpu.nvlink_active) or gpu.nvlink_version is None:
+            raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+        return gpu.nvlink_version
 
     def nvmlDeviceGetComputeRunningProcesses(self, handle: FakeHandle) -> list[SimpleNamespace]:
         gpu = self._gpu("nvmlDeviceGetComputeRunningProcesses", handle)

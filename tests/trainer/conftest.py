@@ -40,3 +40,20 @@ def make_config(**sections: dict[str, Any]) -> Any:
     for key, value in sections.items():
         base.setdefault(key, {}).update(value)
     return RunConfig.model_validate(base)
+
+
+# A step's four measured parts may overrun its time by float rounding, not by more.
+BREAKDOWN_SLACK_MS = 1.0
+
+
+def assert_breakdown_sums(steps: Any) -> None:
+    """Every step has all four parts measured, none negative, and together no longer
+    than the step itself (other >= 0 within BREAKDOWN_SLACK_MS)."""
+    assert steps, "no steps: the check proves nothing"
+    for s in steps:
+        parts = (s.input_wait_ms, s.compute_ms, s.sync_ms, s.update_ms)
+        assert all(p is not None and p >= 0 for p in parts), (s.step, parts)
+        other = s.step_time_ms - sum(parts)
+        assert other >= -BREAKDOWN_SLACK_MS, (s.step, s.step_time_ms, parts)
+        assert s.breakdown is not None
+        assert abs(sum(s.breakdown.shares().values()) - 100.0) < 1e-6

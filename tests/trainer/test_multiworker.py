@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.trainer.conftest import assert_breakdown_sums
 from trainer_runtime import protocol
 
 pytestmark = pytest.mark.slow
@@ -155,6 +156,8 @@ def test_three_workers_train_in_lockstep_with_global_examples(tmp_path: Path) ->
         assert all(s.examples == 48 and s.worker == w.index for s in steps)
         assert [s.position for s in steps] == [48 * s.step for s in steps]
         assert all(s.compute_ms is not None and s.compute_ms > 0 for s in steps)
+        # Each update's parts, measured in the graph, fit in its step time.
+        assert_breakdown_sums(steps)
         losses = [s.loss for s in steps]
         assert mean(losses[-5:]) < 0.8 * mean(losses[:5]), losses
         (done,) = w.of(protocol.Done)
@@ -243,6 +246,7 @@ def test_accumulation_and_several_updates_per_call_keep_the_workers_in_step(
         assert [s.step for s in steps] == list(range(1, 25))
         assert [s.micro_step for s in steps] == [2 * s.step for s in steps]
         assert all(s.examples == 48 for s in steps)
+        assert_breakdown_sums(steps)  # 3 updates per call, 2 micro-steps each
         losses = [s.loss for s in steps]
         assert mean(losses[-4:]) < mean(losses[:4]), losses
     (done0,), (done1,) = (w.of(protocol.Done) for w in workers)
