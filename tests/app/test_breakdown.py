@@ -237,3 +237,21 @@ def test_the_bus_bandwidth_against_the_link_or_alone():
     assert not breakdown_lines(Figures(), 78)  # no breakdown: nothing drawn
     lines = breakdown_lines(nvlink, 78).plain.splitlines()
     assert len(lines) == 2 and all(len(line) == 78 for line in lines[:1])
+
+
+@pytest.mark.parametrize(("first", "then"), [((100, 30), SIZE), (SIZE, (100, 30)),
+                                             (SIZE, (130, 40))])
+async def test_the_bar_is_drawn_again_for_a_new_width(first, then):
+    # An ended run's figures do not change: only the resize can draw the bar again.
+    events = load_events("cpu_two_attempts.jsonl")
+    app, link = app_for(events)
+    async with app.run_test(size=first) as pilot:
+        await settle(app, link, pilot)
+        await pilot.resize_terminal(*then)
+        await pilot.pause()
+        await pilot.pause()
+        panel = app.query_one(MetricsPanel)
+        lines = panel.plain.splitlines()
+        assert len(lines) == 4
+        assert len(lines[2]) == panel.content_size.width, (lines[2], panel.content_size)
+        assert all(len(line) <= panel.content_size.width for line in lines)

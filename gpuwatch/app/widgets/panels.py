@@ -145,13 +145,21 @@ class MetricsPanel(StatePanel):
 
     BASE_ROWS = 2  # the step line and the figures line
 
+    _last: tuple[RunState, Figures, float | None] | None = None
+
     @property
     def extra_rows(self) -> int:
         """The rows it shows beyond the two it always has: the breakdown's (or none)."""
         return max(0, len(self.plain.splitlines()) - self.BASE_ROWS)
 
+    def on_resize(self) -> None:
+        """The lines fit the new width (the bar fills it), with the figures on screen."""
+        if self._last is not None:
+            self.show_state(*self._last)
+
     def show_state(self, state: RunState, figures: Figures, now: float | None = None) -> None:
         """now: the app's clock, for "no step for 14 s" (None: not said)."""
+        self._last = (state, figures, now)
         point = state.last_step
         waited = state.no_step_for_s(now) if now is not None else None
         note = f"no step for {waited:.0f} s" if waited is not None else ""
