@@ -97,8 +97,14 @@ async def test_two_attempts_side_by_side():
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)
         rows = text(app, AttemptsPanel).splitlines()
-        assert rows[1].split() == ["1", "off", "1", "256", "45", "1,283", "38.0%", "sigterm"]
-        assert rows[2].split() == ["2", "on", "1", "256", "45", "1,973", "4.0%", "running"]
+        # The fixture's steps are timed apart: compute 40 % and all-reduce 15 % of attempt
+        # 1's step, 60 % and 25 % of attempt 2's.
+        assert rows[1].split() == [
+            "1", "off", "1", "256", "45", "1,283", "38.0%", "40/15%", "sigterm"
+        ]
+        assert rows[2].split() == [
+            "2", "on", "1", "256", "45", "1,973", "4.0%", "60/25%", "running"
+        ]
         assert "attempt 2" in text(app, HeaderBar)
         assert "input wait 4.0%" in text(app, MetricsPanel)
 
