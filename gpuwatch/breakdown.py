@@ -31,4 +31,10 @@ def ms_cells(breakdown: Breakdown) -> dict[str, float]:
     return {key: breakdown.ms(part) for key, part in zip(MS_KEYS, SHARE_PARTS, strict=True)}
 
 
-__all__ = ["MS_KEYS", "SHARE_KEYS", "SHARE_PARTS", "ms_cells", "share_cells"]
+def link_share_text(pct: float) -> str:
+    """The all-reduce's bus bandwidth as a share of the link: '31%', '4.2%', '0.094%' (two
+    figures): the dashboard's bar and the advisor's verdict say it alike."""
+    return f"{pct:.0f}%" if pct >= 9.95 else f"{pct:.2g}%"
+
+
+__all__ = ["MS_KEYS", "SHARE_KEYS", "SHARE_PARTS", "link_share_text", "ms_cells", "share_cells"]

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from gpuwatch.app import fmt
+from gpuwatch.breakdown import link_share_text
 from gpuwatch.runstate import Figures
 from trainer_runtime.protocol import Breakdown
 
@@ -60,11 +61,6 @@ def part_label(part: str, cluster: bool = False) -> str:
 def share_text(pct: float) -> str:
     """A share as the legend writes it: '50%', '5.0%' (a tenth under 10 %)."""
     return f"{pct:.0f}%" if pct >= 9.95 else f"{pct:.1f}%"
-
-
-def link_share_text(pct: float) -> str:
-    """The bus bandwidth's share of the link: '31%', '4.2%', '0.094%' (two figures)."""
-    return f"{pct:.0f}%" if pct >= 9.95 else f"{pct:.2g}%"
 
 
 def bar_cells(breakdown: Breakdown, width: int) -> list[tuple[str, int]]:
