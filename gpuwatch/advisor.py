@@ -43,6 +43,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from gpuwatch import peaks
+from gpuwatch.breakdown import link_share_text
 from gpuwatch.runstate import (
     ACCUMULATION_KEY,
     BATCH_KEY,
@@ -643,7 +644,7 @@ def _communication(ev: Evidence, share: float) -> tuple[str, list[Remedy]]:
     if ev.bus_bytes_per_s is not None and ev.bus_bytes_per_s > 0:
         detail += f", {format_bandwidth(ev.bus_bytes_per_s)} bus"
         if ev.link is not None and ev.bus_pct_of_link is not None:
-            detail += f" = {ev.bus_pct_of_link:.0f}% of {ev.link.kind}"
+            detail += f" = {link_share_text(ev.bus_pct_of_link)} of {ev.link.kind}"
     if ev.waits_for is not None:
         detail += f" (it waits there for worker {ev.waits_for})"
     remedies = [

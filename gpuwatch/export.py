@@ -10,7 +10,13 @@ The tables, one column per field, every row the same columns (a CSV header up fr
 fixed by the declarations, never by scanning the file):
 
 - ``steps``: one row per step event, every worker's: attempt, worker, seq, t, each
-  field of ``protocol.Step`` in order, then examples_per_s and input_wait_pct (Step's own).
+  field of ``protocol.Step`` in order (its parts' times among them: input_wait_ms,
+  compute_ms, sync_ms, update_ms), then examples_per_s and input_wait_pct (Step's own),
+  then the shares of the step's other parts, in %: compute_pct, sync_pct (the gradient
+  all-reduce; in a cluster it holds waiting for the slowest worker), update_pct and
+  other_pct (the step's rest: host work and dispatch); with input_wait_pct the five sum
+  to 100 (within rounding). Empty where the step's parts were not timed apart (an older
+  trainer).
 - ``samples``: one row per GPU per device sample: attempt (the latest attempt event
   before it in the file), worker (whose host), seq, t, nvml, the host's readings as
   ``host.<key>`` (repeated on each of its GPUs' rows) and the GPU's as ``gpu.<key>``
@@ -18,9 +24,12 @@ fixed by the declarations, never by scanning the file):
   missing) is one row with the host's readings and empty ``gpu.*`` cells.
 - ``attempts``: one row per attempt: its start, end and figures (after warm-up, as the
   attempts table shows them: the chief's, but input wait in a cluster is the worker's
-  that waits most, and ``input_wait_worker`` says whose; empty on one host), then its
-  settings flattened as dotted columns (``train.global_batch_size``, the keys ``--set``
-  takes) from the config schema.
+  that waits most, and ``input_wait_worker`` says whose; empty on one host), the
+  breakdown of the chief's measured steps together (compute_pct, sync_pct, update_pct,
+  other_pct; empty when none was timed apart) and the all-reduce's bus bandwidth over
+  them (``bus_bytes_per_s``: bytes all-reduced x 2(n-1)/n over the all-reduce time, as
+  nccl-tests' busbw), then its settings flattened as dotted columns
+  (``train.global_batch_size``, the keys ``--set`` takes) from the config schema.
   A setting that holds a list or an object (``model.kwargs``) is one cell.
 - ``scaling``: a scaling probe's table (``gpuwatch scale``; gpuwatch/scaling.py), one row
   per device count: count, unit, mode, attempt, state, the batch, examples/s (median after
@@ -50,6 +59,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
+from gpuwatch.breakdown import SHARE_KEYS, share_cells
 from gpuwatch.sampling import GPU_FRAME_KEYS, HOST_FRAME_KEYS
 from trainer_runtime.protocol import (
     MAX_FRAME_BYTES,
@@ -70,7 +80,10 @@ FORMATS = ("csv", "jsonl")
 EXTRA = "extra"
 
 _STEP_FIELDS = tuple(f.name for f in fields(Step) if f.name not in ("attempt", "worker"))
-STEP_COLUMNS = ("attempt", "worker", "seq", "t", *_STEP_FIELDS, "examples_per_s", "input_wait_pct")
+STEP_COLUMNS = (
+    "attempt", "worker", "seq", "t", *_STEP_FIELDS, "examples_per_s", "input_wait_pct",
+    *SHARE_KEYS,
+)
 SAMPLE_COLUMNS = (
     "attempt",
     "worker",
@@ -100,6 +113,8 @@ ATTEMPT_FIGURES = (
     "input_wait_worker",
     "median_examples_per_s",
     "grad_sync_bytes_per_s",
+    *SHARE_KEYS,
+    "bus_bytes_per_s",
     "resumed_from_step",
     "lost_steps",
     "data_order",
@@ -204,6 +219,7 @@ def step_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row]:
                 row[name] = getattr(event, name)
             row["examples_per_s"] = event.examples_per_s
             row["input_wait_pct"] = event.input_wait_pct
+            row.update(share_cells(event.breakdown))
             yield row
 
 
@@ -355,6 +371,8 @@ def attempt_rows(
             "input_wait_worker": summary.input_wait_worker,
             "median_examples_per_s": summary.median_examples_per_s,
             "grad_sync_bytes_per_s": summary.grad_sync_bytes_per_s,
+            **share_cells(summary.breakdown),
+            "bus_bytes_per_s": summary.bus_bytes_per_s,
             "resumed_from_step": resume.from_step if resume else None,
             "lost_steps": resume.lost_steps if resume else None,
             "data_order": resume.data_order if resume else None,

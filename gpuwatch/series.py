@@ -16,9 +16,11 @@ attempt boundaries stay exact at every resolution; the plot draws each bucket's 
 at its mean step (the level, which is what a whole-run chart is for), and min/max stay
 so a bucket can still say how far its points spread.
 
-``RunHistory`` is the four figures of the plot screen: examples/s, input wait % and
-step time after each attempt's warm-up (the first steps trace and would dwarf the
-rest), and the loss of every step (training starts at step 1, not after warm-up).
+``RunHistory`` is the figures of the plot screen: examples/s, input wait % and step
+time after each attempt's warm-up (the first steps trace and would dwarf the rest), the
+loss of every step (training starts at step 1, not after warm-up), and where each step's
+time went: the shares of compute, all-reduce and update (``protocol.Breakdown``) after
+warm-up, of the steps whose parts were timed apart.
 
 The devices, fine: ``DeviceHistory`` keeps the chief's host's last
 ``DEVICE_HISTORY_SAMPLES`` samples per GPU (utilization, memory, PCIe and NVLink
@@ -143,6 +145,9 @@ class RunHistory:
     input_wait_pct: RunSeries = field(default_factory=RunSeries)
     step_time_ms: RunSeries = field(default_factory=RunSeries)
     loss: RunSeries = field(default_factory=RunSeries)
+    compute_pct: RunSeries = field(default_factory=RunSeries)
+    sync_pct: RunSeries = field(default_factory=RunSeries)
+    update_pct: RunSeries = field(default_factory=RunSeries)
 
     def add(self, step: Step, *, warmup: bool) -> None:
         attempt, x, loss = step.attempt, step.step, step.loss
@@ -156,6 +161,11 @@ class RunHistory:
             self.examples_per_s.add(attempt, x, rate)
         if wait is not None:
             self.input_wait_pct.add(attempt, x, wait)
+        parts = step.breakdown
+        if parts is not None:
+            self.compute_pct.add(attempt, x, parts.pct("compute"))
+            self.sync_pct.add(attempt, x, parts.pct("sync"))
+            self.update_pct.add(attempt, x, parts.pct("update"))
 
 
 def _recent() -> deque[float | None]:

@@ -32,6 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from gpuwatch.breakdown import ms_cells, share_cells
 from trainer_runtime.protocol import Attempt, Event, Sample, StatusChange, Step
 
 log = logging.getLogger("gpuwatch.tboard")
@@ -244,14 +245,21 @@ def _number(value: Any) -> float | None:
 
 
 def step_scalars(step: Step) -> dict[str, float]:
-    """A step's scalars: loss (when finite), learning rate, examples/s, input wait %, step time."""
-    values = {
+    """A step's scalars: loss (when finite), learning rate, examples/s, input wait %, step
+    time; and where its parts were timed apart, each other part's share and time
+    (``train/compute_pct`` ... ``train/other_pct``, ``train/compute_ms`` ...: the names
+    of gpuwatch/breakdown.py; the input's are input_wait_pct and the step's input wait)."""
+    values: dict[str, float | None] = {
         "train/loss": step.loss,
         "train/learning_rate": step.lr,
         "train/examples_per_s": step.examples_per_s,
         "train/input_wait_pct": step.input_wait_pct,
         "train/step_time_ms": step.step_time_ms,
     }
+    parts = step.breakdown
+    if parts is not None:
+        values.update({f"train/{key}": value for key, value in share_cells(parts).items()})
+        values.update({f"train/{key}": value for key, value in ms_cells(parts).items()})
     return {tag: float(value) for tag, value in values.items() if value is not None}
 
 

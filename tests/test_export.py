@@ -803,3 +803,89 @@ def test_an_attempt_a_live_change_ended_is_superseded_and_a_user_stop_is_stopped
     assert [(r["attempt"], r["status"], r["end"]) for r in rows] == [
         (1, "superseded", "live"), (2, "stopped", "stopped")
     ]
+
+
+# -- where the time of a step went ----------------------------------------------------------
+
+# A measured step of 100 ms: input 10 + compute 50 + all-reduce 20 + update 5 + other 15.
+PARTS_MS = {"input_wait_ms": 10.0, "compute_ms": 50.0, "sync_ms": 20.0, "update_ms": 5.0}
+KNOWN_SHARES = {"compute_pct": 50.0, "sync_pct": 20.0, "update_pct": 5.0, "other_pct": 15.0}
+BUS_BYTES = 4.5e9  # grad_sync_bytes of an update: 4.5 GB in 20 ms is 225 GB/s on the bus
+
+
+def timed_run(path: Path) -> list[Step]:
+    """One attempt: warm-up steps that are all sync (they must not count), then measured
+    steps of known parts, then one step of an older trainer (no parts timed apart)."""
+    steps = [step(1, n, 0, step_time_ms=900.0, input_wait_ms=0.0, compute_ms=0.0,
+                  sync_ms=900.0, update_ms=0.0, grad_sync_bytes=BUS_BYTES)
+             for n in range(1, WARMUP_STEPS + 1)]
+    steps += [step(1, n, 0, step_time_ms=100.0, grad_sync_bytes=BUS_BYTES, **PARTS_MS)
+              for n in range(WARMUP_STEPS + 1, WARMUP_STEPS + 9)]
+    steps.append(step(1, WARMUP_STEPS + 9, 0, step_time_ms=100.0, input_wait_ms=10.0,
+                      compute_ms=50.0, grad_sync_bytes=BUS_BYTES))
+    events: list[Event] = [Attempt(attempt=1, settings={}, fresh=True, reason="start"), *steps]
+    path.write_bytes(b"".join(encode_event(e, seq=i, t=1.0 + i) for i, e in enumerate(events)))
+    return steps
+
+
+def exported(path: Path, what: str, fmt: str) -> tuple[list[str], list[dict[str, Any]]]:
+    """(header, rows) of one table of events.jsonl at path; CSV's numbers as floats, its
+    empty cells as None, as JSON lines hold them."""
+    out = path.with_suffix(f".{what}.{fmt}")
+    with open(out, "w", encoding="utf-8") as fh:
+        export_events(path, what, fmt, fh)
+    if fmt == "jsonl":
+        rows = read_jsonl(out)
+        return list(rows[0]), rows
+
+    def cell(value: str) -> Any:
+        try:
+            return float(value) if value else None
+        except ValueError:
+            return value
+
+    header, text_rows = read_csv(out)
+    return header, [{k: cell(v) for k, v in row.items()} for row in text_rows]
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_step_rows_carry_each_parts_time_and_share_beside_the_input_wait(
+    tmp_path: Path, fmt: str
+) -> None:
+    steps = timed_run(tmp_path / "events.jsonl")
+    header, rows = exported(tmp_path / "events.jsonl", "steps", fmt)
+    assert len(rows) == len(steps)
+    # Beside input_wait_pct, after every field of Step (the parts' times among them).
+    at = header.index("input_wait_pct")
+    assert header[at + 1 : at + 5] == ["compute_pct", "sync_pct", "update_pct", "other_pct"]
+    assert {"sync_ms", "update_ms", "compute_ms", "input_wait_ms"} <= set(header[:at])
+    measured = rows[WARMUP_STEPS:-1]
+    assert len(measured) == 8
+    for row in measured:
+        assert {k: row[k] for k in PARTS_MS} == PARTS_MS
+        assert {k: row[k] for k in KNOWN_SHARES} == pytest.approx(KNOWN_SHARES)
+        assert row["input_wait_pct"] + sum(row[k] for k in KNOWN_SHARES) == pytest.approx(100)
+    assert rows[0]["sync_pct"] == pytest.approx(100.0)  # a warm-up step is a row as it is
+    older = rows[-1]  # no sync or update time: no shares, never a made-up 0
+    assert older["sync_ms"] is None and older["input_wait_pct"] == pytest.approx(10.0)
+    assert all(older[k] is None for k in KNOWN_SHARES)
+
+
+@pytest.mark.parametrize("fmt", ["csv", "jsonl"])
+def test_an_attempts_row_carries_its_measured_breakdown_and_bus_bandwidth(
+    tmp_path: Path, fmt: str
+) -> None:
+    timed_run(tmp_path / "events.jsonl")
+    _, (row,) = exported(tmp_path / "events.jsonl", "attempts", fmt)
+    at = ATTEMPT_FIGURES.index("grad_sync_bytes_per_s")
+    assert ATTEMPT_FIGURES[at + 1 : at + 6] == (*KNOWN_SHARES, "bus_bytes_per_s")
+    # The warm-up (all sync) is left out; the older trainer's step has no parts to add.
+    assert {k: row[k] for k in KNOWN_SHARES} == pytest.approx(KNOWN_SHARES)
+    assert row["bus_bytes_per_s"] == pytest.approx(BUS_BYTES / 0.020)
+
+
+def test_an_attempt_with_no_step_timed_apart_has_empty_breakdown_cells(
+    run: Recorded, tmp_path: Path
+) -> None:
+    _, rows = read_csv(export(run, tmp_path, "attempts", "csv"))
+    assert rows and all(row[k] == "" for row in rows for k in (*KNOWN_SHARES, "bus_bytes_per_s"))

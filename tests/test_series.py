@@ -101,7 +101,8 @@ def test_run_series_needs_room_for_a_merge():
 
 
 def step_event(
-    attempt: int, number: int, *, step_ms: float, wait_ms: float, loss: float | None
+    attempt: int, number: int, *, step_ms: float, wait_ms: float, loss: float | None,
+    **parts: float,
 ) -> Step:
     return Step(
         attempt=attempt,
@@ -115,6 +116,7 @@ def step_event(
         input_wait_ms=wait_ms,
         grad_sync_bytes=0.0,
         dropped=0,
+        **parts,
     )
 
 
@@ -128,6 +130,28 @@ def test_run_history_leaves_warmup_out_of_the_timings_but_keeps_every_loss():
     # 256 examples in 200 ms and 100 ms; 50 of 200 ms and 10 of 100 ms waiting.
     assert history.examples_per_s.points(1) == ([2.0, 3.0], [1280.0, 2560.0])
     assert history.input_wait_pct.points(1) == ([2.0, 3.0], [25.0, 10.0])
+
+
+def test_run_history_keeps_each_timed_steps_shares_of_compute_all_reduce_and_update():
+    history = RunHistory()
+    # Warm-up: all all-reduce, left out as the timings are.
+    history.add(step_event(1, 1, step_ms=900.0, wait_ms=0.0, loss=2.3, compute_ms=0.0,
+                           sync_ms=900.0, update_ms=0.0), warmup=True)
+    # 100 ms: input 10 + compute 50 + all-reduce 20 + update 5 (+ other 15).
+    history.add(step_event(1, 2, step_ms=100.0, wait_ms=10.0, loss=2.1, compute_ms=50.0,
+                           sync_ms=20.0, update_ms=5.0), warmup=False)
+    # An older trainer's step (compute alone): no shares, never a made-up 0.
+    history.add(step_event(1, 3, step_ms=100.0, wait_ms=10.0, loss=2.0, compute_ms=50.0),
+                warmup=False)
+    # 200 ms in attempt 2: input 20 + compute 60 + all-reduce 100 + update 10 (+ other 10).
+    history.add(step_event(2, 4, step_ms=200.0, wait_ms=20.0, loss=1.9, compute_ms=60.0,
+                           sync_ms=100.0, update_ms=10.0), warmup=False)
+    assert history.compute_pct.points(1) == ([2.0], [50.0])
+    assert history.sync_pct.points(1) == ([2.0], [20.0])
+    assert history.update_pct.points(1) == ([2.0], [5.0])
+    assert history.input_wait_pct.points(1) == ([2.0, 3.0], [10.0, 10.0])
+    assert (history.compute_pct.points(2), history.sync_pct.points(2),
+            history.update_pct.points(2)) == (([4.0], [30.0]), ([4.0], [50.0]), ([4.0], [5.0]))
 
 
 def gpu(index: int, util: float | None, **extra: object) -> dict[str, object]:

@@ -18,7 +18,7 @@ import pytest
 
 from gpuwatch.supervisor import Supervisor
 from gpuwatch.supervisor import agent as agent_module
-from gpuwatch.tboard import EventFileWriter, RunBoard, crc32c
+from gpuwatch.tboard import EventFileWriter, RunBoard, crc32c, step_scalars
 from tests.conftest import ROOT, TINY
 from tests.test_supervisor_parts import until
 from trainer_runtime.protocol import Attempt, Sample, StatusChange, Step
@@ -276,6 +276,57 @@ def test_the_run_board_puts_each_attempt_and_worker_where_tensorboard_shows_them
         assert [(s, w) for s, w, _ in read] == [(s, w) for s, w, _ in want], logdir
         for (_, _, got), (_, _, values) in zip(read, want, strict=True):
             assert got == {tag: f32(value) for tag, value in values.items()}, logdir
+
+
+# -- where the time of a step went -----------------------------------------------------------
+
+# A chief's step of 100 ms: input 10 + compute 50 + all-reduce 20 + update 5 + other 15;
+# worker 1's of 100 ms: input 40 + compute 45 + all-reduce 5 + update 5 + other 5 (it is
+# the one the chief's all-reduce waits for).
+PARTS = {
+    0: {"input_wait_ms": 10.0, "compute_ms": 50.0, "sync_ms": 20.0, "update_ms": 5.0},
+    1: {"input_wait_ms": 40.0, "compute_ms": 45.0, "sync_ms": 5.0, "update_ms": 5.0},
+}
+
+
+def breakdown_tags(worker: int) -> dict[str, float]:
+    """The parts' scalars of one worker's step, by hand from PARTS: a step of 100 ms, so
+    each part's share in % is its time in ms."""
+    parts = PARTS[worker]
+    times = {"compute": parts["compute_ms"], "sync": parts["sync_ms"],
+             "update": parts["update_ms"], "other": 100.0 - sum(parts.values())}
+    return {**{f"train/{part}_ms": ms for part, ms in times.items()},
+            **{f"train/{part}_pct": ms for part, ms in times.items()}}
+
+
+def test_a_step_without_its_parts_timed_apart_has_the_scalars_it_always_had() -> None:
+    older = step_scalars(step_event(1, 1))
+    assert set(older) == {"train/loss", "train/learning_rate", "train/examples_per_s",
+                          "train/input_wait_pct", "train/step_time_ms"}
+    timed = step_scalars(step_event(1, 1, step_time_ms=100.0, **PARTS[0]))
+    assert {k: v for k, v in timed.items() if k not in older} == pytest.approx(breakdown_tags(0))
+    assert timed["train/input_wait_pct"] + sum(
+        v for k, v in timed.items() if k.endswith("_pct") and k != "train/input_wait_pct"
+    ) == pytest.approx(100.0)
+
+
+@pytest.mark.slow
+def test_each_workers_step_breakdown_reads_back_in_its_own_log_directory(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "tensorboard"
+    board = RunBoard(root)
+    board.observe(Attempt(attempt=1, settings={}), 1.0)
+    for worker in (0, 1):
+        board.observe(step_event(1, 7, worker=worker, step_time_ms=100.0, **PARTS[worker]),
+                      2.0 + worker)
+    board.close()
+    assert logdirs(root) == {"attempt-1", "attempt-1/worker-1"}
+    for worker, logdir in ((0, "attempt-1"), (1, "attempt-1/worker-1")):
+        _, ((at_step, _, got),) = read_logdir(root / logdir)
+        assert at_step == 7
+        want = {**breakdown_tags(worker), "train/input_wait_pct": PARTS[worker]["input_wait_ms"]}
+        assert {tag: got[tag] for tag in want} == {t: f32(v) for t, v in want.items()}, logdir
 
 
 # -- live, from the supervisor's record ----------------------------------------------------

@@ -160,7 +160,8 @@ BINDINGS: list[BindingType] = [
         id="plots",
         tooltip=(
             "Charts of the whole run against step: examples/s, input wait, step time and"
-            " loss, one colour per attempt (g or Esc goes back)"
+            " loss, one colour per attempt; t there: where each step's time went (g or Esc"
+            " goes back)"
         ),
     ),
     Binding(

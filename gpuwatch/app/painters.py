@@ -202,10 +202,16 @@ class Repainter:
         app, state = self.app, self.app.state
         now = self._reading = reading(state)
         figures = now.figures
-        app.query_one(MetricsPanel).show_state(state, figures, app.clock())
+        metrics = app.query_one(MetricsPanel)
+        taken = metrics.extra_rows
+        metrics.show_state(state, figures, app.clock())
+        if metrics.extra_rows != taken and self.gpus_shown():
+            self._gpus()  # the GPUs' lines give the breakdown its rows, in the same pass
         app.query_one(AdvicePanel).show_advice(now.advice)
         if state.workers > 1:
-            app.query_one(WorkersPanel).show_state(state, figures.workers, now.straggler)
+            app.query_one(WorkersPanel).show_state(
+                state, figures.workers, now.straggler, metrics.extra_rows
+            )
         if self.gpus_shown():
             app.query_one(GpuPanel).show_sync(state, figures.grad_sync_bytes_per_s)
         else:
@@ -218,7 +224,8 @@ class Repainter:
     def _gpus(self) -> None:
         if self.gpus_shown():
             sync = self.reading.figures.grad_sync_bytes_per_s
-            self.app.query_one(GpuPanel).show_state(self.app.state, sync)
+            taken = self.app.query_one(MetricsPanel).extra_rows
+            self.app.query_one(GpuPanel).show_state(self.app.state, sync, taken)
 
     def _plots(self) -> None:
         screen = self.app.screen

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from gpuwatch.advisor import format_rate
+from gpuwatch.advisor import format_bandwidth, format_rate
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.gpus import GpuPanel
@@ -96,8 +96,14 @@ async def test_gpu_title_and_advice_show_one_gradient_sync():
             _, want_sync = expected_figures(events)
             title = str(app.query_one(GpuPanel).border_title)
             assert found(r"gradient sync est\. ([\d.]+ \w?B/s)", title) == want_sync
+            # The advice names the all-reduce by its measured bus bandwidth: the same
+            # steps' bus bytes over their all-reduce time, by hand.
+            steps = [e for e in events if e["type"] == "step"][WARMUP_STEPS:][-CURRENT_STEPS:]
+            bus = (sum(e["grad_sync_bytes"] for e in steps) * 1000.0
+                   / sum(e["sync_ms"] for e in steps))
             advice = text(app, AdvicePanel)
-            assert found(r"gradient sync est\. ([\d.]+ \w?B/s)", advice) == want_sync
+            assert found(r"all-reduce \d+% of the step, ([\d.]+ \w?B/s) bus", advice) == (
+                format_bandwidth(bus))
 
 
 async def test_cluster_headline_verdict_and_attempts_show_the_straggler_s_input_wait():

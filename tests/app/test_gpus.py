@@ -166,17 +166,33 @@ def with_gpus(count: int) -> list[dict[str, Any]]:
     return events
 
 
-async def test_more_gpus_than_lines_are_summed_up_honestly():
-    events = with_gpus(12)
+def untimed(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The events as an older trainer sends them: no step's parts timed apart."""
+    drop = ("compute_ms", "sync_ms", "update_ms")
+    return [{k: v for k, v in e.items() if k not in drop} if e["type"] == "step" else e
+            for e in events]
+
+
+@pytest.mark.parametrize(
+    ("timed", "lines", "more"),
+    [
+        # GPUs 7-11: util 83 to 79 %; 21.3 GB used each (19.8 GiB).
+        (False, 7, "… and 5 more GPUs (7-11): util 79–83%, memory 19.8–19.8 GiB used"),
+        # The metrics' breakdown takes two rows: the GPUs' lines give them back.
+        (True, 5, "… and 7 more GPUs (5-11): util 79–85%, memory 19.8–19.8 GiB used"),
+    ],
+)
+async def test_more_gpus_than_lines_are_summed_up_honestly(timed, lines, more):
+    events = with_gpus(12) if timed else untimed(with_gpus(12))
     link = ReplayLink(events, batch_size=50)
     app = GpuwatchApp(link, clock=frozen_clock_for(events))
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)
-        assert [line.split()[0] for line in texts(app)] == [str(i) for i in range(7)]
-        more = app.query_one("#gpu-more", StatePanel)
-        assert more.display
-        # GPUs 7-11: util 83 to 79 %; 21.3 GB used each (19.8 GiB).
-        assert more.plain == ("… and 5 more GPUs (7-11): util 79–83%, memory 19.8–19.8 GiB used")
+        assert [line.split()[0] for line in texts(app)] == [str(i) for i in range(lines)]
+        assert ("▓all-reduce" in app.query_one(MetricsPanel).plain) is timed
+        summary = app.query_one("#gpu-more", StatePanel)
+        assert summary.display
+        assert summary.plain == more
         assert app.query_one(PendingBar).region.y == SIZE[1] - 2
 
 

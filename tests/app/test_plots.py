@@ -14,7 +14,7 @@ from textual_plotext import PlotextPlot
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.screens.modals import KeysScreen
-from gpuwatch.app.screens.plots import CHARTS, PlotsScreen, attempt_colour
+from gpuwatch.app.screens.plots import CHARTS, TIME_CHARTS, PlotsScreen, attempt_colour
 from gpuwatch.app.widgets.panels import CrashPanel, StatePanel
 from gpuwatch.runstate import WARMUP_STEPS
 
@@ -79,6 +79,59 @@ async def test_the_plotted_series_are_each_attempts_steps():
         assert legend.startswith("━━ attempt 1  ━━ attempt 2  │ attempt starts")
         # One colour per attempt, the same in the legend and the charts.
         assert attempt_colour(1) != attempt_colour(2)
+
+
+def expected_time_split(events: list[dict[str, Any]], attempt: int) -> dict[str, Any]:
+    """The time page's (steps, values) for one attempt: each part's share of each step after
+    warm-up, straight from its step events (their parts sum to no more than the step)."""
+    timed = [e for e in events if e["type"] == "step" and e["attempt"] == attempt]
+    timed = timed[WARMUP_STEPS:]
+    steps = [float(e["step"]) for e in timed]
+
+    def share(key: str) -> list[float]:
+        return [100.0 * e[key] / e["step_time_ms"] for e in timed]
+
+    return {"input_wait_pct": (steps, share("input_wait_ms")),
+            "compute_pct": (steps, share("compute_ms")),
+            "sync_pct": (steps, share("sync_ms")),
+            "update_pct": (steps, share("update_ms"))}
+
+
+async def test_t_shows_where_each_steps_time_went_and_t_goes_back():
+    events = load_events("cpu_two_attempts.jsonl")
+    app, link = make_app("cpu_two_attempts.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("g")
+        screen = app.screen
+        assert isinstance(screen, PlotsScreen)
+        assert screen.check_action("page", ("time",)) and not screen.check_action(
+            "page", ("figures",))
+        await pilot.press("t")
+        await pilot.pause()
+        assert app.screen is screen and screen.page == "time"
+        assert [k for k, _ in screen.charts] == [k for k, _ in TIME_CHARTS] == [
+            "input_wait_pct", "compute_pct", "sync_pct", "update_pct"]
+        assert [t for _, t in TIME_CHARTS] == [
+            "input wait %", "compute %", "all-reduce %", "update %"]
+        assert len(screen.query(PlotextPlot)) == 4
+        for attempt in (1, 2):
+            plotted = {key: screen.plotted[key][attempt] for key, _ in TIME_CHARTS}
+            assert plotted == approx_series(expected_time_split(events, attempt))
+        assert screen.boundaries == [(2, 46)]  # the attempts' line on these charts too
+        legend = screen.query_one("#plots-legend", StatePanel).plain
+        assert legend.endswith("· x: step · y: % of each step")
+        assert not screen.check_action("page", ("time",))  # the footer offers the way back
+        await pilot.press("t")
+        await pilot.pause()
+        assert screen.page == "figures" and set(screen.plotted) == {k for k, _ in CHARTS}
+        # The footer keeps to the plots' keys; the dashboard's setting keys still work.
+        shown = {b.binding.key for b in screen.active_bindings.values() if b.binding.show}
+        assert shown == {"escape", "t", "s", "l", "question_mark", "q"}
+        await pilot.press("p")
+        assert app.pending
+        await pilot.press("escape")
+        assert not isinstance(app.screen, PlotsScreen)
 
 
 async def test_the_plots_repaint_at_most_once_per_interval_and_not_when_closed(monkeypatch):
@@ -174,6 +227,18 @@ def test_plots_80x24(snap_compare):
 
 def test_plots_160x48(snap_compare):
     assert shot(snap_compare, BIG)
+
+
+def test_plots_time_split_80x24(snap_compare):
+    # t: where each step's time went, two attempts whose steps were timed apart.
+    app, link = make_app("cpu_two_attempts.jsonl")
+
+    async def run_before(pilot: Any) -> None:
+        await settle(app, link, pilot)
+        await pilot.press("g", "t")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
 # -- the axes: whole steps on x, every labelled row on y --------------------------------

@@ -77,8 +77,15 @@ async def test_a_finished_run_is_shown_from_its_record_with_its_end_and_attempts
         assert " record " in header and "link" not in header  # not a lost connection
         assert "step 90" in text(app, MetricsPanel)
         rows = text(app, AttemptsPanel).splitlines()
-        assert rows[1].split() == ["1", "off", "1", "256", "45", "1,283", "38.0%", "sigterm"]
-        assert rows[2].split() == ["2", "on", "1", "256", "45", "1,973", "4.0%", "max_steps"]
+        # Each attempt's compute / all-reduce shares too (the fixture's steps are timed
+        # apart): "max_steps" is too long for "comp/sync" at 80 columns, "cp/sync" fits.
+        assert rows[0].split()[-2:] == ["cp/sync", "ended"]
+        assert rows[1].split() == [
+            "1", "off", "1", "256", "45", "1,283", "38.0%", "40/15%", "sigterm"
+        ]
+        assert rows[2].split() == [
+            "2", "on", "1", "256", "45", "1,973", "4.0%", "60/25%", "max_steps"
+        ]
         assert text(app, PendingBar).startswith("run ended (finished); r resumes it · ")
         assert app.check_action("relaunch", ()) is True  # r works with nothing pending
         assert app.check_action("discard", ()) is None

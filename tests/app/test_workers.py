@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.gpus import GpuPanel
@@ -41,7 +43,10 @@ async def test_two_workers_name_worker_1_the_input_bound_straggler():
             "worker 1 (gpu-box-4) is the straggler: input-bound "
             "(input wait 38% vs 3% on the others)"
         )
-        assert app.query_one(WorkersPanel).border_title == "workers: 2, slowest first"
+        # The workers' steps are timed apart: a note on the all-reduce's share (below).
+        assert app.query_one(WorkersPanel).border_title == (
+            "workers: 2, slowest first · sync: all-reduce incl. wait for the slowest"
+        )
         # The headline is the chief's (256 examples per ~200 ms step) but for input wait:
         # every step waits for worker 1, so it is worker 1's 38.0 %, named.
         metrics = text(app, MetricsPanel)
@@ -111,17 +116,25 @@ def many_workers(count: int) -> list[dict[str, Any]]:
     return grown
 
 
-async def test_sixty_four_workers_show_the_slowest_and_a_count_of_the_rest():
+@pytest.mark.parametrize(("timed", "listed"), [(False, 4), (True, 2)])
+async def test_sixty_four_workers_show_the_slowest_and_a_count_of_the_rest(timed, listed):
+    # Timed apart, the metrics' breakdown takes two rows: two fewer workers are listed.
     events = many_workers(64)
+    if not timed:
+        drop = ("sync_ms", "update_ms")
+        events = [{k: v for k, v in e.items() if k not in drop} for e in events]
     link = ReplayLink(events, batch_size=500)
     app = GpuwatchApp(link, clock=frozen_clock_for(events))
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)
         lines = text(app, WorkersPanel).splitlines()
         assert lines[1].split()[:2] == ["1", "node-01"]
-        assert lines[5] == "… and 60 more workers"
-        assert lines[6].startswith("worker 1 (node-01) is the straggler: input-bound")
-        assert app.query_one(WorkersPanel).border_title == "workers: 64, slowest first"
+        assert lines[1 + listed] == f"… and {64 - listed} more workers"
+        assert lines[2 + listed].startswith("worker 1 (node-01) is the straggler: input-bound")
+        title = "workers: 64, slowest first"
+        if timed:
+            title += " · sync: all-reduce incl. wait for the slowest"
+        assert app.query_one(WorkersPanel).border_title == title
         assert app.query_one(AttemptsPanel).region.bottom <= SIZE[1] - 2
 
 

@@ -1,9 +1,11 @@
 """The plots screen (key g): the whole run against step, one colour per attempt.
 
-Four textual-plotext charts (examples/s, input wait %, step time, loss) drawn from
-``RunState.run_history`` (gpuwatch/series.py: every attempt, coarse over a long run),
-with a vertical line where each later attempt starts. The app repaints it at most
-once a second while it is open; closed, it costs nothing (it is not on the stack).
+Four textual-plotext charts drawn from ``RunState.run_history`` (gpuwatch/series.py:
+every attempt, coarse over a long run), with a vertical line where each later attempt
+starts. Two pages of four, ``t`` flips between them: the run's figures (examples/s,
+input wait %, step time, loss) and where each step's time went (the shares of input
+wait, compute, all-reduce and update). The app repaints it at most once a second while
+it is open; closed, it costs nothing (it is not on the stack).
 """
 
 from __future__ import annotations
@@ -19,18 +21,30 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual_plotext import PlotextPlot
 
+from gpuwatch.app import keys
 from gpuwatch.app.axes import step_axis, value_axis
+from gpuwatch.app.widgets.breakdown import part_label
 from gpuwatch.app.widgets.panels import StatePanel
 from gpuwatch.runstate import RunState
 from gpuwatch.series import RunHistory, RunSeries
 
-# (RunHistory field, chart title), in reading order.
+# (RunHistory field, chart title), in reading order: the figures, the first page.
 CHARTS = (
     ("examples_per_s", "examples/s"),
     ("input_wait_pct", "input wait %"),
     ("step_time_ms", "step time (ms)"),
     ("loss", "loss"),
 )
+# Where each step's time went (t): each part's share, % of the step (input wait again, so
+# the four read together). The all-reduce's label is the dashboard's (a cluster's holds
+# waiting for the slowest worker: the legend says so).
+TIME_CHARTS = (
+    ("input_wait_pct", "input wait %"),
+    ("compute_pct", f"{part_label('compute')} %"),
+    ("sync_pct", f"{part_label('sync')} %"),
+    ("update_pct", f"{part_label('update')} %"),
+)
+PAGES = {"figures": CHARTS, "time": TIME_CHARTS}
 # One colour per attempt (cycled): RGB, so the chart and its legend agree.
 PALETTE = (
     (0, 175, 255),
@@ -93,36 +107,73 @@ class StepChart(PlotextPlot):
         return super().render()
 
 
+# The dashboard's setting keys work here as they do there, but out of this footer (the
+# pending bar they act on is not on this screen): 80 columns hold the plots' own keys and
+# the app's way around.
+_SETTING_KEYS_UNSHOWN = [
+    Binding(b.key, f"app.{b.action}", b.description, show=False, id=f"plots.{b.id}",
+            tooltip=b.tooltip)
+    for b in (*keys.SETTING_BINDINGS, *keys.PENDING_BINDINGS)
+]
+
+
 class PlotsScreen(Screen[None]):
-    """Charts of the whole run; g or Esc goes back to the dashboard."""
+    """Charts of the whole run, a page of four; t flips the page, g or Esc goes back to the
+    dashboard."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "back", id="plots.close", tooltip="Back to the dashboard"),
         Binding("g", "close", "back", id="plots.close_g", show=False, tooltip="Same as Esc"),
+        # One key, two pages: the footer shows the one that applies (check_action).
+        Binding("t", "page('time')", "time split", id="plots.time",
+                tooltip="Where each step's time went: input, compute, all-reduce, update"),
+        Binding("t", "page('figures')", "figures", id="plots.figures",
+                tooltip="Back to examples/s, input wait, step time and loss"),
+        *_SETTING_KEYS_UNSHOWN,
     ]
 
-    def __init__(self, state: RunState) -> None:
+    def __init__(self, state: RunState, page: str = "figures") -> None:
         super().__init__()
-        self._first_state = state
+        self._state = state
+        self.page = page
         # What each chart was last given, by attempt: (steps, values). Tests read it.
         self.plotted: dict[str, dict[int, Points]] = {}
         self.boundaries: list[tuple[int, int]] = []  # (attempt, its first step), after the first
 
+    @property
+    def charts(self) -> tuple[tuple[str, str], ...]:
+        """The page's charts: (RunHistory field, title)."""
+        return PAGES[self.page]
+
     def compose(self) -> ComposeResult:
         yield StatePanel(id="plots-legend")
         with Grid(id="plots-grid"):
-            for key, _ in CHARTS:
+            for key, _ in self.charts:
                 yield StepChart(id=f"plot-{key}", classes="plot")
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
-        self.show_state(self._first_state)
+        self.show_state(self._state)
 
     def action_close(self) -> None:
         self.dismiss()
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "page":
+            return parameters[0] != self.page  # the other page's key, not this one's
+        return True
+
+    async def action_page(self, page: str) -> None:
+        """Show the other page's charts, drawn at once."""
+        self.page = page
+        self.plotted = {}
+        await self.recompose()
+        self.refresh_bindings()
+        self.show_state(self._state)
+
     def show_state(self, state: RunState) -> None:
-        """Redraw every chart from the run's history."""
+        """Redraw every chart of the page from the run's history."""
+        self._state = state
         history = state.run_history
         starts = sorted(
             (number, summary.first_step)
@@ -131,7 +182,7 @@ class PlotsScreen(Screen[None]):
         )
         self.boundaries = [(number, step) for number, step in starts[1:]]
         attempts: list[int] = []
-        for key, title in CHARTS:
+        for key, title in self.charts:
             series = series_of(history, key)
             data = {attempt: series.points(attempt) for attempt in series.attempts()}
             attempts.extend(a for a in data if a not in attempts)
@@ -165,7 +216,12 @@ class PlotsScreen(Screen[None]):
             text.append(f"attempt {attempt}")
         if self.boundaries:
             text.append("  │ attempt starts", style="dim")
-        text.append(" · x: step · timings after warm-up", style="dim")
+        if self.page == "time":
+            text.append(" · x: step · y: % of each step", style="dim")
+        else:
+            text.append(" · x: step · timings after warm-up", style="dim")
         if cluster:
             text.append(" · the chief's steps", style="dim")
+            if self.page == "time":
+                text.append(f" ({part_label('sync', cluster=True)})", style="dim")
         self.query_one("#plots-legend", StatePanel).set_text(text)

@@ -242,8 +242,10 @@ class GpuPanel(Vertical):
         """The grid of cells (a big terminal), else one line per GPU."""
         return is_wide(self) and is_tall(self)
 
-    def show_state(self, state: RunState, sync: float | None) -> None:
-        """sync: the gradient sync estimate of the figures on screen (RunState.figures)."""
+    def show_state(self, state: RunState, sync: float | None, taken_rows: int = 0) -> None:
+        """sync: the gradient sync estimate of the figures on screen (RunState.figures).
+        taken_rows: rows the panels above took beyond their own (the metrics' breakdown):
+        on a short screen the compact form gives them back, so nothing below is cut off."""
         self._sync = sync
         history = state.gpu_history
         gpus = history.gpus
@@ -263,7 +265,7 @@ class GpuPanel(Vertical):
             cells, lines = shown, []
         else:
             scale = Scale(history.samples_seen, None, None)  # a line's one sparkline: util
-            room = COMPACT_LINES_TALL if is_tall(self) else COMPACT_LINES_SHORT
+            room = COMPACT_LINES_TALL if is_tall(self) else max(2, COMPACT_LINES_SHORT - taken_rows)
             shown = gpus if len(gpus) <= room else gpus[: room - 1]
             cells, lines = [], shown
         self.query_one(GpuLines).show(lines, scale)

@@ -13,6 +13,13 @@ from textual.widget import Widget
 from gpuwatch.advisor import Advice, Straggler
 from gpuwatch.app import fmt
 from gpuwatch.app.link import RECORD
+from gpuwatch.app.widgets.breakdown import (
+    breakdown_lines,
+    compute_sync_cell,
+    look,
+    part_label,
+    pct_cell,
+)
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
 from gpuwatch.runstate import (
     ACCUMULATION_KEY,
@@ -132,10 +139,27 @@ def header_text(state: RunState, now: float, width: int) -> Text:
 
 class MetricsPanel(StatePanel):
     """Step, epoch, loss, and the figures: examples/s, step time, input wait (a cluster's:
-    the worker's that waits most, named); dim, and saying why, when they are not current."""
+    the worker's that waits most, named); where the steps' parts were timed apart, where
+    their time went (one stacked bar, the all-reduce's bus bandwidth, a legend with the
+    shares: ``breakdown.py``); dim, and saying why, when they are not current."""
+
+    BASE_ROWS = 2  # the step line and the figures line
+
+    _last: tuple[RunState, Figures, float | None] | None = None
+
+    @property
+    def extra_rows(self) -> int:
+        """The rows it shows beyond the two it always has: the breakdown's (or none)."""
+        return max(0, len(self.plain.splitlines()) - self.BASE_ROWS)
+
+    def on_resize(self) -> None:
+        """The lines fit the new width (the bar fills it), with the figures on screen."""
+        if self._last is not None:
+            self.show_state(*self._last)
 
     def show_state(self, state: RunState, figures: Figures, now: float | None = None) -> None:
         """now: the app's clock, for "no step for 14 s" (None: not said)."""
+        self._last = (state, figures, now)
         point = state.last_step
         waited = state.no_step_for_s(now) if now is not None else None
         note = f"no step for {waited:.0f} s" if waited is not None else ""
@@ -163,6 +187,10 @@ class MetricsPanel(StatePanel):
             self.set_text(text)
             return
         text.append_text(self._figures_line(figures, rate))
+        parts = breakdown_lines(figures, self.content_size.width, cluster=state.workers > 1)
+        if parts:
+            text.append("\n")
+            text.append_text(parts)
         self.set_text(text)
 
     def _figures_line(self, figures: Figures, rate: float) -> Text:
@@ -389,22 +417,39 @@ def slowest_first(rows: list[WorkerSummary]) -> list[WorkerSummary]:
 
 
 class WorkersPanel(StatePanel):
-    """Every worker of a cluster run, slowest first, as many as fit, and the straggler."""
+    """Every worker of a cluster run, slowest first, as many as fit, and the straggler.
+
+    Where the workers' steps are timed apart, each row has its shares of compute and of
+    the all-reduce ("sync": it holds the wait for the slowest worker, so the straggler's
+    is the least) instead of its compute time; update and other too at 120 columns.
+    """
 
     HOST_CHARS = 10
 
     def show_state(
-        self, state: RunState, workers: Sequence[WorkerSummary], straggler: Straggler | None
+        self, state: RunState, workers: Sequence[WorkerSummary], straggler: Straggler | None,
+        taken_rows: int = 0,
     ) -> None:
-        """workers: the figures' (RunState.figures), so each row is the value shown elsewhere."""
+        """workers: the figures' (RunState.figures), so each row is the value shown elsewhere.
+        taken_rows: rows the panels above took beyond their own (the metrics' breakdown):
+        on a short screen as many fewer workers are listed, so nothing below is cut off."""
         rows = slowest_first(list(workers))
         text = Text()
-        header = f"{'w':>2} {'host':<{self.HOST_CHARS}} {'rep':>3} {'step':>8} {'wait':>6}"
-        header += f" {'compute':>8} {'ex/s':>7} {'status':<7} device"
-        text.append(header, style="bold")
         tall = is_tall(self)
         wide = is_wide(self)
-        keep = 12 if tall else 4
+        # The parts each row shows: its compute and all-reduce shares (and at 120 columns
+        # its update and other), once any worker's steps were timed apart.
+        parts: tuple[str, ...] = ()
+        if any(row.breakdown is not None for row in rows):
+            parts = ("compute", "sync", "update", "other") if wide else ("compute", "sync")
+        header = f"{'w':>2} {'host':<{self.HOST_CHARS}} {'rep':>3} {'step':>8} {'wait':>6}"
+        if parts:
+            header += "".join(f" {look(part).short:>4}" for part in parts)
+        else:
+            header += f" {'compute':>8}"
+        header += f" {'ex/s':>7} {'status':<7} device"
+        text.append(header, style="bold")
+        keep = 12 if tall else max(1, 4 - taken_rows)
         # After a crash the log tail needs the rows: the failed worker (first) and a count.
         crashed_short = state.failed and not tall
         if crashed_short:
@@ -416,7 +461,11 @@ class WorkersPanel(StatePanel):
                 host = host[: self.HOST_CHARS - 1] + "…"
             line = f"{row.worker:>2} {host:<{self.HOST_CHARS}} {row.replicas or '?'!s:>3}"
             line += f" {fmt.ms(row.step_time_ms):>8} {fmt.pct(row.input_wait_pct):>6}"
-            line += f" {fmt.ms(row.compute_ms):>8} {fmt.count(row.examples_per_s):>7}"
+            if parts:
+                line += "".join(f" {pct_cell(row.breakdown, part):>4}" for part in parts)
+            else:
+                line += f" {fmt.ms(row.compute_ms):>8}"
+            line += f" {fmt.count(row.examples_per_s):>7}"
             style = "bold red" if row.status in ("error", "crashed") else ""
             if straggler is not None and row.worker == straggler.worker:
                 style = style or "bold yellow"
@@ -432,7 +481,10 @@ class WorkersPanel(StatePanel):
             text.append("\nno worker has said hello yet", style="dim")
         if straggler is not None and not crashed_short:
             text.append("\n" + straggler.message, style="bold yellow")
-        show_title(self, f"workers: {len(rows)}, slowest first")
+        title = f"workers: {len(rows)}, slowest first"
+        if parts:  # the all-reduce's time holds the wait for the slowest: said once, here
+            title += " · sync: all-reduce incl. wait for the slowest"
+        show_title(self, title)
         self.set_text(text)
 
 
@@ -513,9 +565,14 @@ class AttemptsPanel(StatePanel):
 
     A cluster's input wait is the worker's that waits most over the attempt ("38.0% w1"):
     every step waits for it, so that is the figure a change must bring down.
+
+    Where an attempt's steps were timed apart, its shares of compute and of the all-reduce
+    ("50/20%") have a column after the input wait, where every row still fits the width
+    with it (the settings' columns come first; "cp/sync" when "comp/sync" is too wide).
     """
 
     MAX_ROWS = 8
+    SPLIT_LABELS = ("comp/sync", "cp/sync")
     FIXED = (PREFETCH_KEY, ACCUMULATION_KEY, BATCH_KEY)
     VALUE_CHARS = 16  # a longer value (a list of workers) is cut, with "…"
 
@@ -546,9 +603,10 @@ class AttemptsPanel(StatePanel):
                 break
         # A workers column only for a cluster: one-host runs read as they always did.
         cluster = any(s.workers > 1 for s in attempts)
-        text.append(self._header(columns, cluster), style="bold")
+        split = self._split_label(state, attempts, columns, cluster, width)
+        text.append(self._header(columns, cluster, split), style="bold")
         for summary in attempts:
-            text.append("\n" + self._row(state, summary, columns, cluster))
+            text.append("\n" + self._row(state, summary, columns, cluster, split))
             if notes:  # under the row, as many as the width holds
                 note = Text("  ")
                 for index, (label, values) in enumerate(notes):
@@ -564,10 +622,12 @@ class AttemptsPanel(StatePanel):
             text.append(f"\n* attempt {last.attempt}: {last.data_restarted}", style="yellow")
         if not attempts:
             text.append("\nno attempt yet", style="dim")
-        title = "attempts (measured after warm-up)"
+        title = "attempts (measured after warm-up"
         if cluster:
-            title = "attempts (after warm-up; input wait: the worker that waits most)"
-        show_title(self, title)
+            title = "attempts (after warm-up; input wait: the worker that waits most"
+        if split:
+            title += f"; {split}: % compute / {part_label('sync', cluster)}"
+        show_title(self, title + ")")
         self.set_text(text)
 
     def _differences(
@@ -596,17 +656,36 @@ class AttemptsPanel(StatePanel):
     def _widths(columns: Differences) -> list[int]:
         return [max(len(label), *(len(v) for v in values.values())) for label, values in columns]
 
-    def _header(self, columns: Differences, cluster: bool) -> str:
+    def _split_label(
+        self, state: RunState, attempts: list[AttemptSummary], columns: Differences,
+        cluster: bool, width: int,
+    ) -> str:
+        """The compute/all-reduce column's label that keeps every row within the width;
+        '' when none does, or no attempt's steps were timed apart."""
+        if not any(summary.breakdown is not None for summary in attempts):
+            return ""
+        for label in self.SPLIT_LABELS:
+            lines = [self._header(columns, cluster, label)]
+            lines += [self._row(state, s, columns, cluster, label) for s in attempts]
+            if all(len(line) <= width for line in lines):
+                return label
+        return ""
+
+    def _header(self, columns: Differences, cluster: bool, split: str = "") -> str:
         header = f"{'#':>2} {'prefetch':>8} {'accum':>5} {'batch':>6}"
         for (label, _), column_width in zip(columns, self._widths(columns), strict=True):
             header += f" {label:>{column_width}}"
         header += f" {'steps':>6}"
         if cluster:
             header += f" {'wkrs':>4}"
-        return header + f" {'ex/s (median)':>14} {'input wait':>11}  ended"
+        header += f" {'ex/s (median)':>14} {'input wait':>11}"
+        if split:
+            header += f" {split}"
+        return header + "  ended"
 
     def _row(
-        self, state: RunState, summary: AttemptSummary, columns: Differences, cluster: bool
+        self, state: RunState, summary: AttemptSummary, columns: Differences, cluster: bool,
+        split: str = "",
     ) -> str:
         wait = summary.input_wait_pct
         prefetch = "?" if summary.prefetch is None else prefetch_word(summary.prefetch)
@@ -624,6 +703,9 @@ class AttemptsPanel(StatePanel):
             row += f" {fmt.count(summary.median_examples_per_s):>14} {shown:>11}"
         else:
             row += f" {'warming up':>14} {'':>11}"
+        if split:
+            shares = compute_sync_cell(summary.breakdown if summary.measured else None)
+            row += f" {shares:>{len(split)}}"
         ended = summary.end or ("running" if summary.attempt == state.attempt else "")
         if summary.attempt == state.attempt and state.terminal:
             ended = summary.end or state.status or ""

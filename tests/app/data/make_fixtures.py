@@ -3,6 +3,11 @@
 Plausible numbers shaped like the supervisor's events.jsonl (protocol.py frames
 with seq and t). Jitter comes in +d/-d pairs so the after-warm-up figures are
 exact: attempt 1 waits 38.0 % of its step time, attempt 2 4.0 %.
+
+Where a step's parts are timed apart (``parts``: compute, all-reduce and update ms, as a
+newer trainer sends them), the jitter falls on the step's rest (other), so each part's
+share after warm-up is exact too. cpu_two_attempts, gpu_running and cpu_two_workers
+carry them; the others are an older trainer's (no breakdown: the screen as before it).
 """
 
 from __future__ import annotations
@@ -64,7 +69,8 @@ def gpu_sample(rec: Recorder, util: float) -> None:
             "util_mem_pct": 31.0, "mem_used_bytes": 21_300_000_000 + index * 400_000_000,
             "mem_total_bytes": 42_949_672_960, "temperature_c": 61 + index,
             "power_w": 251.0, "power_limit_w": 400.0, "sm_clock_mhz": 1410,
-            "pcie_gen": 4, "pcie_width": 16, "pcie_tx_bytes_per_s": 1_250_000_000,
+            "pcie_gen": 4, "pcie_width": 16, "nvlink_links_active": 12, "nvlink_version": 3,
+            "pcie_tx_bytes_per_s": 1_250_000_000,
             "pcie_rx_bytes_per_s": 3_400_000_000,
             "nvlink_tx_bytes_per_s": 18_700_000_000 if index == 0 else None,
             "nvlink_rx_bytes_per_s": 18_200_000_000 if index == 0 else None,
@@ -78,21 +84,29 @@ def gpu_sample(rec: Recorder, util: float) -> None:
 
 def steps(rec: Recorder, attempt: int, first: int, count: int, step_ms: float, wait_ms: float,
           jitter_ms: float, *, batch: int = 256, sampler: Any = cpu_sample,
-          sample_arg: float = 90.0, grad_sync_bytes: int = 2_694_440) -> int:
-    """Emit `count` steps (5 warm-up + count-5 measured, an even number); return next step."""
+          sample_arg: float = 90.0, grad_sync_bytes: int = 2_694_440,
+          parts: tuple[float, float, float] | None = None) -> int:
+    """Emit `count` steps (5 warm-up + count-5 measured, an even number); return next step.
+
+    parts: (compute, sync, update) ms of a measured step; the rest of it is other."""
     for i in range(count):
         if i < 5:  # warm-up: tracing makes the first steps slow
-            ms, wait = (2400.0 if i == 0 else step_ms * 1.6), wait_ms * 1.5
+            ms, wait, scale = (2400.0 if i == 0 else step_ms * 1.6), wait_ms * 1.5, 1.5
         else:
             sign = 1 if i % 2 else -1
             ms = step_ms + sign * jitter_ms
             wait = wait_ms + sign * jitter_ms * wait_ms / step_ms
+            scale = 1.0
         rec.t += ms / 1000.0
         number = first + i
+        timed = {} if parts is None else {
+            name: round(value * scale, 3)
+            for name, value in zip(("compute_ms", "sync_ms", "update_ms"), parts, strict=True)
+        }
         rec.emit("step", attempt=attempt, step=number, micro_step=number, epoch=number // 64,
                  loss=round(2.3 * 0.985 ** number + 0.08, 5), lr=0.001, examples=batch,
                  step_time_ms=round(ms, 3), input_wait_ms=round(wait, 3),
-                 grad_sync_bytes=grad_sync_bytes, dropped=0)
+                 grad_sync_bytes=grad_sync_bytes, dropped=0, **timed)
         if i % 4 == 3:
             sampler(rec, sample_arg)
     return first + count
@@ -127,7 +141,8 @@ def cpu_two_attempts() -> None:
     hello(rec, 1, 0, first)
     rec.emit("status", status="running", attempt=1, exit_code=None, signal=None, message=None,
              log_tail=[])
-    next_step = steps(rec, 1, 1, 45, 200.0, 76.0, 10.0)
+    # 200 ms: input 38 %, compute 40 %, all-reduce 15 %, update 3 %, other 4 %.
+    next_step = steps(rec, 1, 1, 45, 200.0, 76.0, 10.0, parts=(80.0, 30.0, 6.0))
     rec.emit("status", status="stopping", attempt=1, exit_code=None, signal=None,
              message="relaunch requested", log_tail=[])
     rec.emit("checkpoint", attempt=1, step=next_step - 1, micro_step=next_step - 1,
@@ -141,7 +156,8 @@ def cpu_two_attempts() -> None:
              checkpoint="/runs/0612-kq7m/checkpoints/ckpt-1")
     rec.emit("status", status="running", attempt=2, exit_code=None, signal=None, message=None,
              log_tail=[])
-    steps(rec, 2, next_step, 45, 130.0, 5.2, 6.0)
+    # 130 ms: input 4 %, compute 60 %, all-reduce 25 %, update 5 %, other 6 %.
+    steps(rec, 2, next_step, 45, 130.0, 5.2, 6.0, parts=(78.0, 32.5, 6.5))
     rec.write("cpu_two_attempts.jsonl")
 
 
@@ -166,7 +182,10 @@ def gpu_running() -> None:
     hello(rec, 1, 0, first, kind="gpu", replicas=2)
     rec.emit("status", status="running", attempt=1, exit_code=None, signal=None, message=None,
              log_tail=[])
-    steps(rec, 1, 1, 45, 48.0, 1.2, 2.0, batch=1024, sampler=gpu_sample, sample_arg=92.0)
+    # 48 ms: input 2.5 %, compute 62.5 %, all-reduce 20 %, update 5 %, other 10 %; two
+    # A100s on 12 NVLink 3 links each (300 GB/s a direction).
+    steps(rec, 1, 1, 45, 48.0, 1.2, 2.0, batch=1024, sampler=gpu_sample, sample_arg=92.0,
+          parts=(30.0, 9.6, 2.4))
     rec.write("gpu_running.jsonl")
 
 
@@ -278,6 +297,8 @@ def cpu_two_workers() -> None:
     Ground truth after warm-up: every worker's step is 200 ms (synchronous); the chief
     waits 6 ms on input (3.0 %) and computes 40 ms; worker 1 waits 76 ms (38.0 %) and
     computes 41 ms: worker 1 is the straggler, input-bound. Each host has its sampler.
+    The chief's all-reduce takes 140 ms (70 %): it waits there for worker 1, whose own
+    takes 69 ms (34.5 %); each updates in 4 ms (2 %) and the rest is 10 ms (5 %).
     """
     rec = Recorder()
     first = settings(True)
@@ -300,21 +321,23 @@ def cpu_two_workers() -> None:
                  start_micro_step=0, worker=worker, workers=2, host=host)
     rec.emit("status", status="running", attempt=1, exit_code=None, signal=None, message=None,
              log_tail=[])
-    own = {0: (6.0, 40.0), 1: (76.0, 41.0)}  # (input wait ms, compute ms) after warm-up
+    # (input wait, compute, all-reduce, update) ms after warm-up
+    own = {0: (6.0, 40.0, 140.0, 4.0), 1: (76.0, 41.0, 69.0, 4.0)}
     for i in range(45):
         number = 1 + i
         warmup_ms = 2400.0 if i == 0 else 320.0
         ms = warmup_ms if i < 5 else 200.0 + (10.0 if i % 2 else -10.0)
         rec.t += ms / 1000.0
         for worker in (0, 1):
-            wait, compute = own[worker]
+            wait, compute, sync, update = own[worker]
             if i < 5:
-                wait, compute = wait * 1.5, compute * 1.5
+                wait, compute, sync, update = (part * 1.5 for part in own[worker])
             rec.emit("step", attempt=1, step=number, micro_step=number, epoch=number // 64,
                      loss=round(2.3 * 0.985 ** number + 0.08, 5), lr=0.001, examples=256,
                      step_time_ms=round(ms, 3), input_wait_ms=round(wait, 3),
                      grad_sync_bytes=2_694_440, dropped=0, worker=worker,
-                     compute_ms=round(compute, 3))
+                     compute_ms=round(compute, 3), sync_ms=round(sync, 3),
+                     update_ms=round(update, 3))
         if i % 4 == 3:
             for worker, cpu in ((0, 62.0), (1, 97.0)):
                 rec.emit("sample", host={"cpu_pct": cpu, "per_cpu_pct": [cpu, cpu],
