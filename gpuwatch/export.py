@@ -34,8 +34,9 @@ fixed by the declarations, never by scanning the file):
 - ``scaling``: a scaling probe's table (``gpuwatch scale``; gpuwatch/scaling.py), one row
   per device count: count, unit, mode, attempt, state, the batch, examples/s (median after
   warm-up), speed-up and efficiency against the smallest count, each part of the step's
-  share in % (empty until the trainer times them apart) and whether the count's logical
-  CPU replicas share fewer cores. No rows for a run that is not a probe.
+  share in % (``input_wait_pct`` and gpuwatch/breakdown.py's names; empty until the
+  trainer times the parts apart) and whether the count's logical CPU replicas share fewer
+  cores. No rows for a run that is not a probe.
 
 Keys the declarations do not know (a newer version's readings or settings) are kept, in
 one ``extra`` cell: a JSON object of ``dotted.key: value``. In CSV an empty cell is null
@@ -135,11 +136,8 @@ SCALING_COLUMNS = (
     "examples_per_s",
     "speedup",
     "efficiency",
-    "input_pct",
-    "compute_pct",
-    "sync_pct",
-    "update_pct",
-    "other_pct",
+    "input_wait_pct",
+    *SHARE_KEYS,
     "shares_cores",
     "cores",
 )
@@ -395,7 +393,7 @@ def scaling_table_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row
     if plan is None:
         return
     for row in scaling_rows(state):
-        shares = row.shares or {}
+        timed = row.breakdown
         yield {
             "count": row.count,
             "unit": plan.unit,
@@ -410,8 +408,8 @@ def scaling_table_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row
             "examples_per_s": row.examples_per_s,
             "speedup": row.speedup,
             "efficiency": row.efficiency,
-            **{f"{part}_pct": shares.get(part) for part in ("input", "compute", "sync",
-                                                              "update", "other")},
+            "input_wait_pct": timed.pct("input") if timed is not None else None,
+            **share_cells(timed),
             "shares_cores": row.shares_cores,
             "cores": plan.cores,
         }

@@ -363,3 +363,30 @@ def test_rows_of_a_failed_count_are_left_out_of_the_verdict() -> None:
 
 def test_tiny_yaml_loads_as_the_e2e_tests_use_it() -> None:
     assert load_config(TINY).config.train.global_batch_size == 64
+
+
+def test_export_scaling_is_the_tables_rows_with_the_steps_parts_by_hand() -> None:
+    # The dashboard's fixture: 1, 2 and 4 replicas on 2 cores, the last still running; its
+    # parts are constant after warm-up (jitter only on the step and compute, in pairs).
+    import csv
+    import io
+
+    from gpuwatch.export import SCALING_COLUMNS, export_events
+
+    out = io.StringIO()
+    report = export_events(ROOT / "tests" / "app" / "data" / "cpu_scale.jsonl", "scaling",
+                           "csv", out)
+    rows = list(csv.DictReader(io.StringIO(out.getvalue())))
+    assert report.rows == 3 and list(rows[0]) == list(SCALING_COLUMNS)
+    assert [(r["count"], r["state"], r["global_batch_size"], r["shares_cores"]) for r in rows] == [
+        ("1", "measured", "128", "false"), ("2", "measured", "256", "false"),
+        ("4", "running", "512", "true")]
+    # 2 replicas: 50 ms steps of which input 5, all-reduce 8, update 3 ms.
+    two = rows[1]
+    assert float(two["input_wait_pct"]) == pytest.approx(10.0)
+    assert float(two["sync_pct"]) == pytest.approx(16.0)
+    assert float(two["update_pct"]) == pytest.approx(6.0)
+    assert float(rows[2]["sync_pct"]) == pytest.approx(100 * 35 / 90)
+    assert float(two["efficiency"]) == pytest.approx(
+        float(two["examples_per_s"]) / (2 * float(rows[0]["examples_per_s"])))
+    assert {r["mode"] for r in rows} == {"weak"} and {r["cores"] for r in rows} == {"2"}
