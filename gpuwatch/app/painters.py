@@ -215,7 +215,11 @@ class Repainter:
         if self.gpus_shown():
             app.query_one(GpuPanel).show_sync(state, figures.grad_sync_bytes_per_s)
         else:
-            app.query_one(DevicesPanel).show_state(state, figures.grad_sync_bytes_per_s)
+            # With no GPU link to compare it with, the estimate says nothing the measured
+            # all-reduce does not: shown only where the all-reduce is not timed.
+            timed = figures.bus_bytes_per_s is not None
+            estimate = None if timed else figures.grad_sync_bytes_per_s
+            app.query_one(DevicesPanel).show_state(state, estimate)
 
     def gpus_shown(self) -> bool:
         """GPU readings: the per-GPU history replaces the devices panel."""

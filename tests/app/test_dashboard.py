@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 from typing import ClassVar
 
 from textual.binding import Binding
@@ -534,3 +535,15 @@ async def test_at_80x24_a_crash_leaves_the_latest_attempts_and_the_pending_bar_i
         assert [row.split()[0] for row in shown[1:]] == ["1", "2"]
         assert shown[2].split()[-1] == "crashed"
         assert attempts.region.bottom <= pending.region.y
+
+
+async def test_no_gpu_panel_drops_the_estimate_where_the_all_reduce_is_measured():
+    # cpu_two_attempts' steps carry their parts: the metrics panel shows the all-reduce's
+    # measured bus bandwidth, so the devices panel's bytes-over-step estimate goes.
+    app, link = make_app("cpu_two_attempts.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        devices = text(app, DevicesPanel)
+        assert "gradient sync" not in devices and "(estimate)" not in devices
+        assert "NVML: " in devices
+        assert re.search(r"all-reduce [\d.]+ \w?B/s bus", text(app, MetricsPanel))

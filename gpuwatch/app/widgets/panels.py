@@ -274,7 +274,8 @@ class DevicesPanel(StatePanel):
             self.call_after_refresh(lambda: self.show_state(shown, self._last_sync))
 
     def show_state(self, state: RunState, sync: float | None) -> None:
-        """sync: the gradient sync estimate of the figures on screen (RunState.figures)."""
+        """sync: the gradient sync estimate of the figures on screen (RunState.figures);
+        None where the all-reduce is measured (the metrics panel shows its bus bandwidth)."""
         self._last_state, self._last_sync = state, sync
         sample = state.sample or {}
         text = Text()
@@ -311,11 +312,14 @@ class DevicesPanel(StatePanel):
             text.append(f" ({', '.join(devices)})", style="dim")
         text.append("\n")
         text.append_text(host_line(state, sample.get("host") or {}, self.content_size.width))
-        text.append("\ngradient sync ", style="dim")
-        text.append(fmt.format_rate(sync), style="bold")
-        text.append(" (estimate)", style="dim")
-        if reason:
-            text.append(f"  NVML: {reason}", style="dim")
+        if sync is not None:
+            text.append("\ngradient sync ", style="dim")
+            text.append(fmt.format_rate(sync), style="bold")
+            text.append(" (estimate)", style="dim")
+            if reason:
+                text.append(f"  NVML: {reason}", style="dim")
+        elif reason:
+            text.append(f"\nNVML: {reason}", style="dim")
 
 
 def host_line(state: RunState, host: dict[str, Any], width: int = 0) -> Text:
