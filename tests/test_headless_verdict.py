@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,8 @@ import pytest
 
 from gpuwatch.headless import _ended, part_shares, recorded_state, summary_line, verdict_line
 from gpuwatch.runs import RunInfo
-from gpuwatch.runstate import WARMUP_STEPS, RunState
+from gpuwatch.runstate import WARMUP_STEPS
+from tests.support.summary import fold, summary_keys
 from trainer_runtime.protocol import Breakdown
 
 PARTS = ("input_wait_pct", "compute_pct", "sync_pct", "update_pct", "other_pct")
@@ -52,20 +52,8 @@ def frames(parts: dict[int, tuple[float, ...]], *, steps: int = 12,
     return out
 
 
-def fold(events: list[dict[str, Any]]) -> RunState:
-    state = RunState()
-    state.apply_many(events)
-    assert state.bad_events == 0
-    return state
-
-
-def keys(line: str) -> dict[str, str]:
-    assert line.startswith("summary: ")
-    return dict(re.findall(r"(\w+)=(\S+)", line))
-
-
 def shown(line: str) -> list[float]:
-    got = keys(line)
+    got = summary_keys(line)
     return [float(got[key]) for key in PARTS]
 
 
@@ -75,8 +63,9 @@ def test_the_five_parts_are_the_known_shares_and_add_to_100() -> None:
     assert shown(line) == pytest.approx([10.0, 50.0, 20.0, 5.0, 15.0])
     assert sum(shown(line)) == pytest.approx(100.0, abs=0.2)
     # The keys that were there keep their order; the parts follow the input wait.
-    assert list(keys(line))[:9] == ["steps", "examples_per_s", *PARTS, "replicas", "attempt"]
-    assert keys(line)["bus_bytes_per_s"] == "n/a"  # no bytes all-reduced
+    order = ["steps", "examples_per_s", *PARTS, "replicas", "attempt"]
+    assert list(summary_keys(line))[:9] == order
+    assert summary_keys(line)["bus_bytes_per_s"] == "n/a"  # no bytes all-reduced
 
 
 def test_shares_that_do_not_round_evenly_still_add_to_100() -> None:
@@ -108,7 +97,7 @@ def test_a_cluster_gives_the_parts_of_the_worker_whose_input_wait_it_shows() -> 
 
 def test_without_timed_parts_the_four_are_not_available() -> None:
     line = summary_line(fold(frames({0: (100.0, 10.0)})))
-    got = keys(line)
+    got = summary_keys(line)
     assert got["input_wait_pct"] == "10.0"
     assert [got[key] for key in PARTS[1:]] == ["n/a"] * 4
     assert part_shares(None, 10.0) == dict.fromkeys(("compute", "sync", "update", "other"),
@@ -122,7 +111,7 @@ def test_a_short_run_gives_its_parts_over_all_its_steps() -> None:
 
 def test_the_bus_bandwidth_is_the_all_reduces_bytes_over_its_time() -> None:
     line = summary_line(fold(frames({0: (100.0, 1.0, 60.0, 21.0, 4.0)}, bus_bytes=3e9)))
-    assert float(keys(line)["bus_bytes_per_s"]) == pytest.approx(3e9 / 0.021, rel=1e-3)
+    assert float(summary_keys(line)["bus_bytes_per_s"]) == pytest.approx(3e9 / 0.021, rel=1e-3)
 
 
 def ended_output(run_dir: Path, events: list[dict[str, Any]]) -> list[str]:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
 
 from gpuwatch.headless import summary_line
-from gpuwatch.runstate import WARMUP_STEPS, RunState
+from gpuwatch.runstate import WARMUP_STEPS
+from tests.support.summary import fold, summary_keys
 
 A100 = "NVIDIA A100-SXM4-80GB"
 
@@ -40,25 +40,13 @@ def frames(*, flops: float | None, device_kind: str = "gpu", gpus: list[dict[str
     return out
 
 
-def fold(events: list[dict[str, Any]]) -> RunState:
-    state = RunState()
-    state.apply_many(events)
-    assert state.bad_events == 0
-    return state
-
-
-def keys(line: str) -> dict[str, str]:
-    assert line.startswith("summary: ")
-    return dict(re.findall(r"(\w+)=(\S+)", line))
-
-
 def test_tflops_is_flops_per_example_times_examples_per_s_and_mfu_over_the_gpus_peak() -> None:
     flops = 1.5e9
     state = fold(frames(flops=flops, gpus=[{"index": 0, "name": A100},
                                            {"index": 1, "name": A100}]))
     assert state.attempts[1].measured_steps == 12 - WARMUP_STEPS
     line = summary_line(state)
-    got = keys(line)
+    got = summary_keys(line)
     # Every step: 256 examples in 100 ms = 2560 examples/s.
     rate = 256 / 0.100
     assert float(got["examples_per_s"]) == pytest.approx(rate)
@@ -79,7 +67,7 @@ def test_mixed_bfloat16_takes_the_bf16_peak() -> None:
     flops = 2e9
     state = fold(frames(flops=flops, precision="mixed_bfloat16", examples=512, step_ms=50.0,
                         gpus=[{"name": A100}, {"name": A100}]))
-    got = keys(summary_line(state))
+    got = summary_keys(summary_line(state))
     tflops = flops * (512 / 0.050) / 1e12  # 20.48
     assert float(got["tflops"]) == pytest.approx(tflops, rel=5e-3)
     assert float(got["mfu_pct"]) == pytest.approx(100 * tflops / (2 * 312), rel=5e-3)
@@ -88,7 +76,7 @@ def test_mixed_bfloat16_takes_the_bf16_peak() -> None:
 def test_a_cpu_run_shows_the_achieved_figure_and_no_percentage() -> None:
     flops = 9.56416e6
     state = fold(frames(flops=flops, device_kind="cpu", gpus=[]))
-    got = keys(summary_line(state))
+    got = summary_keys(summary_line(state))
     assert float(got["tflops"]) == pytest.approx(flops * 2560 / 1e12, rel=5e-3)
     assert "mfu_pct" not in got
 
@@ -96,13 +84,13 @@ def test_a_cpu_run_shows_the_achieved_figure_and_no_percentage() -> None:
 def test_an_unknown_gpu_or_a_mig_slice_shows_no_percentage() -> None:
     for gpus in ([{"name": "NVIDIA A10G"}, {"name": "NVIDIA A10G"}],
                  [{"name": A100, "mig": True}, {"name": A100, "mig": True}]):
-        got = keys(summary_line(fold(frames(flops=1e9, gpus=gpus))))
+        got = summary_keys(summary_line(fold(frames(flops=1e9, gpus=gpus))))
         assert float(got["tflops"]) == pytest.approx(1e9 * 2560 / 1e12, rel=5e-3)
         assert "mfu_pct" not in got
 
 
 def test_no_count_in_the_hello_is_not_available() -> None:
-    got = keys(summary_line(fold(frames(flops=None, gpus=[{"name": A100}] * 2))))
+    got = summary_keys(summary_line(fold(frames(flops=None, gpus=[{"name": A100}] * 2))))
     assert got["flops_per_example"] == "n/a" and got["tflops"] == "n/a"
     assert "mfu_pct" not in got
 
