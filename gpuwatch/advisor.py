@@ -809,6 +809,13 @@ def final_verdict(state: RunState, figures: Figures) -> str:
     return advice.verdict
 
 
+def final_worker_verdicts(state: RunState, figures: Figures) -> list[str]:
+    """Each measured worker's verdict in a cluster over ``figures``, the straggler's first
+    (``WorkerVerdict.line``); [] on one host."""
+    _, advice = _judge(state, figures)
+    return [worker.line for worker in advice.workers]
+
+
 def _judge(state: RunState, figures: Figures) -> tuple[Straggler | None, Advice]:
     """The straggler of the figures' workers and the advice on them, with the current
     attempt's settings and hello."""

@@ -46,7 +46,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from gpuwatch import scaling
-from gpuwatch.advisor import VERDICTS, final_verdict, input_bound_level, poor_scaling
+from gpuwatch.advisor import (
+    VERDICTS,
+    final_verdict,
+    final_worker_verdicts,
+    input_bound_level,
+    poor_scaling,
+)
 from gpuwatch.client import ClientError, ConnectionLost, RunClient
 from gpuwatch.runs import RunInfo, read_run_info, workers_in
 from gpuwatch.runstate import (
@@ -165,6 +171,13 @@ def summary_line(state: RunState, workers: int = 1) -> str:
     )
 
 
+def worker_verdict_lines(state: RunState) -> list[str]:
+    """'gpuwatch: worker 1 (host-b): ...': every measured worker's verdict in a cluster over
+    the summary's figures, the straggler's first; none on one host."""
+    figures, _ = summary_figures(state)
+    return [f"gpuwatch: {line}" for line in final_worker_verdicts(state, figures)]
+
+
 def verdict_line(state: RunState) -> str:
     """'verdict: ...': the advisor's verdict on the summary's figures (headless's last line)."""
     figures, _ = summary_figures(state)
@@ -274,6 +287,8 @@ def _ended(
     _, _, window = summary_window(state)
     print(f"gpuwatch: attempt {state.attempt}'s figures over {window}; a progress line's are "
           f"its last {CURRENT_STEPS} steps", file=out, flush=True)
+    for line in worker_verdict_lines(state):
+        print(line, file=out, flush=True)
     print(summary_line(state, workers), file=out, flush=True)
     print(verdict_line(state), file=out, flush=True)
     return _exit_code(info, state, stopping, err)

@@ -143,3 +143,20 @@ def test_a_run_that_ended_in_warm_up_says_it_measured_nothing(tmp_path: Path) ->
     events = [e for e in frames({0: (100.0, 1.0)}) if e["type"] != "step"]
     lines = ended_output(tmp_path, events)
     assert lines[-1] == "verdict: no measured steps: it ended while warming up"
+
+
+def test_an_ended_cluster_prints_each_workers_verdict_the_stragglers_first(
+    tmp_path: Path,
+) -> None:
+    # Worker 1 waits 38 ms of 100 on input (the straggler); the chief spends that time in
+    # the all-reduce, waiting for it.
+    events = frames({0: (100.0, 3.0, 40.0, 45.0, 5.0), 1: (100.0, 38.0, 40.0, 10.0, 5.0)})
+    lines = ended_output(tmp_path, events)
+    workers = [line for line in lines if line.startswith("gpuwatch: worker ")]
+    assert [line.split(":")[1].strip() for line in workers] == ["worker 1 (host-1)",
+                                                                "worker 0 (host-0)"]
+    assert "highly input-bound: 38.0% of its step time waiting for input" in workers[0]
+    assert "communication-bound: all-reduce 45% of its step" in workers[1]
+    assert "waits there for worker 1" in workers[1]
+    assert lines.index(workers[-1]) < len(lines) - 2  # before the summary and the verdict
+    assert lines[-2].startswith("summary: ") and lines[-1].startswith("verdict: ")
