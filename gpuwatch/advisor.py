@@ -488,33 +488,51 @@ def too_large_for_data_parallelism(ev: Evidence) -> Finding | None:
 
 
 def step_bottleneck(ev: Evidence) -> Finding | None:
-    """The part of the step that holds it back (``holding_part``), with its remedies."""
+    """The part of the step that holds it back (``holding_part``), with its remedies; the
+    first remedy of every other part graded high follows its own first (two parts both
+    high: the runner-up's fix is one key away too)."""
     if ev.breakdown is None:
         return None
-    held = holding_part({part: ev.share(part) for part in PART_GRADES})
+    shares = {part: ev.share(part) for part in PART_GRADES}
+    held = holding_part(shares)
     if held is None:
         return None
     part, share = held
     level = part_level(part, share)
+    runners_up = sorted(((p, float(pct)) for p, pct in shares.items()
+                         if p != part and pct is not None and part_level(p, pct) == "high"),
+                        key=lambda pair: pair[1], reverse=True)
+    others = [first for p, pct in runners_up if (first := _part_remedies(ev, p, pct)[1][:1])]
     if part == "input":
-        return _input_finding(ev, level)
-    grade = "highly" if level == "high" else "moderately"
-    label = f"{grade} {BOTTLENECKS[part]}-bound{ev.named_as}"
-    if part == "sync":
-        detail, remedies = _communication(ev, share)
-    elif part == "update":
-        detail = f"optimizer update {share:.0f}% of {ev.step}"
-        remedies = [_accumulation(ev, "one optimizer update per k micro-steps"),
-                    Remedy("a bigger batch (b): more examples per update", "b", BATCH_KEY)]
+        finding = _input_finding(ev, level)
+        remedies = list(finding.remedies)
     else:
-        detail = f"{share:.0f}% of {ev.step} outside its measured parts (host work, dispatch)"
-        remedies = [Remedy("a bigger batch (b): the same host work over more examples", "b",
-                           BATCH_KEY)]
-        spe = ev.setting(STEPS_PER_EXECUTION_KEY)
-        if spe == 1:
-            remedies.insert(0, _relaunch(STEPS_PER_EXECUTION_KEY, "8", "several updates per "
-                                         "call, fewer host round trips"))
-    return Finding(BOTTLENECKS[part], level, share, label, detail, _within_memory(ev, remedies))
+        grade = "highly" if level == "high" else "moderately"
+        label = f"{grade} {BOTTLENECKS[part]}-bound{ev.named_as}"
+        detail, remedies = _part_remedies(ev, part, share)
+        finding = Finding(BOTTLENECKS[part], level, share, label, detail, ())
+    if part == "input" and not others:
+        return finding  # as the input rule has always said it
+    merged = remedies[:1] + [r[0] for r in others if r[0] not in remedies] + remedies[1:]
+    return replace(finding, remedies=_within_memory(ev, merged))
+
+
+def _part_remedies(ev: Evidence, part: str, share: float) -> tuple[str, list[Remedy]]:
+    """(detail, remedies) of one part of the step that holds it back."""
+    if part == "input":
+        return "", _input_remedies(ev)
+    if part == "sync":
+        return _communication(ev, share)
+    if part == "update":
+        return (f"optimizer update {share:.0f}% of {ev.step}",
+                [_accumulation(ev, "one optimizer update per k micro-steps"),
+                 Remedy("a bigger batch (b): more examples per update", "b", BATCH_KEY)])
+    remedies = [Remedy("a bigger batch (b): the same host work over more examples", "b",
+                       BATCH_KEY)]
+    if ev.setting(STEPS_PER_EXECUTION_KEY) == 1:
+        remedies.insert(0, _relaunch(STEPS_PER_EXECUTION_KEY, "8", "several updates per "
+                                     "call, fewer host round trips"))
+    return f"{share:.0f}% of {ev.step} outside its measured parts (host work, dispatch)", remedies
 
 
 def memory_bound(ev: Evidence) -> Finding | None:

@@ -360,3 +360,21 @@ def test_a_cluster_without_a_straggler_gives_each_worker_its_own_verdict_by_inde
     assert advice.verdict == "highly communication-bound: all-reduce 25% of the step"
     assert [v.worker for v in advice.workers] == [0, 1]
     assert all(v.finding.kind == "communication" for v in advice.workers)
+
+
+def test_two_parts_both_high_put_the_runner_ups_fix_one_key_away() -> None:
+    # The demo before `p`: 31 ms of host work and 30 ms of input wait in a 100 ms step.
+    config = {**setting(SETTINGS, steps_per_execution=1),
+              "data": {"prefetch": False, "parallel_calls": 1}}
+    state = run({"input": 30.0, "compute": 23.0, "sync": 1.0, "update": 15.0},
+                settings=config, gpus=[], device_kind="cpu")
+    advice = advice_of(state)
+    assert advice.bottleneck == "host" and advice.share_pct == pytest.approx(31.0)
+    # Its own first fix, then the input's (prefetch, p), then the rest of its own.
+    assert [r.setting for r in advice.remedies][:3] == [
+        "train.steps_per_execution", "data.prefetch", "train.global_batch_size"]
+    assert advice.recommendations[1].startswith("turn prefetch on (p)")
+    # A runner-up only moderate adds nothing.
+    state = run({"input": 8.0, "compute": 45.0, "sync": 1.0, "update": 15.0},
+                settings=config, gpus=[], device_kind="cpu")
+    assert "p" not in keys(advice_of(state))
