@@ -81,7 +81,9 @@ def test_the_multiworker_demo_shows_both_workers_and_names_the_straggler_at_80x2
     term.wait_screen(r"worker 1 .*straggler", timeout_s=150)
     screen = term.screen()
     assert "2 workers x 1 CPU replica" in screen and "MultiWorkerMirroredStrategy" in screen
-    assert "input-bound" in screen
+    # Worker 1 holds the steps back by its input: the headline says so, or, where another
+    # part of the step is larger still on a loaded box (host work), the straggler's line.
+    assert "input-bound" in screen or "worker 1 waits on input" in screen, screen
     lines = screen.splitlines()
     assert len(lines) <= 24 and all(len(line) <= 80 for line in lines)
     # Both workers have a row (worker, host, 1 replica), the straggler first.
