@@ -103,7 +103,8 @@ def test_the_multiworker_demo_shows_both_workers_and_names_the_straggler_at_80x2
         steps = contiguous(info.run_dir, worker, 1)
         assert steps == list(range(1, len(steps) + 1)), f"worker {worker}: {steps[:20]}"
     assert gpuwatch("stop", info.run_id).returncode == 0
-    wait_for(lambda: runs.read_run_info(info.run_dir).status == "stopped", 90, "stopped")
+    wait_for(lambda: runs.read_run_info(info.run_dir).status == "stopped", 90,
+             lambda: f"stopped (status {runs.read_run_info(info.run_dir).status})")
     # Stopped together: both workers' last steps are the same.
     assert last_step(info.run_dir, 0, 1) == last_step(info.run_dir, 1, 1)
 
