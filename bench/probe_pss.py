@@ -28,28 +28,18 @@ import argparse
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
 from typing import Any
 
+from bench_multiworker import free_ports  # the bench's own: bench/ is this script's path
+
 PARAMETER_SERVERS = 1
 BATCH = 32
 FEATURES = 8
 SERVER_START_S = 45.0  # importing TensorFlow in three processes on two cores
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def serve(job: str, index: int, cluster: dict[str, list[str]]) -> int:
