@@ -133,8 +133,11 @@ class StepPoint:
 
 
 def steps_input_wait_pct(steps: Iterable[StepPoint]) -> float | None:
-    """Input-wait % over several steps: sum(input_wait_ms) / sum(step_time_ms)."""
-    points = list(steps)
+    """Input-wait % over several steps: sum(input_wait_ms) / sum(step_time_ms), over the
+    steps whose input wait was measured (None: none was; a script's loop may not let it)."""
+    points = [p for p in steps if p.input_wait_ms is not None]
+    if not points:
+        return None
     return input_wait_pct(
         sum(p.input_wait_ms for p in points), sum(p.step_time_ms for p in points)
     )
@@ -169,7 +172,7 @@ class WorkerStep:
     """What a worker's figures keep of one of its steps (the window holds no full events)."""
 
     step_time_ms: float
-    input_wait_ms: float
+    input_wait_ms: float | None
     compute_ms: float | None
     examples: int
     breakdown: Breakdown | None = None
@@ -286,6 +289,9 @@ class AttemptSummary:
     measured_steps: int = 0
     sum_step_time_ms: float = 0.0
     sum_input_wait_ms: float = 0.0
+    # The step time of the measured steps whose input wait was measured (a script's loop
+    # may not let it be: those steps count in neither sum).
+    sum_waited_ms: float = 0.0
     sum_grad_sync_bytes: float = 0.0
     # The measured steps' breakdown together (None: none timed apart), and the all-reduce
     # bytes of those steps, for the bus bandwidth.
@@ -316,9 +322,9 @@ class AttemptSummary:
         pace = self._input_pace()
         if pace is not None:
             return pace[1]
-        if not self.measured:
+        if not self.measured or self.sum_waited_ms <= 0:
             return None
-        return input_wait_pct(self.sum_input_wait_ms, self.sum_step_time_ms)
+        return input_wait_pct(self.sum_input_wait_ms, self.sum_waited_ms)
 
     @property
     def input_wait_worker(self) -> int | None:
@@ -737,6 +743,7 @@ def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerS
     steps = list(figures.window)
     share = 1.0 / figures.workers  # each worker trains its share of the update's examples
     computes = [s.compute_ms for s in steps if s.compute_ms is not None]
+    waited = [(s.step_time_ms, s.input_wait_ms) for s in steps if s.input_wait_ms is not None]
     return WorkerSummary(
         worker=figures.worker,
         host=figures.host,
@@ -746,9 +753,9 @@ def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerS
         measured_steps=len(steps),
         step_time_ms=_median([s.step_time_ms for s in steps]),
         input_wait_pct=input_wait_pct(
-            sum(s.input_wait_ms for s in steps), sum(s.step_time_ms for s in steps)
-        ),
-        input_wait_ms=_median([s.input_wait_ms for s in steps]),
+            sum(wait for _, wait in waited), sum(time for time, _ in waited)
+        ) if waited else None,
+        input_wait_ms=_median([wait for _, wait in waited]),
         compute_ms=_median(computes),
         examples_per_s=_median(
             [r for s in steps if (r := per_second(s.examples * share, s.step_time_ms)) is not None]
@@ -851,7 +858,9 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
     if summary.steps_seen > WARMUP_STEPS and step_time_ms > 0:
         summary.measured_steps += 1
         summary.sum_step_time_ms += step_time_ms
-        summary.sum_input_wait_ms += event.input_wait_ms
+        if event.input_wait_ms is not None:
+            summary.sum_input_wait_ms += event.input_wait_ms
+            summary.sum_waited_ms += step_time_ms
         summary.sum_grad_sync_bytes += event.grad_sync_bytes
         if timed is not None:
             summary.breakdown = timed if summary.breakdown is None else summary.breakdown + timed
@@ -863,15 +872,15 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
     changed.update(_STEP_AREAS)
 
 
-def _add_wait(summary: AttemptSummary, worker: int, step_time_ms: float, wait_ms: float,
-              timed: Breakdown | None) -> bool:
+def _add_wait(summary: AttemptSummary, worker: int, step_time_ms: float,
+              wait_ms: float | None, timed: Breakdown | None) -> bool:
     """Count a worker's step in its attempt's input wait (and breakdown); whether it was
-    measured."""
+    measured (a step without an input wait is not)."""
     wait = summary.worker_waits.get(worker)
     if wait is None:
         wait = summary.worker_waits[worker] = WorkerWait()
     wait.steps_seen += 1
-    if wait.steps_seen <= WARMUP_STEPS or step_time_ms <= 0:
+    if wait.steps_seen <= WARMUP_STEPS or step_time_ms <= 0 or wait_ms is None:
         return False
     wait.measured_steps += 1
     wait.sum_step_time_ms += step_time_ms

@@ -39,10 +39,12 @@ trainer -> supervisor (the trainer's telemetry socket):
               micro_step (int): micro-batches so far
               epoch (int): passes over the data so far (0 for a factory's)
               loss (float | None): mean loss of the update (null if not finite)
-              lr (float): the learning rate it applied
+              lr (float | None): the learning rate it applied (null: not known, a
+                script's loop)
               examples (int): examples trained on, counted in the graph
               step_time_ms (float): wall time of the whole update
-              input_wait_ms (float): host time blocked on the input iterator
+              input_wait_ms (float | None): host time blocked on the input iterator
+                (null: not measurable, the hook event says why)
               grad_sync_bytes (float): estimated all-reduce bytes in this update
               position (int | None): examples trained on so far, all attempts
               dropped (int): telemetry frames dropped so far
@@ -85,7 +87,8 @@ trainer -> supervisor (the trainer's telemetry socket):
               worker (int): the worker that sent it (0 = chief)
   done        The trainer is ending after a checkpoint.
               attempt (int): the attempt it belongs to (1, 2, ...)
-              reason (str): "max_steps", "epochs", "sigterm" or "socket_lost"
+              reason (str): "max_steps", "epochs", "sigterm", "socket_lost", or a
+                script's "exited"
               step (int): the last optimizer step
               worker (int): the worker that sent it (0 = chief)
   error       The trainer cannot go on; the message is its root cause, one line.
@@ -93,6 +96,17 @@ trainer -> supervisor (the trainer's telemetry socket):
               kind (str): "config", "factory" or "runtime"
               message (str): one line
               worker (int): the worker that sent it (0 = chief)
+  hook        What gpuwatch's hook in a person's own command (`gpuwatch run`)
+              instruments, or why
+              attempt (int): the attempt it belongs to (1, 2, ...)
+              installed (bool): the hook runs in the command's Python
+              message (str): why not, or what it watches: one line
+              tensorflow (bool): the command imported TensorFlow
+              keras_version (str): Keras' version, once imported
+              loop (str): "fit", "fit (callback)", "strategy.run (tf.function)",
+                "strategy.run (eager)"; "": no training loop seen yet
+              input_wait (str): "" measured, else why it is not measurable
+              strategy (str): the strategy's class, once seen
 supervisor -> dashboard, besides every trainer event relayed:
   run         The run: the first line of events.jsonl (attempt 0).
               run_id (str): the run's id
@@ -813,10 +827,15 @@ class Step(Event):
     micro_step: int = field(metadata=_note("micro-batches so far"))
     epoch: int = field(metadata=_note("passes over the data so far (0 for a factory's)"))
     loss: float | None = field(metadata=_note("mean loss of the update (null if not finite)"))
-    lr: float = field(metadata=_note("the learning rate it applied"))
+    lr: float | None = field(
+        metadata=_note("the learning rate it applied (null: not known, a script's loop)")
+    )
     examples: int = field(metadata=_note("examples trained on, counted in the graph"))
     step_time_ms: float = field(metadata=_note("wall time of the whole update"))
-    input_wait_ms: float = field(metadata=_note("host time blocked on the input iterator"))
+    input_wait_ms: float | None = field(
+        metadata=_note("host time blocked on the input iterator (null: not measurable, "
+                       "the hook event says why)")
+    )
     grad_sync_bytes: float = field(metadata=_note("estimated all-reduce bytes in this update"))
     position: int | None = field(
         default=None, metadata=_note("examples trained on so far, all attempts")
@@ -846,10 +865,14 @@ class Step(Event):
 
     @property
     def input_wait_pct(self) -> float | None:
+        if self.input_wait_ms is None:
+            return None
         return input_wait_pct(self.input_wait_ms, self.step_time_ms)
 
     @property
     def breakdown(self) -> Breakdown | None:
+        if self.input_wait_ms is None:
+            return None
         return breakdown(self.step_time_ms, self.input_wait_ms, self.compute_ms, self.sync_ms,
                          self.update_ms)
 
@@ -914,7 +937,8 @@ class Done(Event):
     TYPE: ClassVar[str] = "done"
     FROM: ClassVar[str] = "trainer"
     attempt: int = _attempt()
-    reason: str = field(metadata=_note('"max_steps", "epochs", "sigterm" or "socket_lost"'))
+    reason: str = field(metadata=_note('"max_steps", "epochs", "sigterm", "socket_lost", or a '
+                                    'script\'s "exited"'))
     step: int = field(metadata=_note("the last optimizer step"))
     worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
 
@@ -929,6 +953,29 @@ class Error(Event):
     kind: str = field(metadata=_note('"config", "factory" or "runtime"'))
     message: str = field(metadata=_note("one line"))
     worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Hook(Event):
+    """What gpuwatch's hook in a person's own command (`gpuwatch run`) instruments, or why
+    it could not: sent when it installs, and again when it learns more."""
+
+    TYPE: ClassVar[str] = "hook"
+    FROM: ClassVar[str] = "trainer"
+    attempt: int = _attempt()
+    installed: bool = field(metadata=_note("the hook runs in the command's Python"))
+    message: str = field(default="", metadata=_note("why not, or what it watches: one line"))
+    tensorflow: bool = field(default=False, metadata=_note("the command imported TensorFlow"))
+    keras_version: str = field(default="", metadata=_note("Keras' version, once imported"))
+    loop: str = field(
+        default="",
+        metadata=_note('"fit", "fit (callback)", "strategy.run (tf.function)", '
+                       '"strategy.run (eager)"; "": no training loop seen yet'),
+    )
+    input_wait: str = field(
+        default="", metadata=_note('"" measured, else why it is not measurable')
+    )
+    strategy: str = field(default="", metadata=_note("the strategy's class, once seen"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -1017,8 +1064,8 @@ class Sample(Event):
 EVENTS: Mapping[str, type[Event]] = MappingProxyType(
     {
         cls.TYPE: cls
-        for cls in (Hello, Step, Checkpoint, Resume, Reconfigured, Done, Error, Run, Attempt,
-                    Scale, StatusChange, Sample)
+        for cls in (Hello, Step, Checkpoint, Resume, Reconfigured, Done, Error, Hook, Run,
+                    Attempt, Scale, StatusChange, Sample)
     }
 )
 TRAINER_EVENTS = frozenset(name for name, cls in EVENTS.items() if cls.FROM == "trainer")
