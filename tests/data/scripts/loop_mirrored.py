@@ -1,0 +1,92 @@
+"""A person's own custom training loop, as TensorFlow's distributed-training guide writes
+it: strategy.run of a replica step inside a tf.function (or eagerly with --eager), the
+loss reduced with strategy.reduce and printed each step. It knows nothing of gpuwatch.
+"""
+
+import argparse
+import sys
+import time
+
+import numpy as np
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=20)
+parser.add_argument("--batch", type=int, default=64, help="global batch")
+parser.add_argument("--eager", action="store_true", help="no tf.function")
+parser.add_argument("--read-ms", type=float, default=0.0, help="host cost of each batch")
+parser.add_argument("--burst", type=int, default=1,
+                    help="every Nth batch costs N x read-ms, the others nothing")
+parser.add_argument("--width", type=int, default=64, help="hidden units (compute per step)")
+parser.add_argument("--raise-at", type=int, default=0, help="raise an error at this step")
+parser.add_argument("--no-strategy", action="store_true", help="plain tf.function, no strategy")
+args = parser.parse_args()
+
+import tensorflow as tf  # noqa: E402
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+import keras  # noqa: E402
+
+keras.utils.set_random_seed(0)
+strategy = (tf.distribute.get_strategy() if args.no_strategy
+            else tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+
+rng = np.random.default_rng(0)
+examples = args.batch * (args.steps + 2)
+x = rng.normal(size=(examples, 32)).astype("float32")
+y = rng.integers(0, 10, size=(examples,)).astype("int64")
+
+
+def read(i):
+    index = int(i)
+    if args.read_ms and index % args.burst == 0:
+        time.sleep(args.read_ms * args.burst / 1000.0)
+    return i
+
+
+data = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch)
+if args.read_ms:
+    data = data.enumerate().map(
+        lambda i, b: (tf.py_function(read, [i], tf.int64), b)).map(lambda i, b: b)
+
+with strategy.scope():
+    model = keras.Sequential([
+        keras.Input((32,)),
+        keras.layers.Dense(args.width, activation="relu"),
+        keras.layers.Dense(args.width, activation="relu"),
+        keras.layers.Dense(10),
+    ])
+    optimizer = keras.optimizers.SGD(0.05)
+    optimizer.build(model.trainable_variables)
+    loss_object = keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction="none")
+
+dist_data = strategy.experimental_distribute_dataset(data)
+
+
+def step_fn(inputs):
+    features, labels = inputs
+    with tf.GradientTape() as tape:
+        logits = model(features, training=True)
+        per_example = loss_object(labels, logits)
+        loss = tf.nn.compute_average_loss(per_example, global_batch_size=args.batch)
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=False))
+    return loss
+
+
+def train_step(iterator):
+    per_replica = strategy.run(step_fn, args=(next(iterator),))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+
+if not args.eager:
+    train_step = tf.function(train_step)
+
+iterator = iter(dist_data)
+for step in range(1, args.steps + 1):
+    if step == args.raise_at:
+        raise RuntimeError(f"the script's own error at step {step}")
+    loss = train_step(iterator)
+    print(f"step {step} loss {float(loss):.6f}", flush=True)
+print("trained", file=sys.stderr, flush=True)
