@@ -297,6 +297,10 @@ class Watch:
             return original(strategy, fn, *args, **kwargs)
         applied = self.applies
         self.run_start = time.time()
+        if not tf.executing_eagerly() and not _deterministic():
+            # When the step began, if no fetch is timed in this graph (no deps: it runs
+            # as the traced function starts).
+            _graph_state(tf.compat.v1.get_default_graph())["run_start"] = tf.timestamp()
         out = original(strategy, fn, *args, **kwargs)
         if self.applies == applied:
             return out  # no gradients applied: an evaluation, not a training step
@@ -327,11 +331,12 @@ class Watch:
         graph = tf.compat.v1.get_default_graph()
         state = _graph_state(graph)
         fetch = state.pop("fetch", None)
+        run_start = state.pop("run_start", None)
         loop = "strategy.run (tf.function)"
         deterministic = _deterministic()
         self.set_loop(loop, "" if fetch is not None else DETERMINISM if deterministic else
-                      "the batch is not fetched in the traced step: pass the iterator, "
-                      "and call next() inside the tf.function")
+                      "the step's batch does not come from next() on a distributed "
+                      "iterator inside the tf.function")
         flat = [x for x in tf.nest.flatten(out, expand_composites=True) if tf.is_tensor(x)]
         examples = self._examples(strategy, call_args)
         if deterministic:  # the step's end as the host sees it, when its results are ready
@@ -345,6 +350,8 @@ class Watch:
         values = [t_end,
                   fetch[0] if fetch else tf.constant(-1.0, tf.float64),
                   fetch[1] if fetch else tf.constant(-1.0, tf.float64),
+                  fetch[0] if fetch else run_start if run_start is not None
+                  else tf.constant(-1.0, tf.float64),
                   tf.cast(examples, tf.float64) if examples is not None
                   else tf.constant(-1.0, tf.float64)]
         tf.py_function(self._on_graph_step, values, Tout=[])
@@ -354,12 +361,13 @@ class Watch:
         count = int(float(examples)) if float(examples) >= 0 else 0
         self._step_ended(time.time(), None, count, eager=False, start=None)
 
-    def _on_graph_step(self, t_end: Any, t0: Any, t1: Any, examples: Any) -> None:
+    def _on_graph_step(self, t_end: Any, t0: Any, t1: Any, began: Any, examples: Any
+                       ) -> None:
         end = float(t_end)
         wait_ms = (float(t1) - float(t0)) * 1000.0 if float(t0) >= 0 else None
         count = int(float(examples)) if float(examples) >= 0 else 0
         self._step_ended(end, wait_ms, count, eager=False,
-                         start=float(t0) if float(t0) >= 0 else None)
+                         start=float(began) if float(began) >= 0 else None)
 
     def _eager_step(self, strategy: Any, out: Any, call_args: Any) -> None:
         self.set_loop("strategy.run (eager)", "" if self.eager_wait_seen else

@@ -1,0 +1,190 @@
+"""gpuwatch run's hook inside real, unmodified scripts (tests/data/scripts), under
+MirroredStrategy over 2 logical CPU devices: each figure it sends is checked against
+the script's own (the loss it prints or computes, the examples it trained on, a known
+injected read latency, its final weights without the hook)."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.support.hooked import printed_losses, run_hooked, script
+from trainer_runtime import protocol
+
+
+def _contiguous(steps: list[protocol.Step]) -> None:
+    assert [s.step for s in steps] == list(range(1, len(steps) + 1))
+
+
+@pytest.mark.parametrize("spe", [1, 4])
+def test_fit_steps_are_every_batch_with_that_batchs_own_loss(tmp_path: Path, spe: int) -> None:
+    # lr 0: the weights never move, so the script can compute each batch's loss itself.
+    losses = tmp_path / "losses.json"
+    ran = run_hooked(script("fit_mirrored.py", "--spe", str(spe), "--epochs", "2",
+                            "--lr", "0", "--losses-out", str(losses)))
+    assert ran.returncode == 0, ran.output
+    expected = json.loads(losses.read_text())
+    steps = ran.steps
+    _contiguous(steps)
+    assert len(steps) == len(expected) == 16  # 512 examples / 64, twice
+    assert [s.examples for s in steps] == [64] * 16
+    assert steps[-1].position == 2 * 512
+    assert [s.epoch for s in steps] == [0] * 8 + [1] * 8
+    assert [s.loss for s in steps] == pytest.approx(expected, rel=1e-5)
+    # Not Keras' running mean: that would drift towards the epoch's mean.
+    assert steps[1].loss != pytest.approx((expected[0] + expected[1]) / 2, rel=1e-6)
+    assert all(s.input_wait_ms is not None and s.input_wait_ms >= 0 for s in steps)
+    hello = ran.of(protocol.Hello)[0]
+    assert (hello.replicas, hello.device_kind, hello.global_batch_size) == (2, "cpu", 64)
+    assert hello.param_count == 32 * 64 + 64 + 64 * 10 + 10
+    hook = ran.hook
+    assert (hook.loop, hook.input_wait, hook.strategy) == ("fit", "", "MirroredStrategy")
+    assert ran.of(protocol.Done)[-1].reason == "exited"
+
+
+@pytest.mark.parametrize("eager", [False, True])
+def test_a_custom_loop_reports_every_step_with_the_loss_it_printed(eager: bool) -> None:
+    ran = run_hooked(script("loop_mirrored.py", "--steps", "8", *(["--eager"] * eager)))
+    assert ran.returncode == 0, ran.output
+    printed = printed_losses(ran.output)
+    steps = ran.steps
+    _contiguous(steps)
+    assert len(steps) == len(printed) == 8
+    assert [s.loss for s in steps] == pytest.approx(printed, abs=2e-6)
+    assert [s.examples for s in steps] == [64] * 8
+    assert ran.hook.loop == ("strategy.run (eager)" if eager else "strategy.run (tf.function)")
+    assert ran.hook.input_wait == ""
+
+
+@pytest.mark.parametrize("loop", ["fit", "graph", "eager"])
+def test_a_known_read_latency_shows_as_input_wait(loop: str) -> None:
+    # Far above a step's compute here: a few ms traced, some 30 ms eagerly.
+    latency_ms = 120.0 if loop == "eager" else 80.0
+    if loop == "fit":
+        argv = script("fit_mirrored.py", "--dataset", "--epochs", "1", "--examples", "640",
+                      "--read-ms", str(latency_ms))
+    else:
+        argv = script("loop_mirrored.py", "--steps", "10", "--read-ms", str(latency_ms),
+                      *(["--eager"] if loop == "eager" else []))
+    ran = run_hooked(argv)
+    assert ran.returncode == 0, ran.output
+    # After warm-up: the first step traces the graph (or runs slowly, eagerly), and
+    # meanwhile the distributed iterator's own buffer reads ahead the next batches.
+    waits = [s.input_wait_ms for s in ran.steps[4:]]
+    assert waits and all(w is not None and w >= latency_ms / 2 for w in waits), waits
+    for s in ran.steps[4:]:
+        assert s.input_wait_ms is not None and s.input_wait_ms <= s.step_time_ms + 0.5
+
+
+def _mean_wait(prefetch: object, *args: str) -> float:
+    ran = run_hooked(script("loop_mirrored.py", *args), prefetch=prefetch)
+    assert ran.returncode == 0, ran.output
+    waits = [s.input_wait_ms for s in ran.steps[4:]]
+    assert waits and all(w is not None for w in waits)
+    return statistics.mean(w for w in waits if w is not None)
+
+
+def test_prefetch_cannot_hide_a_read_slower_than_the_step_and_the_figure_says_so() -> None:
+    # A 30 ms read against a step of a few ms: with or without prefetch(AUTOTUNE) added
+    # to the script's dataset, every step waits for its batch.
+    slow = ("--steps", "12", "--read-ms", "30")
+    without, with_prefetch = _mean_wait(False, *slow), _mean_wait("autotune", *slow)
+    assert without > 20 and with_prefetch > 20
+    assert with_prefetch == pytest.approx(without, rel=0.3)
+
+
+def test_the_hook_does_not_change_what_the_script_computes(tmp_path: Path) -> None:
+    weights = {}
+    for hooked in (False, True):
+        out = tmp_path / f"w-{hooked}.npz"
+        ran = run_hooked(script("fit_mirrored.py", "--epochs", "2", "--weights-out", str(out)),
+                         hooked=hooked)
+        assert ran.returncode == 0, ran.output
+        with np.load(out) as arrays:
+            weights[hooked] = [arrays[k] for k in sorted(arrays.files)]
+    for plain, watched in zip(weights[False], weights[True], strict=True):
+        assert np.array_equal(plain, watched)
+
+
+def test_op_determinism_falls_back_to_a_callback_and_says_input_wait_is_not_measurable(
+    tmp_path: Path,
+) -> None:
+    losses = tmp_path / "losses.json"
+    ran = run_hooked(script("fit_mirrored.py", "--deterministic", "--epochs", "1", "--lr", "0",
+                            "--losses-out", str(losses)))
+    assert ran.returncode == 0, ran.output
+    assert ran.hook.loop == "fit (callback)"
+    assert "op determinism" in ran.hook.input_wait
+    steps = ran.steps
+    _contiguous(steps)
+    assert [s.input_wait_ms for s in steps] == [None] * 8
+    assert [s.loss for s in steps] == pytest.approx(json.loads(losses.read_text()), rel=1e-5)
+
+
+def test_max_steps_ends_fit_and_a_custom_loop_cleanly() -> None:
+    fit = run_hooked(script("fit_mirrored.py", "--epochs", "3"), max_steps=5)
+    assert fit.returncode == 0 and "trained" in fit.output, fit.output
+    assert [s.step for s in fit.steps] == [1, 2, 3, 4, 5]
+    assert fit.of(protocol.Done)[-1].reason == "max_steps"
+    for eager in (False, True):
+        loop = run_hooked(script("loop_mirrored.py", "--steps", "20",
+                                 *(["--eager"] * eager)), max_steps=3)
+        assert loop.returncode == 0, loop.output
+        assert [s.step for s in loop.steps] == [1, 2, 3]
+        assert [d.reason for d in loop.of(protocol.Done)] == ["max_steps"]
+
+
+def test_a_script_that_raises_keeps_its_steps_and_its_traceback() -> None:
+    ran = run_hooked(script("loop_mirrored.py", "--steps", "8", "--raise-at", "4"))
+    assert ran.returncode == 1
+    assert "RuntimeError: the script's own error at step 4" in ran.output
+    assert [s.step for s in ran.steps] == [1, 2, 3]
+
+
+def test_a_script_without_a_strategy_is_watched_on_the_default_one() -> None:
+    ran = run_hooked(script("loop_mirrored.py", "--steps", "5", "--no-strategy"))
+    assert ran.returncode == 0, ran.output
+    assert [s.step for s in ran.steps] == [1, 2, 3, 4, 5]
+    assert ran.of(protocol.Hello)[0].replicas == 1
+    # A plain tf.data iterator, not a distributed one: said, not guessed.
+    assert [s.input_wait_ms for s in ran.steps] == [None] * 5
+    assert "distributed iterator" in ran.hook.input_wait
+
+
+def test_the_scripts_own_sitecustomize_still_runs_and_the_path_is_clean(tmp_path: Path) -> None:
+    own = tmp_path / "own"
+    own.mkdir()
+    (own / "sitecustomize.py").write_text("import os\nos.environ['THEIRS'] = 'ran'\n")
+    probe = ("import os, sys; print('THEIRS=' + os.environ.get('THEIRS', '-')); "
+             "print('PYTHONPATH=' + os.environ.get('PYTHONPATH', '')); "
+             "print('HOOKED=' + str(any('hook' in p and 'site' in p for p in sys.path)))")
+    import os
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(own))
+    ran = run_hooked([sys.executable, "-c", probe], env=env)
+    assert ran.returncode == 0, ran.output
+    assert "THEIRS=ran" in ran.output
+    assert f"PYTHONPATH={own}\n" in ran.output  # a grandchild Python is not hooked again
+    assert "HOOKED=False" in ran.output
+    assert ran.hook.installed and not ran.hook.tensorflow
+
+
+def test_a_hook_that_cannot_load_leaves_the_script_running_unwatched(tmp_path: Path) -> None:
+    # A package of the person's that shadows ours: the hook cannot import itself.
+    shadow = tmp_path / "shadow" / "trainer_runtime"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise RuntimeError('not gpuwatch')\n")
+    import os
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=str(shadow.parent))
+    ran = run_hooked([sys.executable, "-c", "print('the script ran')"], env=env)
+    assert ran.returncode == 0
+    assert "the script ran" in ran.output
+    assert not ran.hook.installed
+    assert "could not load" in ran.hook.message and "not gpuwatch" in ran.hook.message
