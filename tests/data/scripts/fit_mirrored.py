@@ -21,6 +21,9 @@ parser.add_argument("--dataset", action="store_true", help="a tf.data pipeline, 
 parser.add_argument("--read-ms", type=float, default=0.0, help="host cost of each batch's read")
 parser.add_argument("--losses-out", default=None, help="write each batch's loss (JSON)")
 parser.add_argument("--deterministic", action="store_true", help="op determinism on")
+parser.add_argument("--width", type=int, default=64, help="hidden units")
+parser.add_argument("--time-epochs", type=int, default=0,
+                    help="then time this many more epochs and print examples_per_s=")
 parser.add_argument("--weights-out", default=None, help="write the final weights (.npz)")
 args = parser.parse_args()
 
@@ -42,7 +45,7 @@ y = rng.integers(0, 10, size=(args.examples,)).astype("int64")
 with strategy.scope():
     model = keras.Sequential([
         keras.Input((32,)),
-        keras.layers.Dense(64, activation="relu"),
+        keras.layers.Dense(args.width, activation="relu"),
         keras.layers.Dense(10),
     ])
     model.compile(
@@ -64,6 +67,12 @@ if args.dataset:
     model.fit(data, epochs=args.epochs, verbose=0)
 else:
     model.fit(x, y, batch_size=args.batch, epochs=args.epochs, shuffle=False, verbose=0)
+
+if args.time_epochs:
+    began = time.perf_counter()
+    model.fit(x, y, batch_size=args.batch, epochs=args.time_epochs, shuffle=False, verbose=0)
+    rate = args.time_epochs * args.examples / (time.perf_counter() - began)
+    print(f"examples_per_s={rate:.1f}", flush=True)
 
 if args.losses_out:
     # With lr 0 the weights never move: each batch's loss is the loss of these weights.
