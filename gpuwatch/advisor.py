@@ -199,6 +199,7 @@ WAIT_NOT_MEASURED = "input wait not measured in this loop: no verdict on input"
 # The dashboard's keys a person's own command takes (gpuwatch run): prefetch, which its
 # hook applies. Its batch, accumulation and other settings are its own code's.
 COMMAND_KEYS = frozenset({"p"})
+UNWATCHED_VERDICT = "watched from outside: device sampling only"
 UNWATCHED_ADVICE = ("its processes' CPU and memory, and their GPUs, are sampled; step "
                     "figures come from a TensorFlow program's hook")
 
@@ -859,8 +860,9 @@ def final_verdict(state: RunState, figures: Figures) -> str:
     """The verdict on an attempt over ``figures`` (headless: its summary's), as the
     advice states it, without the dashboard's "(last measured)"."""
     _, advice = _judge(state, figures)
-    if advice.bottleneck == "unwatched":
-        return advice.verdict
+    view = state.command_view()
+    if advice.bottleneck == "unwatched" and view is not None and view.note is not None:
+        return view.note
     if advice.level == "unknown" and advice.verdict != WAIT_NOT_MEASURED:
         return "no measured steps" + (": it ended while warming up" if state.terminal else "")
     return advice.verdict
@@ -881,8 +883,9 @@ def _judge(state: RunState, figures: Figures) -> tuple[Straggler | None, Advice]
     settings = current.settings if current and current.settings else state.settings
     view = state.command_view()
     if view is not None and view.note is not None:
-        # A person's own command that sends no step: nothing to judge, and the why.
-        return None, Advice("unknown", view.note, None, [UNWATCHED_ADVICE],
+        # A person's own command that sends no step: nothing to judge (the metrics panel
+        # says why; headless's verdict is that why, final_verdict).
+        return None, Advice("unknown", UNWATCHED_VERDICT, None, [UNWATCHED_ADVICE],
                             bottleneck="unwatched")
     return straggler, advise(figures, settings, state.sample, state.replicas, straggler,
                              hello=current_hello(state))
