@@ -237,7 +237,13 @@ def main(argv: list[str] | None = None) -> int:
         # never sees it.
         split = words.index("--")
         words, command_argv = words[:split], words[split + 1:]
-    args = parser.parse_args(words)
+        args = parser.parse_args(words)
+    elif words[:1] == ["run"]:
+        # A command typed without its --: its options are not ours; cmd_run says where it goes.
+        args, unknown = parser.parse_known_args(words)
+        args.words = [*args.words, *unknown]
+    else:
+        args = parser.parse_args(words)
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
