@@ -83,20 +83,21 @@ def progress_line(state: RunState) -> str:
     figures = state.figures()  # as the dashboard's: a cluster's input wait is its most
     wait = figures.input_wait_pct
     verdict = VERDICTS[input_bound_level(wait)] if wait is not None else "measuring"
-    if wait is None and figures.step_time_ms is not None:
-        verdict = "not measured in this loop"  # a script's (gpuwatch run): never a figure
-    view = state.command_view()
-    if view is not None and view.note is not None:
-        verdict = "no step metrics"  # a command that sends none: the summary says why
     if figures.input_wait_worker is not None:
         verdict += f", worker {figures.input_wait_worker}"
+    shown = f"input wait {_fmt(wait, '.1f')}% ({verdict})"
+    view = state.command_view()
+    if view is not None and view.note is not None:
+        shown = "no step metrics"  # a command that sends none: the summary says why
+    elif wait is None and figures.step_time_ms is not None:
+        shown = "input wait not measured in this loop"  # a script's: never a figure
     return (
         f"[{state.run_id or '?'}] attempt {state.attempt} {state.status or 'starting'}"
         f" | step {step.step if step else 0}"
         f" | loss {_fmt(step.loss if step else None, '.4f')}"
         f" | {_fmt(figures.examples_per_s, ',.0f')} ex/s"
         f" | step {_fmt(figures.step_time_ms, '.1f')} ms"
-        f" | input wait {_fmt(wait, '.1f')}% ({verdict})"
+        f" | {shown}"
     )
 
 
