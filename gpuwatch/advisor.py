@@ -52,6 +52,7 @@ from gpuwatch.runstate import (
     Figures,
     RunState,
     WorkerSummary,
+    command_argv,
     get_setting,
     pace_setter,
 )
@@ -158,7 +159,8 @@ class Advice:
 
     ``bottleneck`` is the kind of the finding the verdict states ("input",
     "communication", ..., ``Finding.kind``), "none" when the input wait alone was
-    measured and is below its grade, "unknown" with nothing measured; ``share_pct`` its
+    measured and is below its grade, "unknown" with nothing measured ("unwatched": a
+    person's own command that sends no step, the verdict says why); ``share_pct`` its
     measured share; ``remedies`` what ``recommendations`` say, with their keys; ``workers``
     each measured worker's verdict in a cluster, the straggler's first.
     """
@@ -191,6 +193,15 @@ VERDICTS = {
     "none": "not input-bound",
     "unknown": "no measured steps yet (warming up)",
 }
+# Steps measured, but none with an input wait (a script's loop may not let the hook time
+# it: gpuwatch run): no input verdict can be made from a wait that was not measured.
+WAIT_NOT_MEASURED = "input wait not measured in this loop: no verdict on input"
+# The dashboard's keys a person's own command takes (gpuwatch run): prefetch, which its
+# hook applies. Its batch, accumulation and other settings are its own code's.
+COMMAND_KEYS = frozenset({"p"})
+UNWATCHED_VERDICT = "watched from outside: device sampling only"
+UNWATCHED_ADVICE = ("its processes' CPU and memory, and their GPUs, are sampled; step "
+                    "figures come from a TensorFlow program's hook")
 
 
 def _decimal(value: float, units: tuple[str, ...], below: float,
@@ -248,6 +259,8 @@ def advise(
     workers = worker_verdicts(figures.workers, run, straggler)
     if found is None:
         return replace(_input_only(run, figures, straggler), workers=workers)
+    if run.command:
+        found = replace(found, remedies=_for_command(found.remedies))
     if straggler is not None:
         mine = next((w for w in figures.workers if w.worker == straggler.worker), None)
         named = verdict_of(run.of_worker(mine, named=True)) if mine is not None else None
@@ -269,15 +282,35 @@ def _straggler_text(straggler: Straggler) -> str:
             "in the all-reduce")
 
 
+def _for_command(remedies: Sequence[Remedy]) -> tuple[Remedy, ...]:
+    """The remedies a person's own command can take (gpuwatch run): the keys it has
+    (COMMAND_KEYS), or words with no setting behind them; not a setting of the bundled
+    runtime's (its batch, accumulation, data.parallel_calls are the script's own)."""
+    return tuple(r for r in remedies
+                 if r.key in COMMAND_KEYS or (r.key is None and r.setting is None))
+
+
 def _input_only(run: Evidence, figures: Figures, straggler: Straggler | None) -> Advice:
-    """The advice from input wait alone: no breakdown was measured (an older trainer)."""
+    """The advice from input wait alone: no breakdown was measured (an older trainer, or a
+    script's loop). Steps measured without an input wait make no input verdict."""
     pct = figures.input_wait_pct
     level = input_bound_level(pct)
     verdict = VERDICTS[level] if pct is None else _input_finding(run, level).verdict
+    if pct is None and (figures.examples_per_s is not None or figures.step_time_ms is not None):
+        verdict = WAIT_NOT_MEASURED
     recs: list[str] = [_straggler_text(straggler)] if straggler is not None else []
     util = _mean_util(run.gpus)
     remedies = tuple(_input_remedies(run)) if level in ("high", "moderate") else ()
+    if run.command:
+        remedies = _for_command(remedies)
     recs += [remedy.text for remedy in remedies]
+    if run.command:  # a script's batch and accumulation are its own: no key to suggest
+        full = run.fullest_gpu
+        if full is not None:
+            recs.append(f"GPU {full[0]} memory {full[1]:.0f}% full")
+        bottleneck = "input" if level in ("high", "moderate") else level
+        return Advice(level, verdict, pct, recs[:MAX_RECOMMENDATIONS], bottleneck=bottleneck,
+                      share_pct=pct, remedies=remedies)
     if level == "none":
         if util is not None and util < LOW_GPU_UTIL_PCT:
             recs.append(f"GPUs only {util:.0f}% busy, not waiting on input: "
@@ -374,6 +407,11 @@ class Evidence:
 
     def setting(self, dotted: str) -> Any:
         return get_setting(self.settings, dotted)
+
+    @property
+    def command(self) -> bool:
+        """A person's own command (gpuwatch run): its settings are its own code's."""
+        return command_argv(self.settings) is not None
 
     @property
     def accumulation(self) -> int:
@@ -814,7 +852,7 @@ def reading(state: RunState) -> Reading:
     figures = state.figures()
     straggler, advice = _judge(state, figures)
     if state.terminal:  # what was last measured, and what r would do
-        advice = after_the_end(advice, str(state.status))
+        advice = after_the_end(advice, str(state.status), command=state.command is not None)
     return Reading(figures, straggler, advice)
 
 
@@ -822,7 +860,10 @@ def final_verdict(state: RunState, figures: Figures) -> str:
     """The verdict on an attempt over ``figures`` (headless: its summary's), as the
     advice states it, without the dashboard's "(last measured)"."""
     _, advice = _judge(state, figures)
-    if advice.level == "unknown":
+    view = state.command_view()
+    if advice.bottleneck == "unwatched" and view is not None and view.note is not None:
+        return view.note
+    if advice.level == "unknown" and advice.verdict != WAIT_NOT_MEASURED:
         return "no measured steps" + (": it ended while warming up" if state.terminal else "")
     return advice.verdict
 
@@ -840,6 +881,12 @@ def _judge(state: RunState, figures: Figures) -> tuple[Straggler | None, Advice]
     straggler = find_straggler(figures.workers) if figures.workers else None
     current = state.current
     settings = current.settings if current and current.settings else state.settings
+    view = state.command_view()
+    if view is not None and view.note is not None:
+        # A person's own command that sends no step: nothing to judge (the metrics panel
+        # says why; headless's verdict is that why, final_verdict).
+        return None, Advice("unknown", UNWATCHED_VERDICT, None, [UNWATCHED_ADVICE],
+                            bottleneck="unwatched")
     return straggler, advise(figures, settings, state.sample, state.replicas, straggler,
                              hello=current_hello(state))
 
@@ -853,12 +900,19 @@ def current_hello(state: RunState) -> Hello | None:
     return hello if hello is not None and hello.attempt == state.attempt else None
 
 
-def after_the_end(advice: Advice, status: str) -> Advice:
+def after_the_end(advice: Advice, status: str, *, command: bool = False) -> Advice:
     """The advice of a run that has ended (`status`): from its last measured figures, and
-    for the attempt that `r` would start from its last checkpoint, not for a running one."""
+    for the attempt that `r` would start from its last checkpoint (a person's own command:
+    run again from its start), not for a running one."""
     first = f"the run {status}: r goes on from its last checkpoint, with any setting you change"
+    if command:
+        first = f"the run {status}: r runs the command again, with any setting you change"
     recommendations = [first, *advice.recommendations][:MAX_RECOMMENDATIONS]
-    if advice.level == "unknown":
+    if advice.bottleneck == "unwatched":
+        verdict = advice.verdict
+    elif advice.verdict == WAIT_NOT_MEASURED:
+        verdict = f"{advice.verdict} (last measured)"
+    elif advice.level == "unknown":
         verdict = "no measured steps: it ended while warming up"
     else:
         verdict = f"{advice.verdict} (last measured)"

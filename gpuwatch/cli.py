@@ -1,4 +1,4 @@
-"""gpuwatch's command line: train, scale, resume, attach, ls, stop, logs, export, doctor.
+"""gpuwatch's command line: train, run, scale, resume, attach, ls, stop, logs, export, doctor.
 
 Imports are lazy: `gpuwatch --help` must answer in well under half a second, and
 only the dashboard needs Textual. TensorFlow is never imported here.
@@ -43,6 +43,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(train, "override a config key, e.g. --set data.prefetch=on (repeatable)",
                      "start the run, print its id and return", "stop after N optimizer steps")
     train.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
+
+    run = sub.add_parser(
+        "run",
+        help="start your own command under gpuwatch and watch it: gpuwatch run -- python "
+        "train.py",
+        usage="gpuwatch run [-h] [--name N] [--set KEY=VALUE] [--headless | --detach] "
+        "[--max-steps N] -- COMMAND [ARGS ...]",
+        description="Start COMMAND (everything after --) as gpuwatch train starts its "
+        "runtime: under a detached supervisor, listed by ls, with attach, stop, logs, export "
+        "and TensorBoard scalars, its processes and GPUs sampled, and a crash's cause. A "
+        "Python command gets gpuwatch's hook first on its PYTHONPATH: it watches Keras fit "
+        "and strategy.run loops once TensorFlow is imported and sends their steps; any other "
+        "command is watched from outside (device sampling only), and the screen says so. "
+        "It runs in this directory, with this environment; r on the dashboard (or gpuwatch "
+        "resume) runs it again as the next attempt.",
+    )
+    run.add_argument("--name", default=None, metavar="N",
+                     help="the run's name (default: the script's or the program's)")
+    _add_run_options(run, "a setting the hook applies: data.prefetch=off|on|autotune|N, "
+                     "train.max_steps=N, name=N (repeatable); a script's other settings are "
+                     "its own", "start the command, print the run id and return",
+                     "end the command's training loop after N optimizer steps (the hook's)")
+    # Anything before the -- that is not an option: a command typed without its --.
+    run.add_argument("words", nargs="*", help=argparse.SUPPRESS)
 
     scale = sub.add_parser(
         "scale",
@@ -147,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_run_options(
     parser: argparse.ArgumentParser, set_help: str, detach_help: str, max_steps_help: str
 ) -> None:
-    """--set, --headless | --detach and --max-steps: the options of train and resume."""
+    """--set, --headless | --detach and --max-steps: the options of train, run and resume."""
     parser.add_argument(
         "--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
         help=set_help,
@@ -174,10 +198,23 @@ def _overrides_of(args: argparse.Namespace) -> list[str] | None:
 def check_startable(loaded: LoadedConfig) -> None:
     """ConfigError unless a run of these settings can start from here: a cluster that can
     launch (slurm inside an allocation), the GPUs strategy.replicas asks for, and a batch
-    that splits over the replicas."""
-    from gpuwatch.config import check_devices, check_replicas, expected_replicas, visible_gpus
+    that splits over the replicas; for a person's own command (gpuwatch run), only that
+    its program is there."""
+    from gpuwatch.config import (
+        ConfigError,
+        check_devices,
+        check_replicas,
+        expected_replicas,
+        visible_gpus,
+    )
     from gpuwatch.supervisor.cluster import plan_workers
 
+    command = loaded.config.command
+    if command is not None:  # a person's own command: its program must be there, no more
+        problem = command_problem(command.argv[0], command.cwd, os.environ.get("PATH"))
+        if problem is not None:
+            raise ConfigError(problem)
+        return
     plan_workers(loaded.config, Path("."), env=os.environ)
     gpus = visible_gpus()
     check_devices(loaded.config, loaded.where("strategy.replicas"), gpus)
@@ -193,12 +230,27 @@ def check_startable(loaded: LoadedConfig) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    command_argv: list[str] = []
+    if words[:1] == ["run"] and "--" in words:
+        # gpuwatch run's command is everything after the first --, options and all: argparse
+        # never sees it.
+        split = words.index("--")
+        words, command_argv = words[:split], words[split + 1:]
+        args = parser.parse_args(words)
+    elif words[:1] == ["run"]:
+        # A command typed without its --: its options are not ours; cmd_run says where it goes.
+        args, unknown = parser.parse_known_args(words)
+        args.words = [*args.words, *unknown]
+    else:
+        args = parser.parse_args(words)
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    args.argv = command_argv
     handler = {
         "train": cmd_train,
+        "run": cmd_run,
         "scale": cmd_scale,
         "resume": cmd_resume,
         "attach": cmd_attach,
@@ -267,6 +319,81 @@ def cmd_train(args: argparse.Namespace) -> int:
     return _follow(info, args)
 
 
+RUN_USAGE = "gpuwatch run [options] -- COMMAND [ARGS ...]"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """gpuwatch run -- COMMAND: a person's own command under a supervisor, as train starts the
+    bundled runtime (its config.yaml holds the command; the supervisor's launcher starts it)."""
+    from gpuwatch import runs
+    from gpuwatch.config import ConfigError, command_config, dump_config
+
+    if args.words:
+        _err(f"run: put the command after --: {RUN_USAGE}")
+        return EXIT_USAGE
+    if not args.argv:
+        _err(f"run: no command given: {RUN_USAGE}")
+        return EXIT_USAGE
+    overrides = _overrides_of(args)
+    if overrides is None:
+        return EXIT_USAGE
+    cwd = os.getcwd()
+    name = args.name if args.name is not None else command_name(args.argv)
+    try:
+        config = command_config(args.argv, cwd, overrides, name=name)
+    except ConfigError as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    problem = command_problem(args.argv[0], cwd, os.environ.get("PATH"))
+    if problem is not None:
+        _err(problem)
+        return EXIT_USAGE
+    _run_id, run_dir = runs.create_run_dir(runs.gpuwatch_home())
+    (run_dir / "config.yaml").write_text(dump_config(config))
+    try:
+        info = start_supervisor(run_dir)
+    except RuntimeError as exc:
+        _err(str(exc))
+        return EXIT_FAILED
+    return _follow(info, args)
+
+
+def command_name(argv: Sequence[str]) -> str:
+    """A run's name from its command: the script of `python train.py` ("train.py"), the
+    module of `python -m pkg.train`, else the program's name; at most 100 characters of one
+    printable line (schema.MAX_NAME_CHARS)."""
+    program = Path(argv[0]).name or argv[0]
+    name = program
+    if program.startswith("python") and len(argv) > 1:
+        rest = list(argv[1:])
+        while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+            rest.pop(0)  # -u, -O, -X...: the interpreter's own options
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            name = rest[1]
+        elif rest and not rest[0].startswith("-"):
+            name = Path(rest[0]).name or rest[0]
+    name = "".join(char if char.isprintable() else "?" for char in name)[:100]
+    return name or "command"
+
+
+def command_problem(program: str, cwd: str, path: str | None) -> str | None:
+    """Why the command's program cannot start from cwd, as a shell would look for it (a
+    path with a slash, from cwd; a bare name, on PATH), in one line; None if it can."""
+    import shutil
+
+    shown = program if len(program) <= 200 else program[:197] + "..."
+    if "/" in program:
+        target = os.path.join(cwd, program)
+        if os.path.isfile(target) and os.access(target, os.X_OK):
+            return None
+        if os.path.exists(target):
+            return f"command not executable: {shown}"
+        return f"command not found: {shown}"
+    if not program or shutil.which(program, path=path) is None:
+        return f"command not found: {shown}"
+    return None
+
+
 def cmd_scale(args: argparse.Namespace) -> int:
     """gpuwatch scale: the probe's plan checked here (every count's settings), then a run
     whose supervisor runs one fresh attempt per count (supervisor/scale.py)."""
@@ -280,6 +407,9 @@ def cmd_scale(args: argparse.Namespace) -> int:
     try:
         loaded = load_config(args.config, args.overrides)
         config = loaded.config
+        if config.command is not None:
+            raise ConfigError(f"{args.config}: command: gpuwatch scale runs the bundled "
+                              "runtime at each device count; a command's devices are its own")
         plan_workers(config, Path("."), env=os.environ)  # a cluster that can launch from here
         gpus = visible_gpus()
         counts = (scaling.parse_counts(args.replicas) if args.replicas is not None
@@ -519,6 +649,7 @@ def _format_age(started: float | None) -> str:
 
 def cmd_ls(args: argparse.Namespace) -> int:
     import json
+    import shutil
 
     from gpuwatch.runs import list_runs
     from trainer_runtime.protocol import FAILED_STATUSES
@@ -529,25 +660,40 @@ def cmd_ls(args: argparse.Namespace) -> int:
             print(json.dumps(info.as_json()))
         return EXIT_OK
     if not infos:
-        print("no runs yet (gpuwatch train CONFIG starts one)")
+        print("no runs yet (gpuwatch train CONFIG, or gpuwatch run -- COMMAND, starts one)")
         return EXIT_OK
     header = (
         f"{'RUN':<10} {'NAME':<12} {'STATUS':<9} {'ATTEMPT':>7} {'STEP':>8} {'EX/S':>9}  STARTED"
     )
     print(header)
+    width = max(80, shutil.get_terminal_size((80, 24)).columns)
     for info in infos:
         rate = f"{info.examples_per_s:,.0f}" if info.examples_per_s else "-"
         workers = f"  workers={info.workers}" if info.workers > 1 else ""
         if info.scale is not None:  # a scaling probe: its counts, not its last attempt's rate
             plan = info.scale
             workers += f"  scale {plan.mode} {plan.unit}={','.join(map(str, plan.counts))}"
-        print(
+        line = (
             f"{info.run_id:<10} {info.name[:12]:<12} {info.status:<9} {info.attempt:>7} "
             f"{info.step:>8,} {rate:>9}  {_format_age(info.started)}{workers}"
         )
+        print(line)
+        if info.command is not None:  # gpuwatch run: its command, as much as fits a line
+            print(f"{'':<10} $ {shorten_command(info.command, width - 13)}")
         if info.status in FAILED_STATUSES and info.message:
             print(f"{'':<10} {info.message}")
     return EXIT_OK
+
+
+def shorten_command(argv: Sequence[str], width: int) -> str:
+    """A command as a shell would read it (shlex quoting), in `width` characters at most
+    (cut with "…"; at least its program's first characters), on one line."""
+    import shlex
+
+    text = " ".join(shlex.quote(arg) for arg in argv)
+    text = "".join(char if char.isprintable() else "?" for char in text)
+    width = max(width, 12)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def cmd_stop(args: argparse.Namespace) -> int:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import stat
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +30,13 @@ import yaml
 from pydantic import ValidationError
 
 from gpuwatch.config_words import Loc, key_text, kind, problems, show, yaml_float
-from trainer_runtime.schema import RunConfig, divisibility_error, gpu_shortage, replica_count
+from trainer_runtime.schema import (
+    RunConfig,
+    command_setting_refusal,
+    divisibility_error,
+    gpu_shortage,
+    replica_count,
+)
 
 __all__ = [
     "MAX_CONFIG_BYTES",
@@ -43,11 +49,13 @@ __all__ = [
     "apply_overrides",
     "check_devices",
     "check_replicas",
+    "command_config",
     "dump_config",
     "expected_replicas",
     "format_override",
     "load_config",
     "parse_override",
+    "refuse_command_keys",
 ]
 
 # Bounds on what a config may hold. A real config is a few KiB with a few hundred values;
@@ -164,6 +172,55 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadedConfig
         raise ConfigError(
             f"{shown}: cannot load config ({type(exc).__name__}: {exc})", source=shown
         ) from None
+
+
+def command_config(
+    argv: Sequence[str], cwd: str, overrides: Sequence[str] = (), name: str | None = None
+) -> RunConfig:
+    """The config of a person's own command (`gpuwatch run [--name N] [--set K=V] -- ARGV`):
+    the command and the directory it runs in, with the few settings a command takes
+    (schema.COMMAND_KEYS) as `--set` and `--name`, validated by the same schema and bounded
+    like a file. ConfigError (one line) if not: a `--set` of any other key names it and
+    says why (schema.command_setting_refusal)."""
+    shown = "gpuwatch run"
+    try:
+        _check_overrides_length(overrides)
+        budget = _Budget()
+        data: dict[Any, Any] = {"command": {"argv": list(argv), "cwd": cwd}}
+        override_sources: dict[Loc, str] = {}
+        if name is not None:
+            data["name"] = name
+            override_sources[("name",)] = "--name"
+        for override in overrides:
+            label = _override_label(override)
+            key, value = _parse_override(override, budget)
+            refuse_command_keys([key], f"--set {_shorten(key)}")
+            parts = _split_key(key, label)
+            _set_path(data, parts, value, label)
+            override_sources[_normalise_loc(data, parts)] = label
+        locate = _Locator(file=shown, lines={}, overrides=override_sources)
+        config = _validate(data, locate)
+        _check_written_size(config, locate)
+        return config
+    except ConfigError:
+        raise
+    except RecursionError:
+        raise ConfigError(f"{shown}: nested too deeply", source=shown) from None
+    except Exception as exc:  # last line of defence: one line, never a traceback
+        raise ConfigError(
+            f"{shown}: cannot make the config ({type(exc).__name__}: {exc})", source=shown
+        ) from None
+
+
+def refuse_command_keys(keys: Iterable[str], source: str) -> None:
+    """ConfigError naming the first of these dotted settings that a person's own command
+    cannot take (schema.command_setting_refusal): "SOURCE: reason" where SOURCE names it
+    (`--set KEY`), else "SOURCE: KEY: reason"."""
+    for key in keys:
+        reason = command_setting_refusal(str(key))
+        if reason is not None:
+            where = source if str(key) in source else f"{source}: {_shorten(str(key))}"
+            raise ConfigError(f"{where}: {reason}", source=source, key=str(key), problem=reason)
 
 
 def parse_override(text: str) -> tuple[str, Any]:

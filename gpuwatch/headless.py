@@ -5,7 +5,8 @@ trainer as the dashboard; this client prints a line every few seconds and,
 when the run ends, one line that says what the summary measured, then
 `summary: steps=N examples_per_s=X input_wait_pct=Y compute_pct=C sync_pct=S update_pct=U
 other_pct=O replicas=R attempt=A workers=W flops_per_example=F tflops=T mfu_pct=M
-bus_bytes_per_s=B` (one line; C, S, U, O: the step's other parts, compute, gradient
+bus_bytes_per_s=B` (one line; Y: not_measured where a script's loop (gpuwatch run) let
+steps be measured but not their input wait; C, S, U, O: the step's other parts, compute, gradient
 all-reduce, optimizer update and the host's rest, over the same steps as Y, the five
 adding to 100; W: a cluster's workers, 1 on one host; F: one example's forward and
 backward FLOPs as the trainer counted them in its graph; T: achieved TFLOP/s,
@@ -24,6 +25,10 @@ Exit codes: 0 when the run finished or was stopped (`gpuwatch stop`, the dashboa
 2 when the trainer refused its settings (a bad config or factory), 1 when the trainer
 crashed or the supervisor was lost (with the tail of the error), 130 when Ctrl-C
 stopped it (the shell's code for an interrupt; the trainer checkpoints first).
+
+A person's own command (`gpuwatch run --headless -- COMMAND`) is followed the same way;
+one that sends no step (not a TensorFlow program, or not watched) says so before the
+summary, and its verdict is why. It finished when it exited 0.
 
 A scaling probe (`gpuwatch scale CONFIG --headless`) prints the same progress lines while
 its attempts run, then its table (gpuwatch/scaling.py: a row per count), the advisor's
@@ -80,13 +85,19 @@ def progress_line(state: RunState) -> str:
     verdict = VERDICTS[input_bound_level(wait)] if wait is not None else "measuring"
     if figures.input_wait_worker is not None:
         verdict += f", worker {figures.input_wait_worker}"
+    shown = f"input wait {_fmt(wait, '.1f')}% ({verdict})"
+    view = state.command_view()
+    if view is not None and view.note is not None:
+        shown = "no step metrics"  # a command that sends none: the summary says why
+    elif wait is None and figures.step_time_ms is not None:
+        shown = "input wait not measured in this loop"  # a script's: never a figure
     return (
         f"[{state.run_id or '?'}] attempt {state.attempt} {state.status or 'starting'}"
         f" | step {step.step if step else 0}"
         f" | loss {_fmt(step.loss if step else None, '.4f')}"
         f" | {_fmt(figures.examples_per_s, ',.0f')} ex/s"
         f" | step {_fmt(figures.step_time_ms, '.1f')} ms"
-        f" | input wait {_fmt(wait, '.1f')}% ({verdict})"
+        f" | {shown}"
     )
 
 
@@ -153,17 +164,24 @@ def part_shares(breakdown: Breakdown | None, input_wait_pct: float | None) -> di
 
 
 def summary_line(state: RunState, workers: int = 1) -> str:
+    """The summary: its input wait 'not_measured' where steps were measured without one (a
+    script's loop, gpuwatch run), n/a where no step was; a command's replicas n/a until its
+    hook says them."""
     figures, _ = summary_figures(state)
     rate, wait = figures.examples_per_s, figures.input_wait_pct
     steps = state.last_step.step if state.last_step else 0
     flops = state.flops_per_example
     shares = part_shares(figures.breakdown, wait)
     bus = figures.bus_bytes_per_s
+    shown_wait = _fmt(wait, ".1f")
+    if wait is None and (rate is not None or figures.step_time_ms is not None):
+        shown_wait = "not_measured"
+    replicas = "n/a" if state.command is not None and state.hello is None else state.replicas
     return (
         f"summary: steps={steps} examples_per_s={_fmt(rate, '.1f')} "
-        f"input_wait_pct={_fmt(wait, '.1f')} compute_pct={shares['compute']} "
+        f"input_wait_pct={shown_wait} compute_pct={shares['compute']} "
         f"sync_pct={shares['sync']} update_pct={shares['update']} "
-        f"other_pct={shares['other']} replicas={state.replicas} attempt={state.attempt} "
+        f"other_pct={shares['other']} replicas={replicas} attempt={state.attempt} "
         f"workers={workers} flops_per_example={_fmt(flops, '.3e')} "
         f"tflops={_fmt(figures.tflops, '.3g')}"
         + (f" mfu_pct={figures.mfu_pct:.3g}" if figures.mfu_pct is not None else "")
@@ -285,8 +303,15 @@ def _ended(
     """The last progress line, the summary and the exit code of an ended run."""
     print(progress_line(state), file=out, flush=True)
     _, _, window = summary_window(state)
-    print(f"gpuwatch: attempt {state.attempt}'s figures over {window}; a progress line's are "
-          f"its last {CURRENT_STEPS} steps", file=out, flush=True)
+    view = state.command_view()
+    if view is not None and view.note is not None:  # a command that sent no step
+        print(f"gpuwatch: {view.note}: its processes and devices were sampled, no step "
+              "figures came", file=out, flush=True)
+    else:
+        print(f"gpuwatch: attempt {state.attempt}'s figures over {window}; a progress line's "
+              f"are its last {CURRENT_STEPS} steps", file=out, flush=True)
+    if view is not None and view.input_wait is not None:
+        print(f"gpuwatch: {view.input_wait}", file=out, flush=True)
     for line in worker_verdict_lines(state):
         print(line, file=out, flush=True)
     print(summary_line(state, workers), file=out, flush=True)
@@ -307,7 +332,8 @@ def _exit_code(info: RunInfo, state: RunState, stopping: bool, err: TextIO) -> i
         print(f"gpuwatch: {error.message}", file=err)
         return 2
     if state.status == "crashed":
-        print(f"gpuwatch: the trainer crashed: {state.status_message}", file=err)
+        what = "the command" if state.command is not None else "the trainer"
+        print(f"gpuwatch: {what} crashed: {state.status_message}", file=err)
         for line in state.log_tail[-ERROR_TAIL_LINES:]:
             print(f"  | {line}", file=err)
         print(f"gpuwatch: full log: gpuwatch logs {info.run_id}", file=err)

@@ -5,7 +5,9 @@ resume RUN` (or `r` on the dashboard of an ended run) takes the settings of the 
 last attempt (attempt-N.yaml; config.yaml before any attempt), applies `--set`
 overrides as `train` does, writes the result to resume.yaml and starts a supervisor
 with ``--resume --config resume.yaml``: the same run id, attempt N + 1, from the last
-checkpoint, data position included, recorded in the same events.jsonl.
+checkpoint, data position included, recorded in the same events.jsonl. A person's own
+command (gpuwatch run) has no checkpoint of ours: it runs again, from the start, as the
+next attempt, with the settings its hook applies (schema.COMMAND_KEYS) as `--set`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpuwatch import runs
-from gpuwatch.config import dump_config, load_config
+from gpuwatch.config import dump_config, load_config, refuse_command_keys
 
 
 class ResumeError(Exception):
@@ -51,6 +53,10 @@ def resume_run(info: runs.RunInfo, overrides: Sequence[str] = ()) -> runs.RunInf
             f"to it: press r there, or detach it first"
         )
     loaded = load_config(settings_path(current), overrides)
+    if loaded.config.command is not None:
+        for override in overrides:
+            key = override.partition("=")[0].strip()
+            refuse_command_keys([key], f"--set {key}")
     check_startable(loaded)  # as `train` checks: the cluster can launch, the batch splits
     path = info.run_dir / "resume.yaml"
     try:

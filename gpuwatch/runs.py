@@ -165,6 +165,8 @@ class RunInfo:
     message: str | None = None
     workers: int = 1  # a cluster run's workers (MultiWorkerMirroredStrategy); 1: one host
     scale: Scale | None = None  # a scaling probe's plan (gpuwatch scale), else None
+    # A person's own command (gpuwatch run): its argv as recorded, else None.
+    command: tuple[str, ...] | None = None
 
     @property
     def live(self) -> bool:
@@ -187,6 +189,7 @@ class RunInfo:
             "scale": None if self.scale is None else {
                 "counts": self.scale.counts, "unit": self.scale.unit, "mode": self.scale.mode,
             },
+            "command": None if self.command is None else list(self.command),
         }
 
 
@@ -225,12 +228,14 @@ def read_run_info(run_dir: Path) -> RunInfo:
     message: str | None = None
     rates: list[float] = []
     workers = 1
+    command: tuple[str, ...] | None = None
     head, scale = _head_events(run_dir / "events.jsonl")
     if head is not None:
         envelope, run = head
         name = run.name or name
         started = envelope.t
         workers = workers_in(run.settings)
+        command = command_in(run.settings)
     for raw in _tail_lines(run_dir / "events.jsonl"):
         try:
             _, event = parse_event(decode(raw))
@@ -242,6 +247,7 @@ def read_run_info(run_dir: Path) -> RunInfo:
         elif isinstance(event, Attempt):
             attempt = event.attempt
             workers = workers_in(event.settings)
+            command = command_in(event.settings) or command
         elif isinstance(event, Step) and event.worker == 0:  # the run's figures: the chief's
             step = event.step
             if event.examples_per_s is not None:
@@ -281,6 +287,7 @@ def read_run_info(run_dir: Path) -> RunInfo:
         message=message,
         workers=workers,
         scale=scale,
+        command=command,
     )
 
 
@@ -289,6 +296,16 @@ def workers_in(settings: dict[str, Any] | None) -> int:
     cluster = (settings or {}).get("cluster")
     workers = cluster.get("workers") if isinstance(cluster, dict) else None
     return len(workers) if isinstance(workers, list) and workers else 1
+
+
+def command_in(settings: dict[str, Any] | None) -> tuple[str, ...] | None:
+    """The argv of a person's own command in a run's recorded settings (gpuwatch run), or
+    None: a run of the bundled runtime (or settings this version cannot read)."""
+    command = (settings or {}).get("command")
+    argv = command.get("argv") if isinstance(command, dict) else None
+    if isinstance(argv, list) and argv and all(isinstance(arg, str) for arg in argv):
+        return tuple(argv)
+    return None
 
 
 def _as_int(value: Any, default: Any) -> Any:

@@ -63,6 +63,7 @@ from trainer_runtime.protocol import (
     Error,
     Event,
     Hello,
+    Hook,
     ProtocolError,
     Reconfigured,
     Resume,
@@ -77,6 +78,8 @@ from trainer_runtime.protocol import (
     sum_breakdowns,
 )
 from trainer_runtime.schema import (
+    ACCUMULATION_REFUSAL,
+    BATCH_REFUSAL,
     MAX_WORKERS,
     dotted_settings,
     live_changes,
@@ -485,6 +488,9 @@ class RunState:
     refusals: int = field(default=0, metadata=_LOCAL)
     error: Error | None = None
     done: Done | None = None
+    # A person's own command (gpuwatch run): what its hook last said it watches, or why
+    # not, in the current attempt (None: nothing yet, or not a Python command at all).
+    hook: Hook | None = None
     last_checkpoint: Checkpoint | None = None
     dropped: int = 0
     events_applied: int = 0
@@ -738,6 +744,77 @@ class RunState:
         """The run ended badly: the trainer crashed or the supervisor was lost."""
         return self.status in FAILED_STATUSES
 
+    @property
+    def command(self) -> list[str] | None:
+        """A person's own command's argv (gpuwatch run), or None: the bundled runtime."""
+        return command_argv(self.settings)
+
+    def command_view(self) -> CommandView | None:
+        """What the screen says of a person's own command (None: not a command run)."""
+        argv = self.command
+        if argv is None:
+            return None
+        hook = self.hook
+        watched = tuple(part for part in (hook.loop, hook.strategy) if part) if hook else ()
+        note = None
+        stepped = self.last_step is not None and self.last_step.event.attempt == self.attempt
+        if hook is not None and not hook.installed:
+            note = f"not watched: {hook.message or 'the hook could not install'}"
+        elif (hook is None or not hook.tensorflow) and not stepped:
+            # The process runs (a command is running as soon as it started): no hook at all
+            # is a program that is not Python; a hook without TensorFlow, a Python one that
+            # has not imported it (so far: a script imports it when it gets there).
+            started = self.status not in (None, "starting")
+            if started:
+                note = NOT_TENSORFLOW + ("" if self.terminal else " (so far)")
+        input_wait = None
+        if hook is not None and hook.input_wait:
+            input_wait = f"input wait: not measurable for this loop ({hook.input_wait})"
+        kind = "script" if hook is not None else "command"
+        return CommandView(shell_text(argv), kind, watched, note, input_wait)
+
+
+# What the screen says of a command that sends no step (a program that is not Python, or
+# Python that never imports TensorFlow): only its processes and devices are watched.
+NOT_TENSORFLOW = "no step metrics: not a TensorFlow program"
+
+
+@dataclass(frozen=True, slots=True)
+class CommandView:
+    """A person's own command as the screen says it (``RunState.command_view``).
+
+    ``line``: "script: python train.py · fit · MirroredStrategy" ("command:" until its hook
+    speaks: maybe not Python at all); ``note``: why there are no step metrics ("not
+    watched: ...", NOT_TENSORFLOW), None when they can come; ``input_wait``: "input wait:
+    not measurable for this loop (...)", said where the figure would be, else None.
+    """
+
+    command: str  # the argv as a shell would read it
+    kind: str  # "script" once its hook spoke, else "command"
+    watched: tuple[str, ...] = ()  # the hook's loop and strategy, once seen
+    note: str | None = None
+    input_wait: str | None = None
+
+    @property
+    def head(self) -> str:
+        return f"{self.kind}: "
+
+    @property
+    def tail(self) -> str:
+        return "".join(f" · {part}" for part in self.watched)
+
+    @property
+    def line(self) -> str:
+        return f"{self.head}{self.command}{self.tail}"
+
+
+def shell_text(argv: Sequence[str]) -> str:
+    """argv as a shell would read it (shlex quoting), on one line of printable text."""
+    import shlex
+
+    text = " ".join(shlex.quote(arg) for arg in argv)
+    return "".join(char if char.isprintable() else "?" for char in text)
+
 
 def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerSummary:
     steps = list(figures.window)
@@ -784,6 +861,8 @@ def _on_scale(state: RunState, event: Scale, t: float | None) -> None:
 
 
 def _on_attempt(state: RunState, event: Attempt, t: float | None) -> None:
+    if event.attempt > state.attempt and event.reason != "live":
+        state.hook = None  # a new process: its hook says again what it watches
     summary = state._attempt(event.attempt)
     summary.settings = dict(event.settings)
     state.settings = dict(event.settings)
@@ -970,6 +1049,14 @@ def _on_error(state: RunState, event: Error, t: float | None) -> None:
     state.changed.update(("header", "status"))
 
 
+def _on_hook(state: RunState, event: Hook, t: float | None) -> None:
+    # The chief's latest word of the current attempt: an older attempt's late one is not.
+    if event.worker != CHIEF or event.attempt < state.attempt:
+        return
+    state.hook = event
+    state.changed.update(("metrics", "devices", "status"))
+
+
 def _on_resume(state: RunState, event: Resume, t: float | None) -> None:
     if event.worker != CHIEF:  # every worker resumes from the chief's checkpoint
         return
@@ -995,10 +1082,19 @@ _HANDLERS: dict[type[Event], Callable[[RunState, Any, float | None], None]] = {
     Resume: _on_resume,
     Reconfigured: _on_reconfigured,
     Scale: _on_scale,
+    Hook: _on_hook,
 }
 
 
 # ---- settings and pending overrides -----------------------------------
+
+
+def command_argv(settings: Mapping[str, Any]) -> list[str] | None:
+    """The argv of a person's own command in a run's settings (gpuwatch run), else None."""
+    argv = get_setting(settings, "command.argv")
+    if isinstance(argv, list) and argv and all(isinstance(arg, str) for arg in argv):
+        return list(argv)
+    return None
 
 
 def get_setting(settings: Mapping[str, Any], dotted: str) -> Any:
@@ -1101,9 +1197,10 @@ def setting_text(dotted: str, value: Any) -> str:
 def pending_applies_live(
     settings: Mapping[str, Any], pending: Mapping[str, Any], *, running: bool
 ) -> bool:
-    """Whether `r` would apply the pending changes in the running trainer (else relaunch)."""
+    """Whether `r` would apply the pending changes in the running trainer (else relaunch;
+    always for a person's own command, which takes no live change)."""
     overrides = pending_overrides(settings, pending)
-    if not running or not overrides:
+    if not running or not overrides or command_argv(settings) is not None:
         return False
     after: dict[str, Any] = {k: dict(v) if isinstance(v, Mapping) else v
                              for k, v in settings.items()}
@@ -1169,7 +1266,10 @@ def check_pending(settings: Mapping[str, Any], pending: Mapping[str, Any], repli
 def step_accumulation(
     settings: Mapping[str, Any], pending: Mapping[str, Any], *, up: bool, replicas: int
 ) -> dict[str, Any]:
-    """Double (up) or halve accumulation steps; raises SettingRefused if it cannot split."""
+    """Double (up) or halve accumulation steps; raises SettingRefused if it cannot split,
+    or for a person's own command (ACCUMULATION_REFUSAL)."""
+    if command_argv(settings) is not None:
+        raise SettingRefused(ACCUMULATION_REFUSAL)
     accumulation = int(effective(settings, pending, ACCUMULATION_KEY) or 1)
     if up:
         new = accumulation * 2
@@ -1185,7 +1285,10 @@ def step_accumulation(
 def step_batch(
     settings: Mapping[str, Any], pending: Mapping[str, Any], *, up: bool, replicas: int
 ) -> dict[str, Any]:
-    """Double (up) or halve the global batch; raises SettingRefused if it cannot split."""
+    """Double (up) or halve the global batch; raises SettingRefused if it cannot split, or
+    for a person's own command (BATCH_REFUSAL)."""
+    if command_argv(settings) is not None:
+        raise SettingRefused(BATCH_REFUSAL)
     batch = int(effective(settings, pending, BATCH_KEY) or 1)
     if up:
         new = batch * 2

@@ -107,6 +107,7 @@ trainer -> supervisor (the trainer's telemetry socket):
                 "strategy.run (eager)"; "": no training loop seen yet
               input_wait (str): "" measured, else why it is not measurable
               strategy (str): the strategy's class, once seen
+              worker (int): the worker that sent it (0 = chief)
 supervisor -> dashboard, besides every trainer event relayed:
   run         The run: the first line of events.jsonl (attempt 0).
               run_id (str): the run's id
@@ -976,6 +977,7 @@ class Hook(Event):
         default="", metadata=_note('"" measured, else why it is not measurable')
     )
     strategy: str = field(default="", metadata=_note("the strategy's class, once seen"))
+    worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

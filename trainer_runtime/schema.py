@@ -20,6 +20,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -65,6 +66,11 @@ MAX_COLLECTIVE_TIMEOUT_S = 3600.0
 MAX_SSH_OPTIONS = 32
 MAX_SSH_OPTION_CHARS = 1000
 MAX_PATH_CHARS = 4096
+# A person's own command (`gpuwatch run -- COMMAND`): its arguments, and each one's length.
+# Linux takes at most 128 KiB in one argument and about 2 MiB in all; the config that holds
+# the command is bounded too (gpuwatch/config.py: MAX_TEXT_CHARS of text in all).
+MAX_COMMAND_ARGS = 4096
+MAX_ARG_CHARS = 4096
 # user@host, a host name or an IPv4 address; never a leading "-" (an ssh option).
 HOST_RE = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}@)?[A-Za-z0-9][A-Za-z0-9.-]*$")
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1"})
@@ -440,8 +446,51 @@ class ClusterConfig(_Strict):
         return len(self.workers)
 
 
+def _command_text(value: str) -> str:
+    """An argument or a path as the kernel takes it: no NUL (it ends a C string), and text
+    that UTF-8 can write down (a config file holds it; an undecodable byte from the command
+    line is a lone surrogate here)."""
+    if "\0" in value:
+        raise ValueError("must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be text UTF-8 can encode (got an undecodable byte)") from None
+    return value
+
+
+# The program (argv[0]) is a name or a path: never empty. Its arguments may be empty
+# (`grep "" FILE` is a real command).
+CommandArg = Annotated[str, Field(max_length=MAX_ARG_CHARS), AfterValidator(_command_text)]
+
+
+class CommandConfig(_Strict):
+    """A person's own command (`gpuwatch run -- COMMAND [ARGS ...]`): what the run starts
+    instead of the bundled runtime. argv[0] is looked up on PATH as a shell would, from
+    cwd, the directory `gpuwatch run` was typed in."""
+
+    argv: Annotated[list[CommandArg], Field(min_length=1, max_length=MAX_COMMAND_ARGS)]
+    cwd: Annotated[
+        str, Field(min_length=1, max_length=MAX_PATH_CHARS), AfterValidator(_command_text)
+    ]
+
+    @field_validator("argv")
+    @classmethod
+    def _a_program(cls, value: list[str]) -> list[str]:
+        if not value[0]:
+            raise ValueError("argv[0], the program, must not be empty")
+        return value
+
+    @field_validator("cwd")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/"):
+            raise ValueError(f"must be an absolute path (got {value[:80]!r})")
+        return value
+
+
 class RunConfig(_Strict):
-    """A whole run: what `gpuwatch train CONFIG` reads."""
+    """A whole run: what `gpuwatch train CONFIG` reads (or `gpuwatch run` writes)."""
 
     name: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] = "run"
     model: ModelConfig = Field(default_factory=ModelConfig)
@@ -452,6 +501,8 @@ class RunConfig(_Strict):
     telemetry: TelemetryConfig = Field(default_factory=TelemetryConfig)
     # Several workers under MultiWorkerMirroredStrategy; none: one host, MirroredStrategy.
     cluster: ClusterConfig | None = None
+    # A person's own command (gpuwatch run); none: the bundled runtime trains.
+    command: CommandConfig | None = None
 
     @field_validator("name")
     @classmethod
@@ -462,6 +513,12 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _settings_fit_together(self) -> RunConfig:
+        if self.command is not None and self.cluster is not None:
+            raise LimitError(
+                ("cluster", "command"),
+                "cluster cannot go with a command: a command (gpuwatch run) runs on this "
+                "host alone, under its own strategy; leave the cluster section out",
+            )
         if self.cluster is not None and self.strategy.replicas is not None:
             raise LimitError(
                 ("strategy.replicas", "cluster"),
@@ -569,6 +626,39 @@ LIVE_KEYS = frozenset({
     "train.global_batch_size",
     "train.accumulation_steps",
 })
+
+
+# The settings that mean something for a person's own command (gpuwatch run): its hook
+# applies data.prefetch and train.max_steps (trainer_runtime/hook); name is the run's.
+# Every other setting is the script's own business: refused by `--set`, a relaunch and
+# the dashboard's keys alike, with the reason command_setting_refusal gives.
+COMMAND_KEYS = ("data.prefetch", "train.max_steps", "name")
+ACCUMULATION_REFUSAL = (
+    "a script's gradient accumulation is not changed from outside: Keras' "
+    "gradient_accumulation_steps is wrong under MirroredStrategy inside tf.function "
+    "(keras-team/keras#20582)"
+)
+BATCH_REFUSAL = "a script's batch size is its own: gpuwatch cannot change it from outside"
+_COMMAND_REFUSALS = {
+    "train.accumulation_steps": ACCUMULATION_REFUSAL,
+    "train.global_batch_size": BATCH_REFUSAL,
+    "command": "the command is the run's own: start another run with gpuwatch run",
+    "cluster": "a command runs on this host alone (its own strategy decides its devices)",
+}
+
+
+def command_setting_refusal(key: str) -> str | None:
+    """Why the dotted setting `key` cannot be set for a person's own command, in words; None
+    for the settings it can (COMMAND_KEYS)."""
+    key = key.strip()
+    if key in COMMAND_KEYS:
+        return None
+    section = key.partition(".")[0]
+    reason = _COMMAND_REFUSALS.get(key) or _COMMAND_REFUSALS.get(section)
+    if reason is not None:
+        return reason
+    return (f"a script's own code decides it: for a command gpuwatch sets only "
+            f"{', '.join(COMMAND_KEYS)}")
 
 
 def dotted_settings(settings: Any, prefix: str = "") -> dict[str, Any]:

@@ -75,6 +75,11 @@ from gpuwatch.runstate import (
     toggle_prefetch,
 )
 
+# The keys a person's own command (gpuwatch run) does not take: its batch, its accumulation
+# and the settings screen's (its code's own); greyed out, and refused if pressed anyway.
+COMMAND_REFUSED_ACTIONS = frozenset({"accumulation", "batch", "edit_settings"})
+COMMAND_SETTINGS_REFUSAL = keys.COMMAND_SETTINGS_REFUSAL
+
 
 class GpuwatchApp(CommandsMixin, App[str]):
     """Live dashboard of one training run (and a switcher between the live runs)."""
@@ -190,6 +195,8 @@ class GpuwatchApp(CommandsMixin, App[str]):
 
     def show_pending(self) -> None:
         """The pending bar, and the keys that act on it."""
+        bar = self.query_one(PendingBar)
+        bar.idle_hint = self.settings_keys_hint()  # a command's: only the keys it takes
         live = pending_applies_live(
             self.state.settings, self.pending, running=self.state.status == "running"
         )
@@ -198,7 +205,7 @@ class GpuwatchApp(CommandsMixin, App[str]):
         if self.applying is not None and self.applying.settled(self.state):
             self.applying = None  # the record says how it went: its attempt, or a refusal
         applying = self.applying.line() if self.applying is not None else None
-        self.query_one(PendingBar).show_pending(
+        bar.show_pending(
             describe_pending(self.state.settings, self.pending), live=live, note=note,
             applying=applying,
         )
@@ -231,9 +238,13 @@ class GpuwatchApp(CommandsMixin, App[str]):
         )
 
     def action_edit_settings(self) -> None:
-        """e: the settings screen; what it returns becomes the pending settings."""
+        """e: the settings screen; what it returns becomes the pending settings (not for a
+        person's own command: its settings are its own code's)."""
         if not self.state.settings:
             self.notify("no settings yet: the run has not started", severity="warning")
+            return
+        if self.state.command is not None:
+            self.notify(COMMAND_SETTINGS_REFUSAL, title="not changed", severity="warning")
             return
 
         def edited(pending: dict[str, Any] | None) -> None:
@@ -252,6 +263,8 @@ class GpuwatchApp(CommandsMixin, App[str]):
         self.pending = {}
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in COMMAND_REFUSED_ACTIONS and self.state.command is not None:
+            return None  # a person's own command's: greyed out (the keys screen says why)
         if action == "relaunch" and parameters[:1] != (False,) and self.applying is not None:
             return None  # greyed out while a live change is in flight (R still relaunches)
         if action in ("relaunch", "discard"):
@@ -302,11 +315,19 @@ class GpuwatchApp(CommandsMixin, App[str]):
     # ---- keys, in words made from the bindings ---------------------------
 
     def key_rows(self) -> list[tuple[str, str]]:
-        """(key, what it does) for every binding: the keys screen."""
-        return keys.key_rows(self.BINDINGS, self.get_key_display)
+        """(key, what it does) for every binding: the keys screen; for a person's own
+        command, why the keys it does not take do nothing."""
+        bindings = self.BINDINGS
+        if self.state.command is not None:
+            bindings = keys.for_command(bindings)
+        return keys.key_rows(bindings, self.get_key_display)
 
     def settings_keys_hint(self) -> str:
-        return keys.settings_hint(self.SETTING_BINDINGS, self.get_key_display)
+        bindings = self.SETTING_BINDINGS
+        if self.state.command is not None:  # only the keys a command takes
+            bindings = [b for b in bindings if b.action.partition("(")[0]
+                        not in COMMAND_REFUSED_ACTIONS]
+        return keys.settings_hint(bindings, self.get_key_display)
 
     def pending_keys_hint(self, *, live: bool = False, short: bool = False) -> str:
         return keys.pending_hint(

@@ -7,8 +7,11 @@ lists; gpuwatch.app.app.GpuwatchApp takes them as its class bindings.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from textual.binding import Binding, BindingType
+
+from trainer_runtime.schema import ACCUMULATION_REFUSAL, BATCH_REFUSAL
 
 # How the app shows a key ("p", "?", "ctrl+c"): App.get_key_display.
 Display = Callable[[Binding], str]
@@ -184,3 +187,31 @@ BINDINGS: list[BindingType] = [
         priority=True,
     ),
 ]
+
+
+# What the keys a person's own command (gpuwatch run) does not take say instead, on the keys
+# screen (?): each one's reason. r runs the command again.
+COMMAND_SETTINGS_REFUSAL = (
+    "a script's settings are its own code's: p toggles the prefetch its hook applies; "
+    "gpuwatch run --set data.prefetch=... or train.max_steps=N at the start"
+)
+_FOR_COMMAND = {
+    "accumulation.up": f"Not for a command: {ACCUMULATION_REFUSAL}",
+    "accumulation.down": f"Not for a command: {ACCUMULATION_REFUSAL}",
+    "batch.up": f"Not for a command: {BATCH_REFUSAL}",
+    "batch.down": f"Not for a command: {BATCH_REFUSAL}",
+    "settings": f"Not for a command: {COMMAND_SETTINGS_REFUSAL}",
+    "prefetch": "Flip data.prefetch off/on (the hook applies it) for the next run of the command",
+    "relaunch": "Run the command again as the next attempt, with the pending settings",
+    "relaunch.full": "Run the command again as the next attempt (the same as r)",
+}
+
+
+def for_command(bindings: Sequence[BindingType]) -> list[BindingType]:
+    """The bindings as a person's own command (gpuwatch run) takes them: the ones it does
+    not take say why (their tooltips), r says it runs the command again."""
+    return [
+        replace(binding, tooltip=_FOR_COMMAND[binding.id])
+        if isinstance(binding, Binding) and binding.id in _FOR_COMMAND else binding
+        for binding in bindings
+    ]

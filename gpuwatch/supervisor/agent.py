@@ -56,9 +56,11 @@ OnSample = Callable[[int, dict[str, Any]], None]
 
 
 class LocalAgent:
-    """A trainer on this host, started as ``python -m trainer_runtime``, and this host's sampler."""
+    """A trainer on this host, started as ``python -m trainer_runtime`` (or a person's own
+    command, gpuwatch run), and this host's sampler."""
 
-    # It can send a running trainer a reconfigure frame (a live settings change).
+    # It can send a running trainer a reconfigure frame (a live settings change); not a
+    # command's (set per agent).
     live_capable = True
 
     def __init__(
@@ -73,13 +75,18 @@ class LocalAgent:
         worker_dir: Path | None = None,
         sample: bool = True,
         trainer_args: Sequence[str] = (),
+        command: bool = False,
     ) -> None:
         self.index = index
+        # A person's own command (gpuwatch run) takes no reconfigure frame: every change of
+        # its settings is a relaunch, a run of the command again.
+        self.live_capable = not command
         self.run_dir = run_dir
         # The trainer's own directory: the run's for worker 0 (its checkpoints are the
         # ones resumed), workers/<i>/ for the others (their scratch checkpoints, logs).
         self.worker_dir = worker_dir or run_dir
-        self.launcher = TrainerLauncher(trainer_module, self.worker_dir, trainer_args)
+        self.launcher = TrainerLauncher(trainer_module, self.worker_dir, trainer_args,
+                                        command=command)
         self.log_path = self.launcher.log_path
         self.sample = sample  # workers on one host: only one of them samples it
         self.host = "localhost"

@@ -102,6 +102,11 @@ class Attempts:
                 await self.agents[0].start(attempt, attempt_path, fresh=fresh)
             except AgentStartError as exc:
                 self.set_status("crashed", message=str(exc))
+                return attempt
+            if config.command is not None:
+                # A person's own command runs once its process has started: it may never
+                # say hello (a program that is not Python, or never imports TensorFlow).
+                self.set_status("running")
             return attempt
         await self._start_workers(attempt, attempt_path, fresh=fresh)
         return attempt

@@ -3,7 +3,8 @@
 `trainer_runtime.protocol.parse_command` is the only way a frame becomes a
 command. A refused one is answered err and changes nothing; a relaunch whose
 settings do not validate is refused before the trainer is touched; one that changes
-only live keys (schema.LIVE_KEYS) of a running trainer is applied in that trainer. Relaunch
+only live keys (schema.LIVE_KEYS) of a running trainer is applied in that trainer (never a
+person's own command's: it takes only schema.COMMAND_KEYS, each a relaunch). Relaunch
 and stop take turns (one lock; a live change's wait for its trainers' answer is outside
 it); status and subscribe never wait on them.
 """
@@ -15,7 +16,13 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from gpuwatch.config import ConfigError, apply_overrides, check_devices, check_replicas
+from gpuwatch.config import (
+    ConfigError,
+    apply_overrides,
+    check_devices,
+    check_replicas,
+    refuse_command_keys,
+)
 from gpuwatch.supervisor.hub import Client
 from trainer_runtime.protocol import (
     Command,
@@ -129,10 +136,17 @@ class Commands:
         # parse_command checked both: overrides maps dotted keys to JSON values, and
         # fresh is a literal true/false (only true may discard the run's progress).
         overrides = dict(command.overrides)
+        if self.run.config.command is not None:
+            # A person's own command takes only the settings its hook applies.
+            refuse_command_keys(overrides, source="relaunch")
+        elif any(key.partition(".")[0] == "command" for key in overrides):
+            raise ValueError("relaunch: command: a run's command is set by gpuwatch run; "
+                             "this run trains the bundled runtime")
         config = apply_overrides(self.run.config, overrides, source="relaunch")
-        if config.strategy != self.run.config.strategy:
-            check_devices(config, source="relaunch")
-        check_replicas(config, self.run.replicas_for(config), source="relaunch")
+        if config.command is None:
+            if config.strategy != self.run.config.strategy:
+                check_devices(config, source="relaunch")
+            check_replicas(config, self.run.replicas_for(config), source="relaunch")
         live_keys, other_keys = live_changes(self.run.config, config)
         in_flight = self.run.live_in_flight()
         if in_flight and command.live and not command.fresh and live_keys and not other_keys:

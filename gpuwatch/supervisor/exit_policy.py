@@ -77,7 +77,7 @@ class ExitPolicy:
         """A worker's trainer exited: the run's status, once it is known."""
         status, fields = exit_status(
             ended, relaunching=self.relaunching, stop_requested=self.run.stop_requested,
-            next_follows=self.next_follows,
+            next_follows=self.next_follows, command=self.run.config.command is not None,
         )
         if not self.run.clustered:
             self.set_exit_status(status, fields)

@@ -51,12 +51,16 @@ class TrainerExit:
 
 
 def exit_status(
-    ended: TrainerExit, *, relaunching: bool, stop_requested: bool, next_follows: bool = False
+    ended: TrainerExit, *, relaunching: bool, stop_requested: bool, next_follows: bool = False,
+    command: bool = False,
 ) -> tuple[str, dict[str, Any]]:
     """The status a run takes when its trainer exits, and that status event's fields.
 
     next_follows: another attempt starts once this one reaches its steps (a scaling
-    probe's next count), so reaching them is not the run's end."""
+    probe's next count), so reaching them is not the run's end. command: it was a
+    person's own command (gpuwatch run): ``command_exit_status``."""
+    if command:
+        return command_exit_status(ended, relaunching=relaunching, stop_requested=stop_requested)
     returncode = ended.returncode
     exit_code = returncode if returncode >= 0 else None
     sig = signal_name(-returncode) if returncode < 0 else None
@@ -99,6 +103,38 @@ def exit_status(
         "signal": sig,
         "message": describe_crash(returncode, ended.error, lines, ended.oom_killed),
         # Bounded, so the status event always fits in a frame, whatever the log holds.
+        "log_tail": [line[:MAX_LINE_CHARS] for line in lines[-LOG_TAIL_LINES:]],
+    }
+
+
+def command_exit_status(
+    ended: TrainerExit, *, relaunching: bool, stop_requested: bool
+) -> tuple[str, dict[str, Any]]:
+    """The status a run takes when a person's own command exits (gpuwatch run).
+
+    A command is no runtime of ours: how it answers SIGTERM is its own (a shell's 143, a
+    script's cleanup that exits 1), so once the supervisor asked it to end, for a
+    relaunch or a stop, that is the story whatever its code. Else exit code 0 is
+    finished; any other code, or a signal, crashed, with the cause found as for a
+    trainer (its `error` frame, else its log's last error line: a Python traceback's)."""
+    returncode = ended.returncode
+    exit_code = returncode if returncode >= 0 else None
+    sig = signal_name(-returncode) if returncode < 0 else None
+    if relaunching:
+        return "relaunching", {"exit_code": exit_code, "signal": sig,
+                               "message": "stopped for relaunch"}
+    if stop_requested:
+        return "stopped", {"exit_code": exit_code, "signal": sig, "message": "stopped on request"}
+    if returncode == 0:
+        message = "the command exited 0"
+        if ended.done_reason == "max_steps":
+            message = "reached max steps; the command exited 0"
+        return "finished", {"exit_code": 0, "message": message}
+    lines = list(ended.log_lines)
+    return "crashed", {
+        "exit_code": exit_code,
+        "signal": sig,
+        "message": describe_crash(returncode, ended.error, lines, ended.oom_killed),
         "log_tail": [line[:MAX_LINE_CHARS] for line in lines[-LOG_TAIL_LINES:]],
     }
 

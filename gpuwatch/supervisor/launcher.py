@@ -10,6 +10,14 @@ spare (spare.py: an interpreter with TensorFlow imported, waiting) is started fo
 next attempt, which claims it instead of starting cold; once it is no longer wanted
 (the dashboard left, the run ended) it is discarded at once.
 The launcher also reads back this attempt's part of trainer.log (a crash's cause).
+
+A person's own command (`gpuwatch run -- COMMAND`: the config's ``command``) is started
+instead of the runtime, the same way: its own process group, trainer.log, the child end
+of a socketpair, whose number is in ``GPUWATCH_HOOK_FD``; ``GPUWATCH_HOOK`` holds the
+hook's settings for the attempt (trainer_runtime/hook: prefetch, max_steps), and the
+hook's directory goes first on its PYTHONPATH (the person's own after it). It runs in
+the directory `gpuwatch run` was typed in, its program looked up on PATH as a shell
+would. Never a spare: a spare has the runtime imported, which a command does not run.
 """
 
 from __future__ import annotations
@@ -25,6 +33,8 @@ from pathlib import Path
 
 from gpuwatch.supervisor.launch import CLUSTER_ENV, WorkerLaunch
 from gpuwatch.supervisor.spare import SpareTrainer, spare_enabled
+from trainer_runtime.hook import ENV_FD, ENV_SETTINGS, HOOK_DIR, hook_settings
+from trainer_runtime.schema import RunConfig
 
 log = logging.getLogger("gpuwatch.supervisor")
 
@@ -39,8 +49,17 @@ class AgentStartError(Exception):
 class TrainerLauncher:
     """Starts a worker's trainers in its directory, and keeps a spare one ready for the next."""
 
-    def __init__(self, trainer_module: str, worker_dir: Path, trainer_args: Sequence[str]) -> None:
+    def __init__(
+        self,
+        trainer_module: str,
+        worker_dir: Path,
+        trainer_args: Sequence[str],
+        *,
+        command: bool = False,
+    ) -> None:
         self.trainer_module = trainer_module  # run as `python -m`; tests give a stand-in
+        # A person's own command runs, as each attempt's config says (gpuwatch run).
+        self.command = command
         self.worker_dir = worker_dir
         self.log_path = worker_dir / "trainer.log"
         # More arguments for every attempt's trainer (a local worker's --chief-dir).
@@ -74,6 +93,9 @@ class TrainerLauncher:
                 self._log_offset = log_file.tell()
         except OSError as exc:  # not writable, disk full: the attempt cannot start
             raise AgentStartError(f"could not write {self.log_path}: {exc}") from None
+        self._stepped = False
+        if self.command:
+            return await self._start_command(attempt, config_path)
         args = ["--run-dir", str(self.worker_dir), "--config", str(config_path)]
         args += ["--attempt", str(attempt)]
         if launch is not None:
@@ -82,7 +104,6 @@ class TrainerLauncher:
         if fresh:
             args.append("--fresh")
         env = trainer_env(launch)
-        self._stepped = False
         spare, self._spare = self._spare, None
         claimed = await spare.claim(args, env, self.worker_dir) if spare is not None else None
         if claimed is not None:
@@ -97,6 +118,38 @@ class TrainerLauncher:
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         cmd = [sys.executable, "-m", self.trainer_module, *args]
         cmd += ["--telemetry-fd", str(child_sock.fileno())]
+        return await self._spawn(cmd, env, str(self.worker_dir), parent_sock, child_sock,
+                                 "the trainer")
+
+    async def _start_command(
+        self, attempt: int, config_path: Path
+    ) -> tuple[asyncio.subprocess.Process, socket.socket]:
+        """A person's own command, as this attempt's config says (gpuwatch run)."""
+        from gpuwatch.config import ConfigError, load_config
+
+        try:
+            config = load_config(config_path).config
+        except ConfigError as exc:
+            raise AgentStartError(f"could not read the command: {exc}") from None
+        command = config.command
+        if command is None:
+            raise AgentStartError(f"{config_path} holds no command")
+        parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        env = command_env(config, attempt, child_sock.fileno())
+        return await self._spawn(list(command.argv), env, command.cwd, parent_sock, child_sock,
+                                 f"the command {command.argv[0]!r}")
+
+    async def _spawn(
+        self,
+        cmd: list[str],
+        env: dict[str, str],
+        cwd: str,
+        parent_sock: socket.socket,
+        child_sock: socket.socket,
+        what: str,
+    ) -> tuple[asyncio.subprocess.Process, socket.socket]:
+        """Start cmd in its own process group, its output appended to trainer.log and the
+        child end of the socketpair passed to it; AgentStartError (one line) if it cannot."""
         try:
             log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         except OSError as exc:
@@ -111,12 +164,13 @@ class TrainerLauncher:
                 stderr=log_fd,
                 pass_fds=(child_sock.fileno(),),
                 start_new_session=True,  # its own process group: stop signals all of it
-                cwd=str(self.worker_dir),
+                cwd=cwd,
                 env=env,
             )
         except OSError as exc:
             parent_sock.close()
-            raise AgentStartError(f"could not start the trainer: {exc}") from None
+            # e.g. "[Errno 2] No such file or directory: 'trian.py'": a command gone since.
+            raise AgentStartError(f"could not start {what}: {exc}") from None
         finally:
             os.close(log_fd)
             child_sock.close()
@@ -138,7 +192,8 @@ class TrainerLauncher:
 
     def _maybe_spawn(self) -> None:
         if (
-            self._spare is None
+            not self.command
+            and self._spare is None
             and self._spare_task is None
             and not self._closed
             and self.spare_wanted
@@ -194,4 +249,19 @@ def trainer_env(launch: WorkerLaunch | None = None) -> dict[str, str]:
     if user_cwd:
         # As `python -m` would: the person's working directory comes first on the path.
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [user_cwd, env.get("PYTHONPATH")]))
+    return env
+
+
+def command_env(config: RunConfig, attempt: int, telemetry_fd: int) -> dict[str, str]:
+    """A person's own command's environment (gpuwatch run): theirs, as the trainer's
+    (trainer_env), with the hook's directory first on PYTHONPATH and then their own
+    PYTHONPATH as they had it, the telemetry socket's fd and the hook's settings."""
+    env = trainer_env(None)
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [str(HOOK_DIR), os.environ.get("PYTHONPATH")])
+    )
+    env[ENV_FD] = str(telemetry_fd)
+    env[ENV_SETTINGS] = hook_settings(
+        attempt=attempt, prefetch=config.data.prefetch, max_steps=config.train.max_steps
+    )
     return env

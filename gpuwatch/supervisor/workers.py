@@ -76,6 +76,7 @@ class Workers:
                 sample=plan.sample,
                 # A local worker finds the chief's checkpoints in the run directory.
                 trainer_args=("--chief-dir", str(self.run_dir)) if clustered else (),
+                command=config.command is not None,
             )
         from gpuwatch.supervisor.remote import RemoteAgent  # a cluster over ssh or srun
 

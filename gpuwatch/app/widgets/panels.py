@@ -27,10 +27,12 @@ from gpuwatch.runstate import (
     PREFETCH_KEY,
     WARMUP_STEPS,
     AttemptSummary,
+    CommandView,
     Figures,
     RunState,
     StepPoint,
     WorkerSummary,
+    command_argv,
     differing_settings,
     setting_labels,
     setting_text,
@@ -166,6 +168,16 @@ class MetricsPanel(StatePanel):
         if state.terminal:  # nothing runs: what is shown is what was last measured
             note = f"run {state.status}; last measured"
         text = Text(style="dim" if note else "")  # the figures; the note says why
+        view = state.command_view()  # a person's own command (gpuwatch run): it first
+        if view is not None:
+            text.append_text(command_line(view, self.content_size.width))
+            text.append("\n")
+        if view is not None and view.note is not None:
+            # Nothing of its steps can come (a command's earlier steps, if any, are not its
+            # now): the note says why.
+            text.append(view.note, style=NOTE_STYLE)
+            self.set_text(text)
+            return
         if point is None:
             ended = "no steps: the run ended before its first"
             text.append(ended if state.terminal else "no steps yet", style="dim")
@@ -176,6 +188,8 @@ class MetricsPanel(StatePanel):
             self.set_text(text)
             return
         accumulation = (state.current.accumulation_steps if state.current else None) or 1
+        if view is not None:
+            accumulation = 1  # a script's own: not a setting of ours
         text.append_text(self._step_line(point, accumulation, note))
         text.append("\n")
         rate = figures.examples_per_s
@@ -186,28 +200,34 @@ class MetricsPanel(StatePanel):
             text.append(warming, style="dim")
             self.set_text(text)
             return
-        text.append_text(self._figures_line(figures, rate))
+        unmeasurable = view.input_wait if view is not None else None
+        text.append_text(self._figures_line(figures, rate, wait=unmeasurable is None))
+        if unmeasurable is not None:  # where the figure would be: why there is none
+            text.append("\n")
+            text.append(fit_line(unmeasurable, self.content_size.width), style="bold")
         parts = breakdown_lines(figures, self.content_size.width, cluster=state.workers > 1)
         if parts:
             text.append("\n")
             text.append_text(parts)
         self.set_text(text)
 
-    def _figures_line(self, figures: Figures, rate: float) -> Text:
+    def _figures_line(self, figures: Figures, rate: float, *, wait: bool = True) -> Text:
         """examples/s, step time, input wait, TFLOP/s (and MFU): "of step time", then the
-        TFLOP/s give way on a narrow panel."""
+        TFLOP/s give way on a narrow panel. wait: False where the input wait cannot be
+        measured (a script's loop: the line under it says why, never a number)."""
         width = self.content_size.width
         for leave_out in ((), ("of",), ("of", "tflops")):
             line = Text()
             line.append(fmt.count(rate, "examples/s"), style="bold")
             line.append(f"  {fmt.ms(figures.step_time_ms)} per step", style="")
-            line.append("  input wait ", style="dim")
-            line.append(fmt.pct(figures.input_wait_pct, 1), style="bold")
-            if figures.input_wait_worker is not None:
-                # The worker every step waits for; the chief's own may be far less.
-                line.append(f" (worker {figures.input_wait_worker})", style="bold")
-            elif "of" not in leave_out:
-                line.append(" of step time", style="dim")
+            if wait:
+                line.append("  input wait ", style="dim")
+                line.append(fmt.pct(figures.input_wait_pct, 1), style="bold")
+                if figures.input_wait_worker is not None:
+                    # The worker every step waits for; the chief's own may be far less.
+                    line.append(f" (worker {figures.input_wait_worker})", style="bold")
+                elif "of" not in leave_out:
+                    line.append(" of step time", style="dim")
             if figures.tflops is not None and "tflops" not in leave_out:
                 line.append(f"  {figures.tflops:.3g} TFLOP/s", style="")
                 if figures.mfu_pct is not None:
@@ -247,6 +267,21 @@ class MetricsPanel(StatePanel):
 
 # What says why the figures beside it are not current: never dim, as they are.
 NOTE_STYLE = "not dim bold yellow"
+
+
+def command_line(view: CommandView, width: int) -> Text:
+    """"script: python train.py · fit · MirroredStrategy" in `width` cells (0: any): the
+    command is cut with "…", what is watched stays whole where it can."""
+    head, command, tail = view.head, view.command, view.tail
+    if width and len(head) + len(command) + len(tail) > width:
+        room = width - len(head) - len(tail)
+        if room < 12:  # too narrow for both: the command's start, then the rest cut
+            tail, room = "", width - len(head)
+        command = fit_line(command, max(1, room))
+    text = Text(head, style="not dim bold")
+    text.append(command, style="not dim")
+    text.append(tail, style="not dim bold")
+    return text
 
 
 class AdvicePanel(StatePanel):
@@ -306,13 +341,17 @@ class DevicesPanel(StatePanel):
             text.append("No NVIDIA GPU found", style="bold yellow")
             if cluster:
                 text.append(f": {cluster}")
+            elif hello is None and state.command is not None:
+                # A person's own command: its replicas are its own, told by its hook's hello.
+                text.append(": the command runs on this host's CPUs")
             else:
                 text.append(f": training uses {replicas} logical CPU replicas")
         if devices and not cluster:
             text.append(f" ({', '.join(devices)})", style="dim")
         text.append("\n")
         text.append_text(host_line(state, sample.get("host") or {}, self.content_size.width))
-        if sync is not None:
+        if sync is not None and not (sync == 0 and state.command is not None):
+            # (a command's hook that cannot estimate its gradients' bytes sends none)
             text.append("\ngradient sync ", style="dim")
             text.append(fmt.format_rate(sync), style="bold")
             text.append(" (estimate)", style="dim")
@@ -339,10 +378,11 @@ def host_line(state: RunState, host: dict[str, Any], width: int = 0) -> Text:
             text.append("  load ", style="dim")
             text.append(f"{host['load_1m']:.1f}")
         cpu_pct, rss = host.get("run_cpu_pct"), host.get("run_rss_bytes")
+        who = "command" if state.command is not None else "trainer"  # gpuwatch run's: its own
         if state.terminal:
-            text.append("  trainer exited", style="dim")  # its last sample is not its now
+            text.append(f"  {who} exited", style="dim")  # its last sample is not its now
         elif cpu_pct is not None or rss is not None:
-            text.append("  trainer ", style="dim")
+            text.append(f"  {who} ", style="dim")
             figures = [f"{cpu_pct / 100.0:.1f} cores"] if cpu_pct is not None else []
             figures += [f"{fmt.bytes_binary(rss)} RSS"] if rss is not None else []
             text.append(", ".join(figures))
@@ -517,8 +557,9 @@ class HistoryPanel(StatePanel):
             if point.warmup:
                 continue
             rate, wait = point.event.examples_per_s, point.event.input_wait_pct
-            if rate is not None and wait is not None:
+            if rate is not None:
                 rates.append(rate)
+            if wait is not None:  # a script's loop may not let it be measured
                 waits.append(wait)
         self._series = (rates, waits)
         self.set_text(self._build(self.size.width))
@@ -532,10 +573,12 @@ class HistoryPanel(StatePanel):
     def _build(self, width: int) -> Text:
         rates, waits = self._series
         if rates:
+            wait_range = (f"range {min(waits):.1f}–{max(waits):.1f}%" if waits
+                          else "not measured")
             rows = [
                 ("ex/s", rates, "green",
                  f"range {fmt.count(min(rates))}–{fmt.count(max(rates))}"),
-                ("wait %", waits, "yellow", f"range {min(waits):.1f}–{max(waits):.1f}%"),
+                ("wait %", waits, "yellow", wait_range),
             ]
         else:
             rows = [("ex/s", [], "green", "no steps yet"), ("wait %", [], "yellow", "")]
@@ -694,8 +737,13 @@ class AttemptsPanel(StatePanel):
         wait = summary.input_wait_pct
         prefetch = "?" if summary.prefetch is None else prefetch_word(summary.prefetch)
         row = f"{summary.attempt:>2} {prefetch:>8}"
-        row += f" {summary.accumulation_steps or '?'!s:>5}"
-        row += f" {summary.global_batch_size or '?'!s:>6}"
+        accumulation, batch = summary.accumulation_steps, summary.global_batch_size
+        if command_argv(summary.settings) is not None:
+            # A person's own command's are its own: its hook's hello says its batch.
+            accumulation = "-"
+            batch = summary.hello.global_batch_size if summary.hello is not None else "-"
+        row += f" {accumulation or '?'!s:>5}"
+        row += f" {batch or '?'!s:>6}"
         for (_, values), column_width in zip(columns, self._widths(columns), strict=True):
             row += f" {values[summary.attempt]:>{column_width}}"
         row += f" {summary.steps_seen:>6}"
@@ -705,6 +753,8 @@ class AttemptsPanel(StatePanel):
             whose = summary.input_wait_worker
             shown = fmt.pct(wait, 1) + ("" if whose is None else f" w{whose}")
             row += f" {fmt.count(summary.median_examples_per_s):>14} {shown:>11}"
+        elif summary.steps_seen == 0 and command_argv(summary.settings) is not None:
+            row += f" {'no steps':>14} {'':>11}"  # a command that sends none, or not yet
         else:
             row += f" {'warming up':>14} {'':>11}"
         if split:
