@@ -200,8 +200,7 @@ WAIT_NOT_MEASURED = "input wait not measured in this loop: no verdict on input"
 # hook applies. Its batch, accumulation and other settings are its own code's.
 COMMAND_KEYS = frozenset({"p"})
 UNWATCHED_VERDICT = "watched from outside: device sampling only"
-UNWATCHED_ADVICE = ("its processes' CPU and memory, and their GPUs, are sampled; step "
-                    "figures come from a TensorFlow program's hook")
+UNWATCHED_ADVICE = "its processes and their GPUs are sampled; steps come from a TF hook"
 
 
 def _decimal(value: float, units: tuple[str, ...], below: float,

@@ -149,7 +149,7 @@ def test_detach_prints_the_run_id_then_ls_logs_and_stop_by_prefix(home: Path) ->
 
 def test_help_lists_every_command() -> None:
     proc = gpuwatch("--help", check=True)
-    for command in ("train", "attach", "ls", "stop", "logs", "doctor"):
+    for command in ("train", "run", "attach", "ls", "stop", "logs", "doctor"):
         assert command in proc.stdout
 
 

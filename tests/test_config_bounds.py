@@ -470,7 +470,7 @@ def test_gpuwatch_train_refuses_a_bomb_with_one_line_and_exit_2(home: Path, tmp_
 # (model.kwargs holds the definitions; train is set last; no section is written twice.)
 PLACES = [
     "data.kwargs", "data.input_shape", "name", "checkpoint.every_steps", "strategy.replicas",
-    "bogus.x",
+    "command.argv", "command.cwd", "bogus.x",
 ]
 
 

@@ -37,16 +37,28 @@ from hypothesis import strategies as st
 from pydantic import BaseModel, Field, ValidationError
 from pydantic.fields import FieldInfo
 
-from gpuwatch.config import ConfigError, apply_overrides, check_replicas, load_config
+from gpuwatch.config import (
+    ConfigError,
+    apply_overrides,
+    check_replicas,
+    command_config,
+    dump_config,
+    load_config,
+    refuse_command_keys,
+)
 from gpuwatch.runstate import SettingRefused, step_batch
 from tests.conftest import ROOT, TINY, gpuwatch
 from tests.test_config import assert_clean
 from trainer_runtime.schema import (
+    MAX_ARG_CHARS,
+    MAX_COMMAND_ARGS,
     MAX_FEATURES_PER_EXAMPLE,
     MAX_GLOBAL_BATCH,
     MAX_INPUT_DIM,
     MAX_INPUT_DIMS,
     MAX_MICRO_BATCH_BYTES,
+    MAX_PATH_CHARS,
+    CommandConfig,
     LimitError,
     RunConfig,
 )
@@ -942,3 +954,114 @@ def test_cli_names_the_set_that_broke_the_split_over_replicas(home: Path) -> Non
         "gpuwatch: --set train.accumulation_steps=64: train.global_batch_size 64 is less than "
         "replicas x accumulation_steps = 2 x 64 = 128: a replica would get no example"
     )
+
+
+# ------------------------------------------------ 3. a command's text (gpuwatch run), bounded
+
+COMMAND_BASE = RunConfig.model_validate(
+    {**BASE.model_dump(), "command": {"argv": ["python", "train.py"], "cwd": "/home/ana/work"}}
+)
+
+
+def with_command(tmp_path: Path, argv: Any = None, cwd: Any = "/home/ana/work",
+                 extra: str = "") -> tuple[Path, int]:
+    """A copy of tiny.yaml with a command section (argv in flow style); argv's line."""
+    argv_text = json.dumps(argv if argv is not None else ["python", "train.py"])
+    text = BASE_TEXT + f"command:\n  argv: {argv_text}\n  cwd: {json.dumps(cwd)}\n" + extra
+    path = tmp_path / "run.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path, text.splitlines().index(f"  argv: {argv_text}") + 1
+
+
+def test_a_command_has_at_most_its_number_of_arguments_everywhere(tmp_path: Path) -> None:
+    info = RunConfig.model_fields["command"]
+    assert "CommandConfig" in str(info.annotation)
+    most = _lengths(list(CommandConfig.model_fields["argv"].metadata))["max_length"]
+    assert most == MAX_COMMAND_ARGS
+    path, _ = with_command(tmp_path, ["x"] * most)
+    assert load_config(path).config.command.argv == ["x"] * most  # type: ignore[union-attr]
+    path, line = with_command(tmp_path, ["x"] * (most + 1))
+    message = refusal(load_config, path)
+    assert message.startswith(f"{path}:{line}: command.argv: "), message
+    assert str(most) in message
+    message = refusal(load_config, TINY, [f"command.argv={json.dumps(['x'] * (most + 1))}",
+                                          "command.cwd=/w"])
+    assert message.startswith("--set command.argv=[") and ": command.argv: " in message
+    message = refusal(apply_overrides, COMMAND_BASE, {"command.argv": ["x"] * (most + 1)})
+    assert message.startswith("relaunch: command.argv: "), message
+    for empty in ([], [""]):
+        path, line = with_command(tmp_path, empty)
+        message = refusal(load_config, path)
+        assert message.startswith(f"{path}:{line}: command.argv"), message
+
+
+def test_a_commands_argument_is_bounded_in_characters_and_has_no_nul(tmp_path: Path) -> None:
+    longest = MAX_ARG_CHARS
+    path, _ = with_command(tmp_path, ["python", "a" * longest, ""])  # an empty one is real
+    assert load_config(path).config.command.argv[1] == "a" * longest  # type: ignore[union-attr]
+    path, line = with_command(tmp_path, ["python", "a" * (longest + 1)])
+    message = refusal(load_config, path)
+    assert message.startswith(f"{path}:{line}: command.argv[1]: must be at most {longest} "
+                              "characters"), message
+    message = refusal(apply_overrides, COMMAND_BASE, {"command.argv": ["python", "a\0b"]})
+    assert message == "relaunch: command.argv[1]: must not contain a NUL character"
+    message = refusal(command_config, ["python", "a" * (longest + 1)], "/w")
+    assert message.startswith("gpuwatch run: command.argv[1]: must be at most"), message
+
+
+def test_a_commands_directory_is_an_absolute_path(tmp_path: Path) -> None:
+    path, _ = with_command(tmp_path, cwd="work/ana")
+    message = refusal(load_config, path)
+    assert message.startswith(f"{path}:") and "command.cwd: must be an absolute path" in message
+    message = refusal(apply_overrides, COMMAND_BASE, {"command.cwd": "/" + "d" * MAX_PATH_CHARS})
+    assert message.startswith("relaunch: command.cwd: must be at most"), message
+    message = refusal(command_config, ["python"], "relative")
+    assert message == "gpuwatch run: command.cwd: must be an absolute path (got 'relative')"
+
+
+def test_a_command_never_has_a_cluster(tmp_path: Path) -> None:
+    path, _ = with_command(tmp_path, extra="cluster:\n  workers: 2\n")
+    message = refusal(load_config, path)
+    assert message.startswith(f"{path}:") and ": cluster: cannot go with a command" in message
+    assert "runs on this host alone" in message
+    message = refusal(apply_overrides, COMMAND_BASE, {"cluster": {"workers": 2}})
+    assert message.startswith("relaunch: cluster: cannot go with a command"), message
+
+
+def test_a_command_takes_only_the_settings_its_hook_applies() -> None:
+    config = command_config(["python", "t.py"], "/w",
+                            ["data.prefetch=autotune", "train.max_steps=9", "name=mine"])
+    assert (config.data.prefetch, config.train.max_steps, config.name) == ("autotune", 9, "mine")
+    for key, reason in (
+        ("train.global_batch_size", "a script's batch size is its own"),
+        ("train.accumulation_steps", "keras-team/keras#20582"),
+        ("data.parallel_calls", "a script's own code decides it"),
+        ("command.cwd", "the command is the run's own"),
+        ("cluster.workers", "runs on this host alone"),
+    ):
+        message = refusal(command_config, ["python"], "/w", [f"{key}=2"])
+        assert message.startswith(f"--set {key}: ") and reason in message, message
+        message = refusal(refuse_command_keys, [key], "relaunch")
+        assert message.startswith(f"relaunch: {key}: ") and reason in message, message
+
+
+# Any text, surrogates (an undecodable byte of a command line) and NULs included.
+ANY_TEXT = st.text(st.characters(codec=None, categories=None), max_size=40)
+
+
+@HYPOTHESIS
+@given(argv=st.lists(ANY_TEXT, max_size=6), cwd=ANY_TEXT)
+def test_any_command_is_written_and_read_back_as_it_was_or_refused_in_one_line(
+    tmp_path: Path, argv: list[str], cwd: str
+) -> None:
+    try:
+        config = command_config(argv, "/" + cwd)
+    except ConfigError as err:
+        message = assert_clean(err)
+        assert message.startswith("gpuwatch run: "), message
+        return
+    path = tmp_path / "config.yaml"
+    path.write_text(dump_config(config), encoding="utf-8")
+    again = load_config(path).config
+    assert again == config and again.command is not None
+    assert again.command.argv == argv and again.command.cwd == "/" + cwd

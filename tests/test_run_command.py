@@ -311,6 +311,13 @@ def test_hook_frames_from_the_command_are_recorded_and_summarised(home: Path) ->
     # Never an input-bound verdict from a wait that was not measured.
     assert proc.stdout.splitlines()[-1] == (
         "verdict: input wait not measured in this loop: no verdict on input")
+    # Exported as any run's: its command among the attempt's settings, no wait invented.
+    (attempt,) = [json.loads(line) for line in gpuwatch(
+        "export", the_run(home).name, "--what", "attempts", "--format", "jsonl",
+        check=True).stdout.splitlines()]
+    assert attempt["command.argv"] == [PY, "-c", FAKE_HOOK] and attempt["end"] == "exited"
+    assert attempt["input_wait_pct"] is None and attempt["median_examples_per_s"] == 3200.0
+    assert list((the_run(home) / "tensorboard" / "attempt-1").glob("events.out.tfevents.*"))
 
 
 # -- again: resume, and relaunch from a dashboard's command --------------------------------
@@ -337,6 +344,22 @@ def test_resume_runs_the_command_again_as_the_next_attempt(home: Path) -> None:
     attempts = [e for e in recorded(the_run(home)) if e["type"] == "attempt"]
     assert [(a["attempt"], a["reason"]) for a in attempts] == [(1, "start"), (2, "resume")]
     assert statuses(the_run(home))[-1] == "finished"
+
+
+def test_a_command_gone_since_is_refused_by_resume_in_one_line(
+    home: Path, tmp_path: Path
+) -> None:
+    job = tmp_path / "job.sh"
+    job.write_text("#!/bin/sh\necho job ran\n")
+    job.chmod(0o755)
+    proc = gpuwatch_in(tmp_path, "run", "--headless", "--", "./job.sh")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    wait_for(lambda: runs.read_run_info(the_run(home)).supervisor_pid is None, 30,
+             "the supervisor to exit")
+    job.unlink()
+    again = gpuwatch("resume", the_run(home).name, "--headless")
+    assert again.returncode == 2
+    assert again.stderr.splitlines() == ["gpuwatch: command not found: ./job.sh"]
 
 
 async def _relaunch(socket_path: Path, overrides: dict[str, Any]) -> dict[str, Any]:

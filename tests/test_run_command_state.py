@@ -18,6 +18,7 @@ from gpuwatch.advisor import (
     reading,
 )
 from gpuwatch.cli import command_name, command_problem, shorten_command
+from gpuwatch.config import command_config, dump_config
 from gpuwatch.headless import progress_line, summary_line, verdict_line
 from gpuwatch.runstate import (
     NOT_TENSORFLOW,
@@ -28,7 +29,7 @@ from gpuwatch.runstate import (
     step_batch,
     toggle_prefetch,
 )
-from gpuwatch.supervisor.agent import LocalAgent
+from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
 from gpuwatch.supervisor.exits import TrainerExit, command_exit_status, exit_status
 from gpuwatch.supervisor.launcher import TrainerLauncher
 from tests.support.command_run import CommandEvents, command_settings
@@ -133,6 +134,19 @@ def test_a_command_never_gets_a_spare_trainer(
     assert asyncio.run(wanted(command=False)) is True  # the runtime's: one for the relaunch
     assert asyncio.run(wanted(command=True)) is False
     assert spawned == ["trainer_runtime"]
+
+
+def test_a_command_that_cannot_start_when_its_attempt_comes_is_one_line(tmp_path: Path) -> None:
+    """Checked up front by gpuwatch run; gone by the time an attempt starts (a relaunch
+    after the script was deleted): the launcher's AgentStartError, in one line."""
+    path = tmp_path / "attempt-1.yaml"
+    path.write_text(dump_config(command_config(["./gone.sh", "--x"], str(tmp_path))))
+    agent = _agent(tmp_path, command=True)
+    with pytest.raises(AgentStartError) as refused:
+        asyncio.run(agent.start(1, path, fresh=False))
+    message = str(refused.value)
+    assert message.startswith("could not start the command './gone.sh': [Errno 2]"), message
+    assert "\n" not in message and agent.process is None
 
 
 # -- the state: what the screen says ----------------------------------------------------
