@@ -58,7 +58,7 @@ def no_runs(home: Path) -> bool:
 
 
 def test_a_command_that_exits_0_finished_headless(home: Path) -> None:
-    proc = gpuwatch("run", "--headless", "--", PY, "-c", "print('hello from the command')")
+    proc = gpuwatch("run", "--headless", "--", PY, "-S", "-c", "print('hello from the command')")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     run_dir = the_run(home)
     assert statuses(run_dir) == ["starting", "running", "finished"]
@@ -82,7 +82,7 @@ def test_a_command_that_exits_3_crashed_with_its_tracebacks_last_line(home: Path
             traceback.print_exc()
             sys.exit(3)
     """)
-    proc = gpuwatch("run", "--headless", "--", PY, "-c", script)
+    proc = gpuwatch("run", "--headless", "--", PY, "-S", "-c", script)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     end = last_status(the_run(home))
     assert end["status"] == "crashed" and end["exit_code"] == 3
@@ -95,7 +95,7 @@ def test_a_command_that_exits_3_crashed_with_its_tracebacks_last_line(home: Path
 
 
 def test_a_command_killed_by_sigkill_crashed_naming_the_signal(home: Path) -> None:
-    proc = gpuwatch("run", "--headless", "--", PY, "-c",
+    proc = gpuwatch("run", "--headless", "--", PY, "-S", "-c",
                     "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
     assert proc.returncode == 1, proc.stdout + proc.stderr
     end = last_status(the_run(home))
@@ -251,7 +251,7 @@ def test_the_command_gets_the_hook_first_on_its_pythonpath_its_fd_and_settings(
     work = tmp_path / "work"
     work.mkdir()
     proc = gpuwatch_in(work, "run", "--headless", "--max-steps", "7", "--set",
-                       "data.prefetch=on", "--", PY, "-c", SHOW_ENV)
+                       "data.prefetch=on", "--", PY, "-S", "-c", SHOW_ENV)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (seen,) = shown_env(the_run(home))
     # The hook's directory first, then the person's own PYTHONPATH as it was.
@@ -279,6 +279,8 @@ def test_a_command_found_on_path_from_its_directory(
 
 
 # A stand-in for the hook (trainer_runtime/hook writes these): frames on GPUWATCH_HOOK_FD.
+# These commands run `python -S`: no site, so the real hook stays out and leaves the
+# environment as the launcher set it (tests/trainer/test_script_hook.py runs the hook).
 FAKE_HOOK = textwrap.dedent(f"""\
     import json, os
     from trainer_runtime.protocol import encode
@@ -297,7 +299,7 @@ FAKE_HOOK = textwrap.dedent(f"""\
 
 
 def test_hook_frames_from_the_command_are_recorded_and_summarised(home: Path) -> None:
-    proc = gpuwatch("run", "--headless", "--", PY, "-c", FAKE_HOOK)
+    proc = gpuwatch("run", "--headless", "--", PY, "-S", "-c", FAKE_HOOK)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     events = recorded(the_run(home))
     (hook,) = [e for e in events if e["type"] == "hook"]
@@ -315,7 +317,7 @@ def test_hook_frames_from_the_command_are_recorded_and_summarised(home: Path) ->
     (attempt,) = [json.loads(line) for line in gpuwatch(
         "export", the_run(home).name, "--what", "attempts", "--format", "jsonl",
         check=True).stdout.splitlines()]
-    assert attempt["command.argv"] == [PY, "-c", FAKE_HOOK] and attempt["end"] == "exited"
+    assert attempt["command.argv"] == [PY, "-S", "-c", FAKE_HOOK] and attempt["end"] == "exited"
     assert attempt["input_wait_pct"] is None and attempt["median_examples_per_s"] == 3200.0
     assert list((the_run(home) / "tensorboard" / "attempt-1").glob("events.out.tfevents.*"))
 
@@ -324,7 +326,7 @@ def test_hook_frames_from_the_command_are_recorded_and_summarised(home: Path) ->
 
 
 def test_resume_runs_the_command_again_as_the_next_attempt(home: Path) -> None:
-    proc = gpuwatch("run", "--headless", "--", PY, "-c", SHOW_ENV)
+    proc = gpuwatch("run", "--headless", "--", PY, "-S", "-c", SHOW_ENV)
     assert proc.returncode == 0, proc.stderr
     run_id = the_run(home).name
     # Its supervisor lingers a moment after the end (LINGER_S): then the record is all.
