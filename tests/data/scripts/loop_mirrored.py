@@ -19,6 +19,8 @@ parser.add_argument("--burst", type=int, default=1,
 parser.add_argument("--width", type=int, default=64, help="hidden units (compute per step)")
 parser.add_argument("--raise-at", type=int, default=0, help="raise an error at this step")
 parser.add_argument("--no-strategy", action="store_true", help="plain tf.function, no strategy")
+parser.add_argument("--from-function", action="store_true",
+                    help="distribute_datasets_from_function (no read-ahead buffer of its own)")
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -44,10 +46,15 @@ def read(i):
     return i
 
 
-data = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch)
-if args.read_ms:
-    data = data.enumerate().map(
-        lambda i, b: (tf.py_function(read, [i], tf.int64), b)).map(lambda i, b: b)
+
+
+def batches(batch: int) -> tf.data.Dataset:
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch)
+    if args.read_ms:
+        data = data.enumerate().map(
+            lambda i, b: (tf.py_function(read, [i], tf.int64), b)).map(lambda i, b: b)
+    return data
+
 
 with strategy.scope():
     model = keras.Sequential([
@@ -61,7 +68,15 @@ with strategy.scope():
     loss_object = keras.losses.SparseCategoricalCrossentropy(
         from_logits=True, reduction="none")
 
-dist_data = strategy.experimental_distribute_dataset(data)
+if args.from_function:
+    # Each replica reads its own half of every global batch.
+    def replica_data(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        batch = context.get_per_replica_batch_size(args.batch)
+        return batches(batch).shard(context.num_input_pipelines, context.input_pipeline_id)
+
+    dist_data = strategy.distribute_datasets_from_function(replica_data)
+else:
+    dist_data = strategy.experimental_distribute_dataset(batches(args.batch))
 
 
 def step_fn(inputs):
