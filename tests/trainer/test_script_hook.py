@@ -46,6 +46,19 @@ def test_fit_steps_are_every_batch_with_that_batchs_own_loss(tmp_path: Path, spe
     assert ran.of(protocol.Done)[-1].reason == "exited"
 
 
+def test_fit_steps_add_up_to_the_scripts_own_clock_across_epochs() -> None:
+    # Keras spends real time between epochs (a new iterator, callbacks): it lands on each
+    # epoch's first step, so the steps of the epochs the script times itself add up to its
+    # own clock, and examples over their time is the rate it prints.
+    ran = run_hooked(script("fit_mirrored.py", "--epochs", "1", "--time-epochs", "6"))
+    assert ran.returncode == 0, ran.output
+    printed = float(ran.output.split("examples_per_s=")[1].split()[0])
+    timed = [s for s in ran.steps if s.epoch >= 1]
+    assert [s.epoch for s in timed] == [e for e in range(1, 7) for _ in range(8)]
+    seconds = sum(s.step_time_ms for s in timed) / 1000.0
+    assert sum(s.examples for s in timed) / seconds == pytest.approx(printed, rel=0.05)
+
+
 @pytest.mark.parametrize("eager", [False, True])
 def test_a_custom_loop_reports_every_step_with_the_loss_it_printed(eager: bool) -> None:
     ran = run_hooked(script("loop_mirrored.py", "--steps", "8", *(["--eager"] * eager)))

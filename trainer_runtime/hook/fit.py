@@ -132,7 +132,9 @@ class _Reader:
             if self.iterator is not None:
                 watch.epoch += 1
             self.iterator = iterator
-            self.last_end = None
+        # A step begins where the one before it ended, across epochs too: what Keras does
+        # between epochs (a new iterator, callbacks, validation) is the job's time, and it
+        # lands on the epoch's first step, as a custom loop's own host time does.
         t0, t1, t2, totals, counts = rows.T
         lr = _learning_rate(self.model)
         for i in range(len(rows)):

@@ -1,0 +1,124 @@
+"""The hook's patches on Keras 3 (TensorFlow backend): ``fit``, and the optimizer.
+
+In the tested range (TESTED_KERAS), ``fit`` trains with the train function Keras would
+build, built the same way with stamps (fit.py); outside it, or with op determinism on,
+with a per-batch callback, and the screen says input wait is not measurable. While
+``fit``, ``evaluate`` or ``predict`` runs, the custom-loop patches stand by. The
+optimizer's ``apply`` tells a custom loop's training step from any other
+``strategy.run``, and counts the model's parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from trainer_runtime.hook.patching import DETERMINISM, deterministic, one_line, wrap
+
+if TYPE_CHECKING:
+    from trainer_runtime.hook.watch import Watch
+
+# Keras versions whose TensorFlow trainer builds its train function as watched here
+# (``TensorFlowTrainer._make_function``: an inner tf.function of strategy.run and an
+# outer one over the iterator; keras-team/keras v3.7 to v3.15).
+TESTED_KERAS = ((3, 7), (3, 15))
+KERAS_TRAINER = "keras.src.backend.tensorflow.trainer"
+KERAS_OPTIMIZER = "keras.src.optimizers.base_optimizer"
+
+
+def keras_version(text: str) -> tuple[int, int] | None:
+    try:
+        major, minor = text.split(".")[:2]
+        return int(major), int(minor)
+    except ValueError:
+        return None
+
+
+def _untested(version: str) -> str:
+    (low_major, low_minor), (high_major, high_minor) = TESTED_KERAS
+    return (f"Keras {version} is outside the tested {low_major}.{low_minor} to "
+            f"{high_major}.{high_minor}")
+
+
+def patch_optimizer(watch: Watch, module: ModuleType) -> None:
+    def apply(original: Callable[..., Any], optimizer: Any, grads: Any,
+              trainable_variables: Any = None, *args: Any, **kwargs: Any) -> Any:
+        watch.applies += 1
+        if trainable_variables is not None and not watch.param_count:
+            try:
+                watch.count_params(list(trainable_variables))
+            except Exception:
+                pass
+        return original(optimizer, grads, trainable_variables, *args, **kwargs)
+
+    wrap(module.BaseOptimizer, "apply", apply)
+
+
+def patch_trainer(watch: Watch, module: ModuleType) -> None:
+    from keras.src.version import __version__
+
+    from trainer_runtime.hook import fit as fit_hook
+
+    watch.keras_version = str(__version__)
+    trainer = module.TensorFlowTrainer
+    version = keras_version(watch.keras_version)
+    tested = (version is not None and TESTED_KERAS[0] <= version <= TESTED_KERAS[1]
+              and hasattr(trainer, "_make_function"))
+
+    def in_keras(original: Callable[..., Any], model: Any, *args: Any, **kwargs: Any) -> Any:
+        watch.keras_depth += 1
+        try:
+            return original(model, *args, **kwargs)
+        finally:
+            watch.keras_depth -= 1
+
+    def fit(original: Callable[..., Any], model: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            args, kwargs = prepare_fit(model, args, kwargs)
+        except Exception as exc:
+            model._gpuwatch_graphed = False
+            watch.set_loop("fit", "not measured", f"fit not watched: {one_line(exc)}")
+            return in_keras(original, model, *args, **kwargs)
+        stop = watch.on_max_steps
+        watch.on_max_steps = lambda: setattr(model, "stop_training", True)
+        watch.loops.flush_pending()
+        try:
+            return in_keras(original, model, *args, **kwargs)
+        finally:
+            watch.on_max_steps = stop
+
+    def prepare_fit(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+                    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        watch.note_strategy(model.distribute_strategy)
+        watch.count_params(model.trainable_weights)
+        graphed = tested and not deterministic()
+        model._gpuwatch_graphed = graphed
+        if graphed:
+            watch.set_loop("fit")
+        else:
+            why = DETERMINISM if tested else _untested(watch.keras_version)
+            watch.set_loop("fit (callback)", f"{why}: steps come from a per-batch callback")
+            args, kwargs = fit_hook.with_callback(watch, model, args, kwargs)
+        return args, kwargs
+
+    wrap(trainer, "fit", fit)
+    wrap(trainer, "evaluate", in_keras)
+    wrap(trainer, "predict", in_keras)
+    if tested:
+        def make_train_function(original: Callable[..., Any], model: Any,
+                                force: bool = False) -> Any:
+            if model.train_function is not None and not force:
+                return model.train_function
+            if (watch.keras_depth == 0 or watch.stopped  # train_on_batch: Keras' own
+                    or not getattr(model, "_gpuwatch_graphed", False)):
+                return original(model, force)
+            try:
+                model.train_function = fit_hook.train_function(watch, model)
+            except Exception as exc:
+                watch.set_loop("fit", "not measured: " + one_line(exc))
+                return original(model, force)
+            return model.train_function
+
+        wrap(trainer, "make_train_function", make_train_function)
+    watch.send_hook()
