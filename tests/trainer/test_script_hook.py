@@ -169,6 +169,28 @@ def test_op_determinism_falls_back_to_a_callback_and_says_input_wait_is_not_meas
     assert [s.loss for s in steps] == pytest.approx(json.loads(losses.read_text()), rel=1e-5)
 
 
+def test_a_keras_outside_the_tested_range_falls_back_to_a_callback_and_says_so(
+    tmp_path: Path,
+) -> None:
+    # The installed Keras made to look untested: the range the hook checks is narrowed in
+    # the watched process before the script runs (the script itself is unchanged).
+    narrowed = ("import runpy, sys; from trainer_runtime.hook import keras_patches; "
+                "keras_patches.TESTED_KERAS = ((3, 0), (3, 1)); sys.argv = sys.argv[1:]; "
+                "runpy.run_path(sys.argv[0], run_name='__main__')")
+    losses = tmp_path / "losses.json"
+    argv = script("fit_mirrored.py", "--epochs", "1", "--lr", "0", "--losses-out", str(losses))
+    ran = run_hooked([argv[0], "-c", narrowed, *argv[1:]])
+    assert ran.returncode == 0, ran.output
+    hook = ran.hook
+    assert hook.loop == "fit (callback)"
+    assert f"Keras {hook.keras_version} is outside the tested 3.0 to 3.1" in hook.input_wait
+    steps = ran.steps
+    _contiguous(steps)
+    assert [s.input_wait_ms for s in steps] == [None] * 8
+    assert [s.examples for s in steps] == [64] * 8
+    assert [s.loss for s in steps] == pytest.approx(json.loads(losses.read_text()), rel=1e-5)
+
+
 def test_max_steps_ends_fit_and_a_custom_loop_cleanly() -> None:
     fit = run_hooked(script("fit_mirrored.py", "--epochs", "3"), max_steps=5)
     assert fit.returncode == 0 and "trained" in fit.output, fit.output
