@@ -33,6 +33,11 @@ log = logging.getLogger("trainer_runtime")
 # change settles on `reconfigured`; the run's end on `done` or `error`).
 NEVER_DROPPED = frozenset({"reconfigured", "done", "error", "hello"})
 
+# How long the sender lets step frames gather before one send: a loop of 2 ms steps then
+# wakes the supervisor (and its clients) some 20 times a second, not 500. The dashboard
+# repaints once a second; frames that must not wait (NEVER_DROPPED) go at once.
+GATHER_S = 0.05
+
 # Requests waiting for the loop; more than this many unapplied is a confused sender.
 MAX_PENDING_REQUESTS = 64
 
@@ -77,9 +82,12 @@ class NullEmitter:
 
 
 class SocketEmitter:
-    def __init__(self, sock: socket.socket, buffer_frames: int = 4096) -> None:
+    def __init__(self, sock: socket.socket, buffer_frames: int = 4096,
+                 gather_s: float = GATHER_S) -> None:
         self._sock = sock
         self._limit = buffer_frames
+        self._gather_s = gather_s
+        self._urgent = False
         self._queue: collections.deque[tuple[protocol.Event, float]] = collections.deque()
         self._wake = threading.Condition(threading.Lock())
         self._closing = False
@@ -110,7 +118,11 @@ class SocketEmitter:
             self.dropped += 1
             return
         self._queue.append((event, time.time() if t is None else t))
-        if len(self._queue) == 1:
+        if event.TYPE in NEVER_DROPPED:
+            with self._wake:
+                self._urgent = True
+                self._wake.notify()
+        elif len(self._queue) == 1:
             with self._wake:
                 self._wake.notify()
 
@@ -121,6 +133,12 @@ class SocketEmitter:
                     self._wake.wait(0.5)
                 if not self._queue and self._closing:
                     return
+                # Let the steps of a fast loop gather (a frame that must not wait, or a
+                # close, cuts it short): one send, and one wake-up of the supervisor, per
+                # batch rather than per step.
+                if not (self._urgent or self._closing) and len(self._queue) < 256:
+                    self._wake.wait(self._gather_s)
+                self._urgent = False
             chunks: list[bytes] = []
             while self._queue and len(chunks) < 256:
                 event, t = self._queue.popleft()

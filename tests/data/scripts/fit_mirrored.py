@@ -70,7 +70,11 @@ else:
 
 if args.time_epochs:
     began = time.perf_counter()
-    model.fit(x, y, batch_size=args.batch, epochs=args.time_epochs, shuffle=False, verbose=0)
+    if args.dataset:
+        model.fit(data, epochs=args.time_epochs, verbose=0)
+    else:
+        model.fit(x, y, batch_size=args.batch, epochs=args.time_epochs, shuffle=False,
+                  verbose=0)
     rate = args.time_epochs * args.examples / (time.perf_counter() - began)
     print(f"examples_per_s={rate:.1f}", flush=True)
 
