@@ -751,27 +751,7 @@ class RunState:
 
     def command_view(self) -> CommandView | None:
         """What the screen says of a person's own command (None: not a command run)."""
-        argv = self.command
-        if argv is None:
-            return None
-        hook = self.hook
-        watched = tuple(part for part in (hook.loop, hook.strategy) if part) if hook else ()
-        note = None
-        stepped = self.last_step is not None and self.last_step.event.attempt == self.attempt
-        if hook is not None and not hook.installed:
-            note = f"not watched: {hook.message or 'the hook could not install'}"
-        elif (hook is None or not hook.tensorflow) and not stepped:
-            # The process runs (a command is running as soon as it started): no hook at all
-            # is a program that is not Python; a hook without TensorFlow, a Python one that
-            # has not imported it (so far: a script imports it when it gets there).
-            started = self.status not in (None, "starting")
-            if started:
-                note = NOT_TENSORFLOW + ("" if self.terminal else " (so far)")
-        input_wait = None
-        if hook is not None and hook.input_wait:
-            input_wait = f"input wait: not measurable for this loop ({hook.input_wait})"
-        kind = "script" if hook is not None else "command"
-        return CommandView(shell_text(argv), kind, watched, note, input_wait)
+        return command_view(self)
 
 
 # What the screen says of a command that sends no step (a program that is not Python, or
@@ -806,6 +786,31 @@ class CommandView:
     @property
     def line(self) -> str:
         return f"{self.head}{self.command}{self.tail}"
+
+
+def command_view(state: RunState) -> CommandView | None:
+    """What the screen says of a person's own command (None: not a command run)."""
+    argv = state.command
+    if argv is None:
+        return None
+    hook = state.hook
+    watched = tuple(part for part in (hook.loop, hook.strategy) if part) if hook else ()
+    note = None
+    stepped = state.last_step is not None and state.last_step.event.attempt == state.attempt
+    if hook is not None and not hook.installed:
+        note = f"not watched: {hook.message or 'the hook could not install'}"
+    elif (hook is None or not hook.tensorflow) and not stepped:
+        # The process runs (a command is running as soon as it started): no hook at all
+        # is a program that is not Python; a hook without TensorFlow, a Python one that
+        # has not imported it (so far: a script imports it when it gets there).
+        started = state.status not in (None, "starting")
+        if started:
+            note = NOT_TENSORFLOW + ("" if state.terminal else " (so far)")
+    input_wait = None
+    if hook is not None and hook.input_wait:
+        input_wait = f"input wait: not measurable for this loop ({hook.input_wait})"
+    kind = "script" if hook is not None else "command"
+    return CommandView(shell_text(argv), kind, watched, note, input_wait)
 
 
 def shell_text(argv: Sequence[str]) -> str:
