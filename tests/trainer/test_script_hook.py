@@ -211,11 +211,29 @@ def test_a_script_that_raises_keeps_its_steps_and_its_traceback() -> None:
     assert [s.step for s in ran.steps] == [1, 2, 3]
 
 
+@pytest.mark.parametrize(("strategy", "name"), [
+    ("one-device", "OneDeviceStrategy"),
+    ("multi-worker", "MultiWorkerMirroredStrategy"),
+])
+def test_other_strategies_are_named_with_their_replicas_and_steps(strategy: str,
+                                                                  name: str) -> None:
+    ran = run_hooked(script("loop_mirrored.py", "--steps", "6", "--strategy", strategy))
+    assert ran.returncode == 0, ran.output
+    printed = printed_losses(ran.output)
+    _contiguous(ran.steps)
+    assert [s.loss for s in ran.steps] == pytest.approx(printed, abs=2e-6)
+    assert [s.examples for s in ran.steps] == [64] * 6
+    hello = ran.of(protocol.Hello)[0]
+    assert hello.replicas == 1 and hello.devices and hello.device_kind == "cpu"
+    assert ran.hook.strategy == name and ran.hook.input_wait == ""
+
+
 def test_a_script_without_a_strategy_is_watched_on_the_default_one() -> None:
     ran = run_hooked(script("loop_mirrored.py", "--steps", "5", "--no-strategy"))
     assert ran.returncode == 0, ran.output
     assert [s.step for s in ran.steps] == [1, 2, 3, 4, 5]
     assert ran.of(protocol.Hello)[0].replicas == 1
+    assert ran.hook.strategy == "no strategy"
     # A plain tf.data iterator, not a distributed one: said, not guessed.
     assert [s.input_wait_ms for s in ran.steps] == [None] * 5
     assert "distributed iterator" in ran.hook.input_wait

@@ -52,6 +52,16 @@ def start(fd: str | None, settings_json: str | None) -> None:
         print(f"gpuwatch: the hook is off: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
+def strategy_name(strategy: Any) -> str:
+    """The strategy's public name (tf.distribute.MultiWorkerMirroredStrategy's class is
+    CollectiveAllReduceStrategy), "no strategy" for TensorFlow's default one."""
+    cls = type(strategy)
+    if cls.__name__ == "_DefaultDistributionStrategy":
+        return "no strategy"
+    public = cls.__dict__.get("_tf_api_names") or ()
+    return str(public[0]).rsplit(".", 1)[-1] if public else cls.__name__
+
+
 class Watch:
     """One watched process: its settings, its telemetry, and the steps it has seen."""
 
@@ -154,7 +164,7 @@ class Watch:
 
     def note_strategy(self, strategy: Any) -> None:
         if not self.strategy:
-            self.strategy = type(strategy).__name__
+            self.strategy = strategy_name(strategy)
             self.strategy_obj = strategy
 
     def report(self, *, step_time_ms: float, input_wait_ms: float | None, examples: int,

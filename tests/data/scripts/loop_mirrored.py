@@ -19,6 +19,8 @@ parser.add_argument("--burst", type=int, default=1,
 parser.add_argument("--width", type=int, default=64, help="hidden units (compute per step)")
 parser.add_argument("--raise-at", type=int, default=0, help="raise an error at this step")
 parser.add_argument("--no-strategy", action="store_true", help="plain tf.function, no strategy")
+parser.add_argument("--strategy", choices=["mirrored", "one-device", "multi-worker"],
+                    default="mirrored", help="which tf.distribute strategy")
 parser.add_argument("--from-function", action="store_true",
                     help="distribute_datasets_from_function (no read-ahead buffer of its own)")
 args = parser.parse_args()
@@ -30,8 +32,14 @@ tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfigur
 import keras  # noqa: E402
 
 keras.utils.set_random_seed(0)
-strategy = (tf.distribute.get_strategy() if args.no_strategy
-            else tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+if args.no_strategy:
+    strategy = tf.distribute.get_strategy()
+elif args.strategy == "one-device":
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+elif args.strategy == "multi-worker":  # no TF_CONFIG: one worker, this host's devices
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+else:
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 rng = np.random.default_rng(0)
 examples = args.batch * (args.steps + 2)
