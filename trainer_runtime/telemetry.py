@@ -33,10 +33,12 @@ log = logging.getLogger("trainer_runtime")
 # change settles on `reconfigured`; the run's end on `done` or `error`).
 NEVER_DROPPED = frozenset({"reconfigured", "done", "error", "hello"})
 
-# How long the sender lets step frames gather before one send: a loop of 2 ms steps then
-# wakes the supervisor (and its clients) some 20 times a second, not 500. The dashboard
-# repaints once a second; frames that must not wait (NEVER_DROPPED) go at once.
-GATHER_S = 0.05
+# How long the hook's sender (gpuwatch run) lets step frames gather before one send: a
+# script's loop of 2 ms steps then wakes the supervisor (and its clients) some 20 times a
+# second, not 500. The dashboard repaints once a second; frames that must not wait
+# (NEVER_DROPPED) go at once. The runtime sends each step as it ends (gather_s 0): its
+# tests and resume read the step frames up to a SIGKILL.
+HOOK_GATHER_S = 0.05
 
 # Requests waiting for the loop; more than this many unapplied is a confused sender.
 MAX_PENDING_REQUESTS = 64
@@ -83,7 +85,7 @@ class NullEmitter:
 
 class SocketEmitter:
     def __init__(self, sock: socket.socket, buffer_frames: int = 4096,
-                 gather_s: float = GATHER_S) -> None:
+                 gather_s: float = 0.0) -> None:
         self._sock = sock
         self._limit = buffer_frames
         self._gather_s = gather_s
@@ -101,8 +103,9 @@ class SocketEmitter:
         self._reader.start()
 
     @classmethod
-    def from_fd(cls, fd: int, buffer_frames: int = 4096) -> SocketEmitter:
-        return cls(socket.socket(fileno=fd), buffer_frames)
+    def from_fd(cls, fd: int, buffer_frames: int = 4096, gather_s: float = 0.0
+                ) -> SocketEmitter:
+        return cls(socket.socket(fileno=fd), buffer_frames, gather_s)
 
     @property
     def lost(self) -> bool:
@@ -136,7 +139,8 @@ class SocketEmitter:
                 # Let the steps of a fast loop gather (a frame that must not wait, or a
                 # close, cuts it short): one send, and one wake-up of the supervisor, per
                 # batch rather than per step.
-                if not (self._urgent or self._closing) and len(self._queue) < 256:
+                if (self._gather_s > 0 and not (self._urgent or self._closing)
+                        and len(self._queue) < 256):
                     self._wake.wait(self._gather_s)
                 self._urgent = False
             chunks: list[bytes] = []

@@ -32,7 +32,7 @@ from trainer_runtime import protocol
 from trainer_runtime.hook import keras_patches
 from trainer_runtime.hook.loops import CustomLoops
 from trainer_runtime.hook.patching import AfterImport, one_line
-from trainer_runtime.telemetry import NullEmitter, SocketEmitter
+from trainer_runtime.telemetry import HOOK_GATHER_S, NullEmitter, SocketEmitter
 
 _watch: Watch | None = None
 
@@ -45,7 +45,7 @@ def start(fd: str | None, settings_json: str | None) -> None:
         emitter: Any = NullEmitter()
         if fd is not None:
             os.set_inheritable(int(fd), False)  # the script's own subprocesses do not get it
-            emitter = SocketEmitter.from_fd(int(fd))
+            emitter = SocketEmitter.from_fd(int(fd), gather_s=HOOK_GATHER_S)
         _watch = Watch(settings, emitter)
         _watch.install()
     except BaseException as exc:
