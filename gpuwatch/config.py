@@ -137,6 +137,31 @@ class LoadedConfig:
 # ---------------------------------------------------------------------------- public API
 
 
+def _settle(data: dict[Any, Any], settings: Iterable[tuple[str, Any, str]], file: str,
+            lines: dict[Loc, int]) -> tuple[RunConfig, dict[Loc, str]]:
+    """data with each (dotted key, value, where it came from) set on it, validated by the
+    schema and bounded in size; and where each set key came from, for the messages."""
+    sources: dict[Loc, str] = {}
+    for key, value, label in settings:
+        parts = _split_key(key, label)
+        _set_path(data, parts, value, label)
+        sources[_normalise_loc(data, parts)] = label
+    locate = _Locator(file=file, lines=lines, overrides=sources)
+    config = _validate(data, locate)
+    _check_written_size(config, locate)
+    return config, sources
+
+
+def _one_line(exc: Exception, shown: str, nested: str, cannot: str) -> ConfigError:
+    """Any failure while making a config as the one line ConfigError says (the last line
+    of defence: never a traceback)."""
+    if isinstance(exc, ConfigError):
+        return exc
+    if isinstance(exc, RecursionError):
+        return ConfigError(f"{shown}: {nested}", source=shown)
+    return ConfigError(f"{shown}: {cannot} ({type(exc).__name__}: {exc})", source=shown)
+
+
 def load_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadedConfig:
     """Read, parse and validate a YAML config file, then apply `--set key.path=value` overrides.
 
@@ -153,25 +178,13 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadedConfig
             budget.spent_on = "the --set values"
         text = _read_text(path, shown)
         data, lines = _parse_yaml(text, shown, budget)
-        override_sources: dict[Loc, str] = {}
-        for (key, value), label in parsed:
-            parts = _split_key(key, label)
-            _set_path(data, parts, value, label)
-            override_sources[_normalise_loc(data, parts)] = label
-        locate = _Locator(file=shown, lines=lines, overrides=override_sources)
-        config = _validate(data, locate)
-        _check_written_size(config, locate)
+        config, override_sources = _settle(
+            data, [(key, value, label) for (key, value), label in parsed], shown, lines)
         return LoadedConfig(
             config=config, path=path, text=text, lines=lines, override_sources=override_sources
         )
-    except ConfigError:
-        raise
-    except RecursionError:
-        raise ConfigError(f"{shown}: nested too deeply", source=shown) from None
-    except Exception as exc:  # last line of defence: one line, never a traceback
-        raise ConfigError(
-            f"{shown}: cannot load config ({type(exc).__name__}: {exc})", source=shown
-        ) from None
+    except Exception as exc:
+        raise _one_line(exc, shown, "nested too deeply", "cannot load config") from None
 
 
 def command_config(
@@ -187,29 +200,16 @@ def command_config(
         _check_overrides_length(overrides)
         budget = _Budget()
         data: dict[Any, Any] = {"command": {"argv": list(argv), "cwd": cwd}}
-        override_sources: dict[Loc, str] = {}
+        settings: list[tuple[str, Any, str]] = []
         if name is not None:
-            data["name"] = name
-            override_sources[("name",)] = "--name"
+            settings.append(("name", name, "--name"))
         for override in overrides:
-            label = _override_label(override)
             key, value = _parse_override(override, budget)
             refuse_command_keys([key], f"--set {_shorten(key)}")
-            parts = _split_key(key, label)
-            _set_path(data, parts, value, label)
-            override_sources[_normalise_loc(data, parts)] = label
-        locate = _Locator(file=shown, lines={}, overrides=override_sources)
-        config = _validate(data, locate)
-        _check_written_size(config, locate)
-        return config
-    except ConfigError:
-        raise
-    except RecursionError:
-        raise ConfigError(f"{shown}: nested too deeply", source=shown) from None
-    except Exception as exc:  # last line of defence: one line, never a traceback
-        raise ConfigError(
-            f"{shown}: cannot make the config ({type(exc).__name__}: {exc})", source=shown
-        ) from None
+            settings.append((key, value, _override_label(override)))
+        return _settle(data, settings, shown, {})[0]
+    except Exception as exc:
+        raise _one_line(exc, shown, "nested too deeply", "cannot make the config") from None
 
 
 def refuse_command_keys(keys: Iterable[str], source: str) -> None:
@@ -317,24 +317,11 @@ def apply_overrides(
         exceeded = _data_limit(overrides)
         if exceeded is not None:
             raise exceeded.error(source, line=None, whole="the mapping of settings")
-        data = config.model_dump()
-        override_sources: dict[Loc, str] = {}
-        for key, value in overrides.items():
-            parts = _split_key(str(key), source)
-            _set_path(data, parts, value, source)
-            override_sources[_normalise_loc(data, parts)] = source
-        locate = _Locator(file=source, lines={}, overrides=override_sources)
-        new_config = _validate(data, locate)
-        _check_written_size(new_config, locate)
-        return new_config
-    except ConfigError:
-        raise
-    except RecursionError:
-        raise ConfigError(f"{source}: settings nested too deeply", source=source) from None
+        settings = [(str(key), value, source) for key, value in overrides.items()]
+        return _settle(config.model_dump(), settings, source, {})[0]
     except Exception as exc:
-        raise ConfigError(
-            f"{source}: cannot apply settings ({type(exc).__name__}: {exc})", source=source
-        ) from None
+        raise _one_line(exc, source, "settings nested too deeply",
+                        "cannot apply settings") from None
 
 
 def check_replicas(config: RunConfig, replicas: int, source: str) -> None:
