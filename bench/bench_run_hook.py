@@ -2,21 +2,25 @@
 with and without.
 
 The script (tests/data/scripts/fit_mirrored.py: model.fit under MirroredStrategy over
-2 logical CPU devices, a tf.data pipeline, the seed's shape) times its own fit after
-a warm-up epoch and prints examples_per_s=; gpuwatch's figures play no part. Each
-repeat runs it plainly and under `gpuwatch run --headless` back to back, the order
-alternating. Printed: the median of the per-pair examples/s ratios with their
-spread, and the CPU seconds each side used (the script's, and under gpuwatch the
-supervisor's and the headless follower's too, polled from /proc), whose ratio is
-far steadier here than wall-clock rates.
+2 logical CPU devices, a tf.data pipeline) times its own epochs after a warm-up one
+and prints the examples/s of its median epoch (a burst of load on this shared box
+then moves one epoch, not the run); gpuwatch's figures play no part. Each pair runs
+it plainly and under `gpuwatch run --headless` back to back, the order alternating.
+Two shapes: "fast" (32-512-10, ~2 ms steps: where a per-step cost shows most) and
+"seed" (the demo's 784-1024-1024-10). Printed per shape: the median of the per-pair
+ratios (watched over plain) with a bootstrap 95% interval and the spread, and the
+CPU seconds each side used (the script's, and under gpuwatch the supervisor's and
+the headless follower's too, polled from /proc): the script's own CPU ratio is far
+steadier here than wall-clock rates.
 
-    python bench/bench_run_hook.py [--repeats 8] [--epochs 15] [--examples 65536]
+    python bench/bench_run_hook.py [--repeats 10] [--epochs 8] [--shapes fast,seed]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import random
 import re
 import statistics
 import subprocess
@@ -29,14 +33,23 @@ import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "tests" / "data" / "scripts" / "fit_mirrored.py"
-RATE = re.compile(r"examples_per_s=([0-9.]+)")
+RATE = re.compile(r"median_epoch_examples_per_s=([0-9.]+)")
 
 
 def _rate(text: str) -> float:
     found = RATE.findall(text)
     if not found:
-        raise SystemExit(f"the script printed no examples_per_s:\n{text[-2000:]}")
+        raise SystemExit(f"the script printed no median_epoch_examples_per_s:\n{text[-2000:]}")
     return float(found[-1])
+
+
+def ci95(ratios: list[float], rounds: int = 10000) -> tuple[float, float]:
+    """A bootstrap 95% interval of the median ratio: the pairs resampled with
+    replacement."""
+    rng = random.Random(0)
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios)))
+                     for _ in range(rounds))
+    return medians[int(0.025 * rounds)], medians[int(0.975 * rounds) - 1]
 
 
 class CpuSeconds:
@@ -101,48 +114,65 @@ def watched(script_args: list[str], env: dict[str, str], home: Path
     return _rate(logs[-1].read_text()), cpu.by_role()
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=8)
-    parser.add_argument("--epochs", type=int, default=15, help="timed epochs per run")
-    parser.add_argument("--examples", type=int, default=65536, help="examples per epoch")
-    args = parser.parse_args()
-    script_args = ["--dataset", "--epochs", "1", "--time-epochs", str(args.epochs),
-                   "--examples", str(args.examples), "--batch", "256", "--width", "512"]
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+# The two shapes measured: a fast step (where a per-step cost shows most) and the seed
+# demo's model (784-1024-1024-10, batch 256).
+SHAPES = {
+    "fast": ["--features", "32", "--width", "512", "--depth", "1", "--examples", "65536"],
+    "seed": ["--features", "784", "--width", "1024", "--depth", "2", "--examples", "16384"],
+}
+
+
+def measure(shape: str, script_args: list[str], repeats: int, env: dict[str, str],
+            home: Path) -> str:
     ratios: list[float] = []
     cpu_ratios: list[float] = []
     rates: dict[str, list[float]] = {"plain": [], "watched": []}
     cpu: dict[str, list[dict[str, float]]] = {"plain": [], "watched": []}
-    with tempfile.TemporaryDirectory(prefix="gpuwatch-bench-") as tmp:
-        for i in range(args.repeats):
-            order = ("plain", "watched") if i % 2 == 0 else ("watched", "plain")
-            pair: dict[str, float] = {}
-            used: dict[str, dict[str, float]] = {}
-            for kind in order:
-                pair[kind], used[kind] = (plain(script_args, env) if kind == "plain"
-                                          else watched(script_args, env, Path(tmp)))
-                rates[kind].append(pair[kind])
-                cpu[kind].append(used[kind])
-            ratios.append(pair["watched"] / pair["plain"])
-            cpu_ratios.append(sum(used["watched"].values()) / sum(used["plain"].values()))
-            roles = " ".join(f"{k}={v:.2f}" for k, v in sorted(used["watched"].items()))
-            print(f"repeat {i + 1}: plain={pair['plain']:.1f} watched={pair['watched']:.1f} "
-                  f"ratio={ratios[-1]:.3f} cpu_s plain={used['plain'].get('script', 0):.2f} "
-                  f"watched: {roles} cpu_ratio={cpu_ratios[-1]:.3f}", flush=True)
-    print(f"plain_examples_per_s_median={statistics.median(rates['plain']):.1f} "
-          f"spread={min(rates['plain']):.1f}-{max(rates['plain']):.1f}")
-    print(f"watched_examples_per_s_median={statistics.median(rates['watched']):.1f} "
-          f"spread={min(rates['watched']):.1f}-{max(rates['watched']):.1f}")
+    for i in range(repeats):
+        order = ("plain", "watched") if i % 2 == 0 else ("watched", "plain")
+        pair: dict[str, float] = {}
+        used: dict[str, dict[str, float]] = {}
+        for kind in order:
+            pair[kind], used[kind] = (plain(script_args, env) if kind == "plain"
+                                      else watched(script_args, env, home))
+            rates[kind].append(pair[kind])
+            cpu[kind].append(used[kind])
+        ratios.append(pair["watched"] / pair["plain"])
+        cpu_ratios.append(used["watched"].get("script", 0.0) / used["plain"]["script"])
+        roles = " ".join(f"{k}={v:.2f}" for k, v in sorted(used["watched"].items()))
+        print(f"{shape} pair {i + 1}: plain={pair['plain']:.1f} watched={pair['watched']:.1f} "
+              f"ratio={ratios[-1]:.3f} cpu_s plain script={used['plain']['script']:.2f} "
+              f"watched {roles} script_cpu_ratio={cpu_ratios[-1]:.3f}", flush=True)
+    for kind in ("plain", "watched"):
+        print(f"{shape} {kind}_examples_per_s_median={statistics.median(rates[kind]):.1f} "
+              f"spread={min(rates[kind]):.1f}-{max(rates[kind]):.1f}")
     for role in ("script", "supervisor", "follower"):
         values = [u.get(role, 0.0) for u in cpu["watched"]]
-        print(f"watched_cpu_s_{role}_median={statistics.median(values):.2f}")
-    plain_script = statistics.median(u.get("script", 0.0) for u in cpu["plain"])
-    print(f"plain_cpu_s_script_median={plain_script:.2f}")
-    print(f"result: ratio_watched_vs_plain={statistics.median(ratios):.3f} "
-          f"spread={min(ratios):.3f}-{max(ratios):.3f} "
-          f"cpu_ratio={statistics.median(cpu_ratios):.3f} "
-          f"cpu_spread={min(cpu_ratios):.3f}-{max(cpu_ratios):.3f} repeats={len(ratios)}")
+        print(f"{shape} watched_cpu_s_{role}_median={statistics.median(values):.2f}")
+    plain_script = statistics.median(u["script"] for u in cpu["plain"])
+    print(f"{shape} plain_cpu_s_script_median={plain_script:.2f}")
+    lo, hi = ci95(ratios)
+    clo, chi = ci95(cpu_ratios)
+    return (f"{shape}_ratio={statistics.median(ratios):.3f} {shape}_ci95={lo:.3f}-{hi:.3f} "
+            f"{shape}_spread={min(ratios):.3f}-{max(ratios):.3f} "
+            f"{shape}_script_cpu_ratio={statistics.median(cpu_ratios):.3f} "
+            f"{shape}_script_cpu_ci95={clo:.3f}-{chi:.3f}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=10, help="pairs per shape")
+    parser.add_argument("--epochs", type=int, default=8, help="timed epochs per run")
+    parser.add_argument("--shapes", default="fast,seed", help="of: " + ",".join(SHAPES))
+    args = parser.parse_args()
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    found: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="gpuwatch-bench-") as tmp:
+        for shape in args.shapes.split(","):
+            script_args = ["--dataset", "--epochs", "1", "--time-epochs", str(args.epochs),
+                           "--batch", "256", *SHAPES[shape]]
+            found.append(measure(shape, script_args, args.repeats, env, Path(tmp)))
+    print(f"result: {' '.join(found)} repeats={args.repeats}")
     return 0
 
 

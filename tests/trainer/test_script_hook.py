@@ -46,6 +46,19 @@ def test_fit_steps_are_every_batch_with_that_batchs_own_loss(tmp_path: Path, spe
     assert ran.of(protocol.Done)[-1].reason == "exited"
 
 
+@pytest.mark.parametrize("spe", [1, 4])
+def test_fit_steps_carry_the_learning_rate_each_step_used(spe: int) -> None:
+    # A schedule that decays every step: step k (from 1) trains at 0.1 * 0.5 ** (k - 1),
+    # the rate Keras computes from the optimizer's iterations before that step's update.
+    ran = run_hooked(script("fit_mirrored.py", "--spe", str(spe), "--epochs", "2",
+                            "--lr", "0.1", "--lr-decay", "0.5"))
+    assert ran.returncode == 0, ran.output
+    steps = ran.steps
+    assert len(steps) == 16
+    assert [s.lr for s in steps] == pytest.approx(
+        [0.1 * 0.5 ** (s.step - 1) for s in steps], rel=1e-6)
+
+
 def test_fit_steps_add_up_to_the_scripts_own_clock_across_epochs() -> None:
     # Keras spends real time between epochs (a new iterator, callbacks): it lands on each
     # epoch's first step, so the steps of the epochs the script times itself add up to its

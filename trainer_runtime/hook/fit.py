@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from trainer_runtime.hook.watch import Watch
 
 # Per step, in order: stamp before the fetch, batch in hand, step ended, the loss
-# tracker's total and count after the step.
-_OUTPUTS = 5
+# tracker's total and count after the step, the learning rate the step used (-1: none
+# readable).
+_OUTPUTS = 6
 
 
 def _loss_sums(model: Any) -> tuple[tf.Tensor, tf.Tensor]:
@@ -40,6 +41,15 @@ def _loss_sums(model: Any) -> tuple[tf.Tensor, tf.Tensor]:
         minus = tf.constant(-1.0, tf.float64)
         return minus, minus
     return (tf.cast(tracker.total.value, tf.float64), tf.cast(tracker.count.value, tf.float64))
+
+
+def _learning_rate(model: Any) -> tf.Tensor:
+    """The optimizer's current learning rate, read in the graph (a schedule's value at
+    the optimizer's iterations), or -1 where it cannot be read there."""
+    try:
+        return tf.cast(model.optimizer.learning_rate, tf.float64)
+    except Exception:
+        return tf.constant(-1.0, tf.float64)
 
 
 def _flat(batch: Any) -> list[tf.Tensor]:
@@ -64,11 +74,13 @@ def train_function(watch: Watch, model: Any) -> Any:
         """One step on a batch in hand: its logs, and its row of stamps and sums."""
         with tf.control_dependencies(_flat(batch)):
             t1 = tf.timestamp()
-        logs = one_step(batch)
+            lr = _learning_rate(model)  # before the step: the rate it uses
+        with tf.control_dependencies([lr]):
+            logs = one_step(batch)
         with tf.control_dependencies(tf.nest.flatten(logs)):
             t2 = tf.timestamp()
             total, count = _loss_sums(model)
-        return logs, tf.stack([t0, t1, t2, total, count])
+        return logs, tf.stack([t0, t1, t2, total, count, lr])
 
     def steps(iterator: Any) -> Any:
         # The first step as Keras takes it with steps_per_execution 1 (get_next: at the
@@ -102,7 +114,7 @@ def train_function(watch: Watch, model: Any) -> Any:
     if not model.run_eagerly:
         steps = tf.function(steps, reduce_retracing=True)
 
-    reader = _Reader(watch, model)
+    reader = _Reader(watch)
 
     def function(iterator: Any) -> Any:
         if not isinstance(iterator, tf.data.Iterator | tf.distribute.DistributedIterator):
@@ -118,9 +130,8 @@ def train_function(watch: Watch, model: Any) -> Any:
 class _Reader:
     """Turns each execution's stamps into steps: its time, wait, examples and loss."""
 
-    def __init__(self, watch: Watch, model: Any) -> None:
+    def __init__(self, watch: Watch) -> None:
         self.watch = watch
-        self.model = model
         self.iterator: Any = None
         self.total = 0.0
         self.count = 0.0
@@ -135,25 +146,23 @@ class _Reader:
         # A step begins where the one before it ended, across epochs too: what Keras does
         # between epochs (a new iterator, callbacks, validation) is the job's time, and it
         # lands on the epoch's first step, as a custom loop's own host time does.
-        t0, t1, t2, totals, counts = rows.T
-        lr = _learning_rate(self.model)
-        for i in range(len(rows)):
+        for t0, t1, t2, totals, counts, lr in rows.tolist():  # plain floats: cheap
             examples, loss = 0, None
-            if counts[i] >= 0:  # Keras resets the tracker each epoch: sums start over
-                total, count = ((self.total, self.count) if counts[i] >= self.count
+            if counts >= 0:  # Keras resets the tracker each epoch: sums start over
+                total, count = ((self.total, self.count) if counts >= self.count
                                 else (0.0, 0.0))
-                examples = round(counts[i] - count)
+                examples = round(counts - count)
                 if examples > 0:
-                    loss = float(totals[i] - total) / float(counts[i] - count)
-                self.total, self.count = float(totals[i]), float(counts[i])
+                    loss = (totals - total) / (counts - count)
+                self.total, self.count = totals, counts
             start = self.last_end if self.last_end is not None else called
-            self.last_end = float(t2[i])
-            watch.report(step_time_ms=max(0.0, (float(t2[i]) - start) * 1000.0),
-                         input_wait_ms=max(0.0, float(t1[i] - t0[i]) * 1000.0),
-                         examples=examples, loss=loss, lr=lr, end=float(t2[i]))
+            self.last_end = t2
+            watch.report(step_time_ms=max(0.0, (t2 - start) * 1000.0),
+                         input_wait_ms=max(0.0, (t1 - t0) * 1000.0),
+                         examples=examples, loss=loss, lr=lr if lr >= 0 else None, end=t2)
 
 
-def _learning_rate(model: Any) -> float | None:
+def _host_learning_rate(model: Any) -> float | None:
     try:
         return float(model.optimizer.learning_rate)
     except Exception:
@@ -191,7 +200,8 @@ def with_callback(watch: Watch, model: Any, args: tuple[Any, ...], kwargs: dict[
             start = self.last if self.last is not None else now
             self.last = now
             watch.report(step_time_ms=(now - start) * 1000.0, input_wait_ms=None,
-                         examples=examples or 0, loss=loss, lr=_learning_rate(model), end=now)
+                         examples=examples or 0, loss=loss, lr=_host_learning_rate(model),
+                         end=now)
 
     callback = _Steps()
     if len(args) >= 6:

@@ -17,11 +17,15 @@ parser.add_argument("--epochs", type=int, default=2)
 parser.add_argument("--examples", type=int, default=512)
 parser.add_argument("--batch", type=int, default=64, help="global batch")
 parser.add_argument("--lr", type=float, default=0.05)
+parser.add_argument("--lr-decay", type=float, default=None,
+                    help="an ExponentialDecay schedule: lr * decay ** step")
 parser.add_argument("--dataset", action="store_true", help="a tf.data pipeline, not arrays")
 parser.add_argument("--read-ms", type=float, default=0.0, help="host cost of each batch's read")
 parser.add_argument("--losses-out", default=None, help="write each batch's loss (JSON)")
 parser.add_argument("--deterministic", action="store_true", help="op determinism on")
 parser.add_argument("--width", type=int, default=64, help="hidden units")
+parser.add_argument("--depth", type=int, default=1, help="hidden layers")
+parser.add_argument("--features", type=int, default=32, help="input features")
 parser.add_argument("--time-epochs", type=int, default=0,
                     help="then time this many more epochs and print examples_per_s=")
 parser.add_argument("--weights-out", default=None, help="write the final weights (.npz)")
@@ -39,17 +43,19 @@ if args.deterministic:
 strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
 
 rng = np.random.default_rng(0)
-x = rng.normal(size=(args.examples, 32)).astype("float32")
+x = rng.normal(size=(args.examples, args.features)).astype("float32")
 y = rng.integers(0, 10, size=(args.examples,)).astype("int64")
 
 with strategy.scope():
     model = keras.Sequential([
-        keras.Input((32,)),
-        keras.layers.Dense(args.width, activation="relu"),
+        keras.Input((args.features,)),
+        *[keras.layers.Dense(args.width, activation="relu") for _ in range(args.depth)],
         keras.layers.Dense(10),
     ])
     model.compile(
-        optimizer=keras.optimizers.SGD(args.lr),
+        optimizer=keras.optimizers.SGD(
+            args.lr if args.lr_decay is None else keras.optimizers.schedules.ExponentialDecay(
+                args.lr, decay_steps=1, decay_rate=args.lr_decay)),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         steps_per_execution=args.spe,
     )
@@ -63,20 +69,34 @@ if args.dataset:
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch)
     if args.read_ms:
         data = data.map(lambda a, b: (tf.py_function(slow_read, [a], tf.float32), b))
-        data = data.map(lambda a, b: (tf.ensure_shape(a, [None, 32]), b))
+        data = data.map(lambda a, b: (tf.ensure_shape(a, [None, args.features]), b))
     model.fit(data, epochs=args.epochs, verbose=0)
 else:
     model.fit(x, y, batch_size=args.batch, epochs=args.epochs, shuffle=False, verbose=0)
 
 if args.time_epochs:
+    class EpochClock(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self.seconds = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self.began = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            self.seconds.append(time.perf_counter() - self.began)
+
+    clock = EpochClock()
     began = time.perf_counter()
     if args.dataset:
-        model.fit(data, epochs=args.time_epochs, verbose=0)
+        model.fit(data, epochs=args.time_epochs, verbose=0, callbacks=[clock])
     else:
         model.fit(x, y, batch_size=args.batch, epochs=args.time_epochs, shuffle=False,
-                  verbose=0)
+                  verbose=0, callbacks=[clock])
     rate = args.time_epochs * args.examples / (time.perf_counter() - began)
-    print(f"examples_per_s={rate:.1f}", flush=True)
+    median = sorted(clock.seconds)[len(clock.seconds) // 2]
+    print(f"examples_per_s={rate:.1f} median_epoch_examples_per_s="
+          f"{args.examples / median:.1f}", flush=True)
 
 if args.losses_out:
     # With lr 0 the weights never move: each batch's loss is the loss of these weights.
