@@ -72,6 +72,7 @@ from trainer_runtime.protocol import (
     Scale,
     StatusChange,
     Step,
+    StepSummary,
     input_wait_pct,
     parse_event,
     per_second,
@@ -160,6 +161,19 @@ def pace_setter(values: Mapping[int, float | None]) -> tuple[int, float] | None:
     return max(known, key=lambda pair: (pair[1], -pair[0]))
 
 
+def _weighted_median(pairs: Iterable[tuple[float | None, int]]) -> float | None:
+    """The median of values that each stand for `count` steps (summaries' medians): the
+    value at which half the steps are covered. None without any."""
+    known = sorted((value, count) for value, count in pairs if value is not None and count > 0)
+    half = sum(count for _, count in known) / 2.0
+    covered = 0
+    for value, count in known:
+        covered += count
+        if covered >= half:
+            return value
+    return None
+
+
 def _median(values: list[float]) -> float | None:
     if not values:
         return None
@@ -195,6 +209,10 @@ class WorkerFigures:
     window: deque[WorkerStep] = field(
         default_factory=lambda: deque(maxlen=WORKER_WINDOW_STEPS)
     )
+    # Past SUMMARY_PAST_WORKERS workers its steps come as summaries: the latest that
+    # cover at least WORKER_WINDOW_STEPS steps, and how many they cover.
+    summaries: deque[StepSummary] = field(default_factory=deque)
+    summarized_steps: int = 0
 
     def start_attempt(self, attempt: int) -> None:
         """A newer attempt: its figures start over (never mixed across settings)."""
@@ -203,6 +221,15 @@ class WorkerFigures:
         self.steps_seen = 0
         self.last_step = None
         self.window.clear()
+        self.summaries.clear()
+        self.summarized_steps = 0
+
+    def add_summary(self, event: StepSummary) -> None:
+        self.summaries.append(event)
+        self.summarized_steps += event.count
+        while (len(self.summaries) > 1
+               and self.summarized_steps - self.summaries[0].count >= WORKER_WINDOW_STEPS):
+            self.summarized_steps -= self.summaries.popleft().count
 
     @property
     def workers(self) -> int:
@@ -241,6 +268,7 @@ class WorkerSummary:
     examples_per_s: float | None
     sample: dict[str, Any] | None
     breakdown: Breakdown | None = None  # its window's steps together (None: not timed)
+    summarized: bool = False  # from its 1 s summaries (medians at their resolution)
 
     @property
     def measured(self) -> bool:
@@ -822,6 +850,8 @@ def shell_text(argv: Sequence[str]) -> str:
 
 
 def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerSummary:
+    if figures.summaries:
+        return _from_summaries(figures, sample)
     steps = list(figures.window)
     share = 1.0 / figures.workers  # each worker trains its share of the update's examples
     computes = [s.compute_ms for s in steps if s.compute_ms is not None]
@@ -844,6 +874,43 @@ def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerS
         ),
         sample=sample,
         breakdown=sum_breakdowns(s.breakdown for s in steps),
+    )
+
+
+def _from_summaries(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerSummary:
+    """_summarize's figures from a worker's latest summaries: medians of their medians
+    (each counted for its steps), input wait % and the breakdown from their sums."""
+    summaries = list(figures.summaries)
+    share = 1.0 / figures.workers
+
+    def median_of(name: str) -> float | None:
+        return _weighted_median((s.figure(name, "median"), s.count) for s in summaries)
+
+    waited = [(step, wait) for s in summaries
+              if (step := s.figure("step_time_ms", "sum")) is not None
+              and (wait := s.figure("input_wait_ms", "sum")) is not None]
+    rates = []
+    for s in summaries:
+        median = s.figure("step_time_ms", "median")
+        rate = per_second(s.examples / s.count * share, median) if median is not None else None
+        rates.append((rate, s.count))
+    return WorkerSummary(
+        worker=figures.worker,
+        host=figures.host,
+        replicas=figures.replicas,
+        status=figures.status,
+        last_step=figures.last_step,
+        measured_steps=figures.summarized_steps,
+        step_time_ms=median_of("step_time_ms"),
+        input_wait_pct=input_wait_pct(
+            sum(wait for _, wait in waited), sum(step for step, _ in waited)
+        ) if waited else None,
+        input_wait_ms=median_of("input_wait_ms"),
+        compute_ms=median_of("compute_ms"),
+        examples_per_s=_weighted_median(rates),
+        sample=sample,
+        breakdown=sum_breakdowns(s.breakdown for s in summaries),
+        summarized=True,
     )
 
 
@@ -954,6 +1021,39 @@ def _on_step(state: RunState, event: Step, t: float | None) -> None:
             summary.rates.add(rate)
         changed.add("attempts")
     changed.update(_STEP_AREAS)
+
+
+def _on_step_summary(state: RunState, event: StepSummary, t: float | None) -> None:
+    # A worker's steps of about a second (summarize.py): its figures, and its input wait
+    # in its attempt's; never the headline, which is the chief's steps.
+    if event.count <= 0:
+        return
+    figures = state._worker(event.worker, event.attempt)
+    if figures is not None:
+        figures.steps_seen += event.count
+        figures.last_step = event.last_step
+        if figures.status == "starting":
+            figures.status = "running"
+        step_sum = event.figure("step_time_ms", "sum")
+        if step_sum is not None and step_sum > 0:
+            figures.add_summary(event)
+    other = state.attempts.get(event.attempt)
+    if other is None or not 0 <= event.worker < MAX_WORKERS:
+        return
+    wait = other.worker_waits.get(event.worker)
+    if wait is None:
+        wait = other.worker_waits[event.worker] = WorkerWait()
+    wait.steps_seen += event.count
+    step_sum, wait_sum = event.figure("step_time_ms", "sum"), event.figure("input_wait_ms", "sum")
+    if step_sum is None or step_sum <= 0 or wait_sum is None:
+        return
+    wait.measured_steps += event.count
+    wait.sum_step_time_ms += step_sum
+    wait.sum_input_wait_ms += wait_sum
+    timed = event.breakdown
+    if timed is not None:
+        wait.breakdown = timed if wait.breakdown is None else wait.breakdown + timed
+    state.changed.add("attempts")
 
 
 def _add_wait(summary: AttemptSummary, worker: int, step_time_ms: float,
@@ -1079,6 +1179,7 @@ _HANDLERS: dict[type[Event], Callable[[RunState, Any, float | None], None]] = {
     Attempt: _on_attempt,
     Hello: _on_hello,
     Step: _on_step,
+    StepSummary: _on_step_summary,
     Sample: _on_sample,
     StatusChange: _on_status,
     Done: _on_done,

@@ -300,6 +300,8 @@ def _plain_value(annotation: str) -> st.SearchStrategy[object]:
              "str": st.text(max_size=5), "bool": st.booleans(),
              "list[str]": st.lists(st.text(max_size=3), max_size=2),
              "list[int]": st.lists(st.integers(min_value=-5, max_value=2**40), max_size=3),
+             "list[float]": st.lists(st.floats(allow_nan=False, allow_infinity=False),
+                                     max_size=5),
              "dict[str, Any]": st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
              "list[dict[str, Any]]": st.lists(st.just({"a": 1}), max_size=2)}[base]
     return st.one_of(plain, st.none()) if annotation.endswith(" | None") else plain

@@ -108,7 +108,31 @@ trainer -> supervisor (the trainer's telemetry socket):
               input_wait (str): "" measured, else why it is not measurable
               strategy (str): the strategy's class, once seen
               worker (int): the worker that sent it (0 = chief)
-supervisor -> dashboard, besides every trainer event relayed:
+agent -> supervisor (past 8 workers, instead of a worker's steps but the chief's):
+  steps       A worker's updates over about a second, summed by its agent: past
+              attempt (int): the attempt it belongs to (1, 2, ...)
+              worker (int): the worker whose steps these are
+              first_step (int): the first update it covers
+              last_step (int): the last update it covers
+              count (int): the updates it covers
+              epoch (int): the last update's epoch
+              examples (int): examples trained on in them
+              loss (float | None): the last finite loss among them (null: none)
+              position (int | None): the last update's position
+              dropped (int): telemetry frames dropped so far
+              step_time_ms (list[float]): step time: [min, median, max, sum] ms over
+                its steps
+              input_wait_ms (list[float] | None): input wait: [min, median, max, sum]
+                ms over its steps (null: not measured in all)
+              compute_ms (list[float] | None): compute: [min, median, max, sum] ms
+                over its steps (null: not measured in all)
+              sync_ms (list[float] | None): gradient all-reduce: [min, median, max,
+                sum] ms over its steps (null: not measured in all)
+              update_ms (list[float] | None): optimizer update: [min, median, max,
+                sum] ms over its steps (null: not measured in all)
+              breakdown_ms (list[float] | None): [step, input, compute, sync, update]
+                ms summed over its steps that have a breakdown (null: none has)
+supervisor -> dashboard, besides every trainer and agent event relayed:
   run         The run: the first line of events.jsonl (attempt 0).
               run_id (str): the run's id
               name (str): the config's name
@@ -878,6 +902,66 @@ class Step(Event):
                          self.update_ms)
 
 
+# More workers than this: every worker but the chief sends StepSummary, not its steps.
+SUMMARY_PAST_WORKERS = 8
+# A StepSummary's spread of one figure over its steps: [min, median, max, sum], in ms.
+SPREAD = ("min", "median", "max", "sum")
+
+
+_SPREAD_NOTE = ": [min, median, max, sum] ms over its steps (null: not measured in all)"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepSummary(Event):
+    """A worker's updates over about a second, summed by its agent: past
+    SUMMARY_PAST_WORKERS workers, every worker but the chief sends these instead of its
+    steps once its first WARMUP_STEPS steps of an attempt have gone as steps (t: when its
+    last step ended). Sent at once, not at the second's end, when a step falls behind
+    (FALLING_BEHIND times the last summary's median) and before any other event."""
+
+    TYPE: ClassVar[str] = "steps"
+    FROM: ClassVar[str] = "agent"
+    attempt: int = _attempt()
+    worker: int = field(default=0, metadata=_note("the worker whose steps these are"))
+    first_step: int = field(metadata=_note("the first update it covers"))
+    last_step: int = field(metadata=_note("the last update it covers"))
+    count: int = field(metadata=_note("the updates it covers"))
+    epoch: int = field(metadata=_note("the last update's epoch"))
+    examples: int = field(metadata=_note("examples trained on in them"))
+    loss: float | None = field(metadata=_note("the last finite loss among them (null: none)"))
+    position: int | None = field(default=None, metadata=_note("the last update's position"))
+    dropped: int = field(default=0, metadata=_note("telemetry frames dropped so far"))
+    step_time_ms: list[float] = field(
+        metadata=_note("step time: [min, median, max, sum] ms over its steps"))
+    input_wait_ms: list[float] | None = field(
+        default=None, metadata=_note("input wait" + _SPREAD_NOTE))
+    compute_ms: list[float] | None = field(
+        default=None, metadata=_note("compute" + _SPREAD_NOTE))
+    sync_ms: list[float] | None = field(
+        default=None, metadata=_note("gradient all-reduce" + _SPREAD_NOTE))
+    update_ms: list[float] | None = field(
+        default=None, metadata=_note("optimizer update" + _SPREAD_NOTE))
+    breakdown_ms: list[float] | None = field(default=None, metadata=_note(
+        "[step, input, compute, sync, update] ms summed over its steps that have a "
+        "breakdown (null: none has)"))
+
+    def figure(self, name: str, part: str) -> float | None:
+        """One of a spread field's [min, median, max, sum] (None: not measured, or a
+        spread of the wrong shape)."""
+        values = getattr(self, name)
+        if values is None or len(values) != len(SPREAD):
+            return None
+        return float(values[SPREAD.index(part)])
+
+    @property
+    def breakdown(self) -> Breakdown | None:
+        """Its steps' breakdowns added up (sum_breakdowns' of the same steps)."""
+        parts = self.breakdown_ms
+        if parts is None or len(parts) != 5:
+            return None
+        return breakdown(*parts)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Checkpoint(Event):
     """A checkpoint was written."""
@@ -1067,10 +1151,12 @@ EVENTS: Mapping[str, type[Event]] = MappingProxyType(
     {
         cls.TYPE: cls
         for cls in (Hello, Step, Checkpoint, Resume, Reconfigured, Done, Error, Hook, Run,
-                    Attempt, Scale, StatusChange, Sample)
+                    Attempt, Scale, StatusChange, Sample, StepSummary)
     }
 )
 TRAINER_EVENTS = frozenset(name for name, cls in EVENTS.items() if cls.FROM == "trainer")
+# What a remote agent relays: its trainer's events, and its own step summaries.
+AGENT_EVENTS = TRAINER_EVENTS | {StepSummary.TYPE}
 # Each event's field names, in order: event_frame runs for every event recorded, and
 # dataclasses.fields() rebuilds its tuple on every call.
 _FIELD_NAMES: Mapping[type[Event], tuple[str, ...]] = MappingProxyType(
@@ -1278,6 +1364,11 @@ def _type_check(annotation: Any) -> Callable[[Any], tuple[bool, Any]]:
             list,
             "a list of integers",
         ),
+        "list[float]": (
+            lambda v: isinstance(v, list) and len(v) <= 16 and all(map(_finite_number, v)),
+            lambda v: [float(i) for i in v],
+            "a list of at most 16 finite numbers",
+        ),
         "dict[str, Any]": (lambda v: isinstance(v, dict), dict, "an object"),
         "list[dict[str, Any]]": (
             lambda v: isinstance(v, list) and all(isinstance(i, dict) for i in v),
@@ -1375,8 +1466,10 @@ def event_reference(width: int = 86) -> str:
     """The events and their fields as text, generated from the declarations."""
     lines: list[str] = []
     for source, title in (("trainer", "trainer -> supervisor (the trainer's telemetry socket)"),
+                          ("agent", f"agent -> supervisor (past {SUMMARY_PAST_WORKERS} workers, "
+                                    "instead of a worker's steps but the chief's)"),
                           ("supervisor", "supervisor -> dashboard, besides every trainer "
-                                         "event relayed")):
+                                         "and agent event relayed")):
         lines.append(f"{title}:")
         for cls in EVENTS.values():
             if source != cls.FROM:

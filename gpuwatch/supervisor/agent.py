@@ -26,6 +26,7 @@ from typing import Any, cast
 from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.launcher import AgentStartError, TrainerLauncher
+from gpuwatch.supervisor.summarize import StepSummarizer, summarizes
 from trainer_runtime.protocol import (
     LIVE_DEADLINE_S,
     MAX_FRAME_BYTES,
@@ -45,6 +46,8 @@ from trainer_runtime.protocol import (
 
 log = logging.getLogger("gpuwatch.supervisor")
 
+# How often a summarizing agent looks for a summary whose second is up.
+SUMMARY_TICK_S = 0.2
 SAMPLE_INTERVAL_S = float(os.environ.get("GPUWATCH_SAMPLE_INTERVAL_S", "1.0"))
 
 # (agent index, frame type, fields): a trainer frame with v and seq taken off, attempt put on.
@@ -108,6 +111,9 @@ class LocalAgent:
         self._writer: asyncio.StreamWriter | None = None
         # The attempt stamped on the trainer's frames: a live change moves it on.
         self._stamp = AttemptStamp(0)
+        # Past SUMMARY_PAST_WORKERS workers, a worker's steps go up as summaries (not the
+        # chief's): summarize.py.
+        self._summarizer: StepSummarizer | None = None
 
     @property
     def running(self) -> bool:
@@ -183,6 +189,10 @@ class LocalAgent:
         self._error = None
         self._stamp.attempt = attempt
         self._stamp.pending = None
+        self._summarizer = (
+            StepSummarizer(lambda event, t: self._on_frame(self.index, event, t))
+            if launch is not None and summarizes(launch.index, launch.workers) else None
+        )
         self._watcher = asyncio.create_task(self._watch(proc, parent_sock, attempt))
 
     def release_spare(self) -> None:
@@ -243,6 +253,7 @@ class LocalAgent:
         self._writer = writer
         self._stamp.attempt = attempt
         frames = FrameBuffer()
+        ticker = asyncio.create_task(self._send_due_summaries())
         try:
             while True:
                 chunk = await reader.read(1 << 16)
@@ -262,9 +273,20 @@ class LocalAgent:
                         self.bad_frames += 1
                         log.warning("attempt %d: dropped a trainer frame: %s", attempt, exc)
         finally:
+            ticker.cancel()
+            if self._summarizer is not None:  # before the exit is handed up
+                self._summarizer.flush()
             self._writer = None
             self._stamp.pending = None
             writer.close()
+
+    async def _send_due_summaries(self) -> None:
+        """A summary goes up within its second even when the steps stop coming."""
+        while True:
+            await asyncio.sleep(SUMMARY_TICK_S)
+            summarizer = self._summarizer
+            if summarizer is not None and summarizer.due(time.monotonic()):
+                summarizer.flush()
 
     async def send(self, data: bytes) -> None:
         """Write to the trainer's telemetry socket; AgentStartError if no trainer reads it."""
@@ -312,7 +334,10 @@ class LocalAgent:
             self._error = event.message
         elif isinstance(event, Step):
             self.launcher.trainer_stepped()
-        self._on_frame(self.index, event, envelope.t)
+        if self._summarizer is not None:
+            self._summarizer.event(event, envelope.t, time.monotonic())
+        else:
+            self._on_frame(self.index, event, envelope.t)
 
     # -- its host's devices --------------------------------------------------------
 
@@ -381,16 +406,18 @@ class AttemptStamp:
             self.attempt = attempt
 
 
-def relayed_event(frame: Any, attempt: int, worker: int) -> tuple[Envelope, Event]:
+def relayed_event(frame: Any, attempt: int, worker: int,
+                  allowed: frozenset[str] = TRAINER_EVENTS) -> tuple[Envelope, Event]:
     """A trainer's frame (relayed by a remote agent, or read here) as a checked event.
 
-    Trainer events only; the attempt and the worker are the agent's to say, so a
-    trainer cannot speak for another attempt or another worker. ProtocolError if not.
+    Trainer events only (a remote agent's relay: its own step summaries too, ``allowed``);
+    the attempt and the worker are the agent's to say, so a trainer cannot speak for
+    another attempt or another worker. ProtocolError if not.
     """
     if not isinstance(frame, dict):
         raise ProtocolError("event: frame must be an object")
     envelope, event = parse_event(frame)
-    if event.TYPE not in TRAINER_EVENTS:
+    if event.TYPE not in allowed:
         raise ProtocolError(f"a trainer may not send {event.TYPE!r} frames")
     return envelope, replace(event, attempt=attempt, worker=worker)  # type: ignore[call-arg]
 

@@ -66,6 +66,7 @@ from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.link import REPLY_TIMEOUT_S, AgentLink, frames_of
 from trainer_runtime.protocol import (
+    AGENT_EVENTS,
     LIVE_DEADLINE_S,
     MAX_FRAME_BYTES,
     FrameBuffer,
@@ -628,7 +629,7 @@ class RemoteAgent:
         attempt = self._stamp.attempt
         if attempt is None:
             raise ProtocolError("event while no trainer runs")
-        envelope, event = relayed_event(frame, attempt, self.index)
+        envelope, event = relayed_event(frame, attempt, self.index, AGENT_EVENTS)
         if isinstance(event, Hello):
             self.replicas = event.replicas
             self._trainer_pid = event.pid

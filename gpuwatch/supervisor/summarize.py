@@ -1,0 +1,115 @@
+"""Bounded telemetry for big clusters: a worker's steps as one summary a second.
+
+Up to SUMMARY_PAST_WORKERS workers every worker's agent passes every step up, as
+always. Past it, the chief's still does (the headline, the record and the plots are
+its steps), and every other worker's agent folds its steps into one StepSummary a
+second: count, [min, median, max, sum] of step time, input wait and the breakdown's
+parts, examples, the last loss. Pure: the agent hands it each event and the time,
+and it calls ``emit`` with what goes up.
+
+What is never held back: an attempt's first WARMUP_STEPS steps (the fold leaves
+them out of every figure, so they go as steps and the fold counts them as it always
+has); a step that falls behind (FALLING_BEHIND times the last summary's median step
+time: the straggler rule hears of it at once); and every other event (hello, done,
+error, checkpoint, reconfigured), before which the summary so far goes, so the order
+of what a worker said is kept.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+
+from gpuwatch.runstate import CHIEF, WARMUP_STEPS
+from trainer_runtime.protocol import SUMMARY_PAST_WORKERS, Event, Step, StepSummary
+
+# A summary covers at most this long of a worker's steps.
+SUMMARY_EVERY_S = 1.0
+# A step this many times the last summary's median is sent (with its summary) at once.
+FALLING_BEHIND = 2.0
+
+Emit = Callable[[Event, float | None], None]
+
+
+def summarizes(index: int, workers: int) -> bool:
+    """Whether worker `index` of `workers` sends summaries rather than steps."""
+    return workers > SUMMARY_PAST_WORKERS and index != CHIEF
+
+
+def _spread(values: Sequence[float]) -> list[float]:
+    return [min(values), statistics.median(values), max(values), sum(values)]
+
+
+def summary_of(steps: Sequence[Step]) -> StepSummary:
+    """One summary of `steps` (one worker's, one attempt's, in order; at least one)."""
+    last = steps[-1]
+    losses = [s.loss for s in steps if s.loss is not None]
+
+    def spread(name: str) -> list[float] | None:
+        values = [getattr(s, name) for s in steps]
+        if any(v is None for v in values):
+            return None
+        return _spread(values)
+
+    timed = [b for s in steps if (b := s.breakdown) is not None]
+    return StepSummary(
+        attempt=last.attempt, worker=last.worker, first_step=steps[0].step,
+        last_step=last.step, count=len(steps), epoch=last.epoch,
+        examples=sum(s.examples for s in steps), loss=losses[-1] if losses else None,
+        position=last.position, dropped=last.dropped,
+        step_time_ms=_spread([s.step_time_ms for s in steps]),
+        input_wait_ms=spread("input_wait_ms"), compute_ms=spread("compute_ms"),
+        sync_ms=spread("sync_ms"), update_ms=spread("update_ms"),
+        breakdown_ms=[sum(b.step_ms for b in timed), sum(b.input_ms for b in timed),
+                      sum(b.compute_ms for b in timed), sum(b.sync_ms for b in timed),
+                      sum(b.update_ms for b in timed)] if timed else None,
+    )
+
+
+class StepSummarizer:
+    """One worker's events on their way up: steps past warm-up become summaries."""
+
+    def __init__(self, emit: Emit, every_s: float = SUMMARY_EVERY_S) -> None:
+        self.emit = emit
+        self.every_s = every_s
+        self.attempt: int | None = None
+        self.seen = 0  # steps of this attempt so far
+        self.steps: list[Step] = []
+        self.last_t: float | None = None
+        self.opened = 0.0  # when the first step of the summary so far arrived
+        self.median_ms: float | None = None  # the last summary's median step time
+
+    def event(self, event: Event, t: float | None, now: float) -> None:
+        """Pass `event` on (a step may wait for its summary); `now`: a monotonic clock."""
+        if not isinstance(event, Step):
+            self.flush()
+            self.emit(event, t)
+            return
+        if event.attempt != self.attempt:  # a relaunch or a live change: warm-up again
+            self.flush()
+            self.attempt, self.seen, self.median_ms = event.attempt, 0, None
+        self.seen += 1
+        if self.seen <= WARMUP_STEPS:
+            self.emit(event, t)
+            return
+        if not self.steps:
+            self.opened = now
+        self.steps.append(event)
+        self.last_t = t
+        behind = (self.median_ms is not None
+                  and event.step_time_ms > FALLING_BEHIND * self.median_ms)
+        if behind or now - self.opened >= self.every_s:
+            self.flush()
+
+    def due(self, now: float) -> bool:
+        """A summary has waited its second (the agent's timer asks: steps may have stopped)."""
+        return bool(self.steps) and now - self.opened >= self.every_s
+
+    def flush(self) -> None:
+        """Send the summary so far, if any."""
+        if not self.steps:
+            return
+        summary = summary_of(self.steps)
+        self.steps = []
+        self.median_ms = summary.figure("step_time_ms", "median")
+        self.emit(summary, self.last_t)
