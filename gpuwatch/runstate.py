@@ -1089,6 +1089,8 @@ def _on_reconfigured(state: RunState, event: Reconfigured, t: float | None) -> N
 def _on_sample(state: RunState, event: Sample, t: float | None) -> None:
     # The widgets read the sample as its wire fields (host/gpus are plain objects).
     sample = {"host": event.host, "gpus": event.gpus, "nvml": event.nvml, "t": t}
+    if event.gpu_summary is not None:  # a summarizing worker's GPUs, summed
+        sample["gpu_summary"] = event.gpu_summary
     if 0 <= event.worker < MAX_WORKERS:
         state.samples[event.worker] = sample
     if event.worker == CHIEF:

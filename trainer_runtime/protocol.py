@@ -1145,6 +1145,13 @@ class Sample(Event):
     gpus: list[dict[str, Any]] = field(metadata=_note("one per GPU"))
     nvml: str | None = field(metadata=_note("null when NVML works, else why it does not"))
     worker: int = field(default=0, metadata=_note("the worker whose host it samples"))
+    gpu_summary: dict[str, Any] | None = field(
+        default=None,
+        metadata=_note(f"past {SUMMARY_PAST_WORKERS} workers, a worker's (not the chief's) "
+                       "GPUs summed, gpus then empty: count, lost, util_gpu_pct [min, mean, "
+                       "max], mem_used_bytes, mem_total_bytes, pcie_bytes_per_s, "
+                       "nvlink_bytes_per_s"),
+    )
 
 
 EVENTS: Mapping[str, type[Event]] = MappingProxyType(

@@ -26,7 +26,7 @@ from typing import Any, cast
 from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.launcher import AgentStartError, TrainerLauncher
-from gpuwatch.supervisor.summarize import StepSummarizer, summarizes
+from gpuwatch.supervisor.summarize import StepSummarizer, lean_sample, summarizes
 from trainer_runtime.protocol import (
     LIVE_DEADLINE_S,
     MAX_FRAME_BYTES,
@@ -106,7 +106,9 @@ class LocalAgent:
         self._error: str | None = None
         self._cgroup: Path | None = None
         self._oom_kills_at_start: int | None = None
-        self._sampler = _SamplerThread(index, self._run_pids, on_sample, self._spare_pids)
+        self._on_sample = on_sample
+        self._sampler = _SamplerThread(index, self._run_pids, self._take_sample,
+                                       self._spare_pids)
         # Down the trainer's socket: reconfigure frames (None while no trainer reads it).
         self._writer: asyncio.StreamWriter | None = None
         # The attempt stamped on the trainer's frames: a live change moves it on.
@@ -340,6 +342,10 @@ class LocalAgent:
             self._on_frame(self.index, event, envelope.t)
 
     # -- its host's devices --------------------------------------------------------
+
+    def _take_sample(self, index: int, fields: dict[str, Any]) -> None:
+        # A summarizing worker's host goes up lean (summarize.lean_sample), as its steps do.
+        self._on_sample(index, lean_sample(fields) if self._summarizer is not None else fields)
 
     def start_sampling(self, loop: asyncio.AbstractEventLoop) -> None:
         if self.sample:

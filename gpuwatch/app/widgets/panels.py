@@ -419,6 +419,20 @@ def _sum_rate(gpus: list[dict[str, Any]], *keys: str) -> float | None:
     return sum(values) if values else None
 
 
+def _summed_devices(summed: dict[str, Any], wide: bool) -> str:
+    """device_summary of a lean sample's gpu_summary (past 8 workers): the same words."""
+    count = int(summed.get("count") or 0) - int(summed.get("lost") or 0)
+    utils = summed.get("util_gpu_pct")
+    util = fmt.pct(utils[1]) if isinstance(utils, list) and len(utils) == 3 else fmt.NA
+    used, total = summed.get("mem_used_bytes"), summed.get("mem_total_bytes")
+    mem = fmt.pct(100.0 * used / total) if isinstance(used, int | float) and total else fmt.NA
+    text = f"{count} GPU {util} mem {mem}"
+    if wide:
+        text += (f"  PCIe {fmt.format_rate(summed.get('pcie_bytes_per_s'))}"
+                 f"  NVLink {fmt.format_rate(summed.get('nvlink_bytes_per_s'))}")
+    return text
+
+
 def device_summary(sample: dict[str, Any] | None, wide: bool = False) -> str:
     """A host's devices in a few characters: '2 GPU 92% mem 53%' or 'CPU 95% mem 33%'.
 
@@ -440,6 +454,9 @@ def device_summary(sample: dict[str, Any] | None, wide: bool = False) -> str:
             nvlink = _sum_rate(gpus, "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s")
             summary += f"  PCIe {fmt.format_rate(pcie)}  NVLink {fmt.format_rate(nvlink)}"
         return summary
+    summed = sample.get("gpu_summary")
+    if isinstance(summed, dict) and summed.get("count"):
+        return _summed_devices(summed, wide)
     host = sample.get("host") or {}
     used, total = host.get("mem_used_bytes"), host.get("mem_total_bytes")
     mem = fmt.pct(100.0 * used / total) if used is not None and total else fmt.NA
