@@ -433,7 +433,9 @@ class ClusterConfig(_Strict):
                     f"cluster.workers[{i}].host {worker.host!r} is another host: the local "
                     "launcher runs workers on this one (localhost); use launcher ssh or slurm",
                 )
-            if self.launcher == "slurm" and "host" in worker.model_fields_set:
+            # The default host is no host named: a saved config (every key written, the
+            # run directory's config.yaml) loads back.
+            if self.launcher == "slurm" and worker.host != WorkerConfig().host:
                 raise LimitError(
                     (f"cluster.workers.{i}.host", "cluster.launcher"),
                     f"cluster.workers[{i}].host: the slurm launcher takes its hosts from the "
