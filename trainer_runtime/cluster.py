@@ -65,6 +65,9 @@ def tf_config_from_slurm(env: Mapping[str, str], port_base: int = SLURM_PORT_BAS
         expand_tasks_per_node,
     )
 
+    # A copy: the trainer passes os.environ itself, which _slurm_environ empties of
+    # SLURM_* before it puts env's back.
+    env = dict(env)
     try:
         with _slurm_environ(env):
             tasks_per_node = max(expand_tasks_per_node(env["SLURM_STEP_TASKS_PER_NODE"]))
