@@ -26,7 +26,6 @@ from gpuwatch.supervisor.cluster import (
     check_allocation,
     plan_workers,
     remote_argv,
-    slurm_env,
     srun_prefix,
     ssh_prefix,
     tf_addresses,
@@ -103,23 +102,31 @@ def test_srun_runs_one_task_on_each_workers_node() -> None:
     )
 
 
-def test_slurm_workers_get_slurm_step_variables(tmp_path: Path) -> None:
+def test_slurm_workers_dial_each_node_by_name_at_the_port_its_agent_found(
+    tmp_path: Path,
+) -> None:
     config = cluster_config({"launcher": "slurm", "workers": 3})
     plans = plan_workers(config, tmp_path, env=ALLOCATION)
     assert [(p.kind, p.argv_prefix, p.sample) for p in plans] == [
         ("remote", srun_prefix(i), True) for i in range(3)
     ]
-    launches = worker_launches(config, plans, [("n", 1)] * 3, env=ALLOCATION)
+    # Two emulated nodes on one host (a real slurmd's MULTIPLE_SLURMD) share its ports: a
+    # fixed port for all (TensorFlow's resolver: 8888) could not start the second worker.
+    prepared = [("node01", 4001), ("node02", 4002), ("node03", 4001)]
+    launches = worker_launches(config, plans, prepared, this_host="head")
     assert [launch and (launch.index, launch.workers) for launch in launches] == [
         (0, 3), (1, 3), (2, 3)
     ]
-    assert launches[1] is not None and dict(launches[1].env) == {
-        "SLURM_PROCID": "1",
-        "SLURM_STEP_NUM_TASKS": "3",
-        "SLURM_STEP_NODELIST": "node[01-03]",
-        "SLURM_STEP_TASKS_PER_NODE": "1(x3)",
+    assert launches[1] is not None and json.loads(launches[1].env["TF_CONFIG"]) == {
+        "cluster": {"worker": ["node01:4001", "node02:4002", "node03:4001"]},
+        "task": {"type": "worker", "index": 1},
     }
-    assert slurm_env(0, 3, ALLOCATION)["SLURM_PROCID"] == "0"
+    # cluster.ports under slurm: its first port on every node.
+    fixed = cluster_config({"launcher": "slurm", "workers": 3, "ports": [8888]})
+    launch = worker_launches(fixed, plans, prepared)[2]
+    assert launch is not None and json.loads(launch.env["TF_CONFIG"])["cluster"]["worker"] == [
+        "node01:8888", "node02:8888", "node03:8888"
+    ]
 
 
 def test_slurm_outside_an_allocation_is_a_clear_error(tmp_path: Path) -> None:

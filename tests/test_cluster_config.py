@@ -18,7 +18,13 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuwatch.config import ConfigError, apply_overrides, expected_replicas, load_config
+from gpuwatch.config import (
+    ConfigError,
+    apply_overrides,
+    dump_config,
+    expected_replicas,
+    load_config,
+)
 from tests.test_config import assert_clean
 from tests.test_config_limits import (
     BASE,
@@ -131,6 +137,18 @@ def test_a_bad_cluster_setting_is_one_line_at_its_key(
     message = assert_clean(caught.value)
     assert message.startswith(f"{path}:{line_in(path, needle)}: {key}: "), message
     assert words in message
+
+
+def test_a_saved_slurm_config_loads_back(tmp_path: Path) -> None:
+    # The run directory's config.yaml has every key, each worker's default host too: the
+    # supervisor reads it back (a real salloc found it refused).
+    path = write(tmp_path, "  launcher: slurm\n  workers: 2\n")
+    config = load_config(path).config
+    saved = tmp_path / "config.yaml"
+    saved.write_text(dump_config(config), encoding="utf-8")
+    assert load_config(saved).config == config
+    with pytest.raises(ConfigError, match="takes its hosts from the allocation"):
+        load_config(write(tmp_path, "  launcher: slurm\n  workers: [localhost, node2]\n"))
 
 
 def test_ports_may_repeat_on_different_hosts(tmp_path: Path) -> None:

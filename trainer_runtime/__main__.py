@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import re
-import socket
 import sys
 import time
 import traceback
@@ -235,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         global_batch_size=trainer.global_batch, accumulation_steps=trainer.k,
         per_replica_batch=trainer.per_replica_batch, start_step=trainer.step,
         start_micro_step=trainer.micro_step, worker=args.worker, workers=workers,
-        host=socket.gethostname(), flops_per_example=flops_per_example))
+        host=protocol.host_name(), flops_per_example=flops_per_example))
     if resume is not None:
         log.info("resumed from step %d (%s), data position %d, data order %s%s",
                  resume.from_step, resume.checkpoint, resume.position, resume.data_order,

@@ -1,8 +1,9 @@
 """Several workers under MultiWorkerMirroredStrategy: the cluster spec, the strategy, agreements.
 
-The supervisor starts one trainer per worker. Local and ssh launchers hand each
-its ``TF_CONFIG``; under Slurm, TensorFlow's own ``SlurmClusterResolver`` turns
-the step's environment (``SLURM_PROCID``, ``SLURM_STEP_NODELIST``, ...) into the
+The supervisor starts one trainer per worker and hands each its ``TF_CONFIG``
+(under every launcher). A trainer started under Slurm with none (one srun task per
+worker, no supervisor) gets it from TensorFlow's own ``SlurmClusterResolver``, which
+turns the step's environment (``SLURM_PROCID``, ``SLURM_STEP_NODELIST``, ...) into the
 same thing. Either way the worker checks the cluster against the run config and
 its ``--worker`` index before TensorFlow starts, so a bad launch is one config
 error, not a traceback or a hang.
@@ -65,6 +66,9 @@ def tf_config_from_slurm(env: Mapping[str, str], port_base: int = SLURM_PORT_BAS
         expand_tasks_per_node,
     )
 
+    # A copy: the trainer passes os.environ itself, which _slurm_environ empties of
+    # SLURM_* before it puts env's back.
+    env = dict(env)
     try:
         with _slurm_environ(env):
             tasks_per_node = max(expand_tasks_per_node(env["SLURM_STEP_TASKS_PER_NODE"]))

@@ -29,7 +29,8 @@ trainer -> supervisor (the trainer's telemetry socket):
               start_micro_step (int): micro-steps before this attempt
               worker (int): the worker that sent it (0 = chief)
               workers (int): workers in the cluster (1: one host)
-              host (str): the worker's host name
+              host (str): the worker's host name (its node's Slurm name in a
+                Slurm step: SLURMD_NODENAME)
               flops_per_example (float | None): FLOPs of one example's forward and
                 backward pass (matmuls, convs, einsums), counted in the traced update;
                 null: not counted
@@ -211,7 +212,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import socket
 import textwrap
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import MISSING, dataclass, field, fields
@@ -246,6 +249,15 @@ STATUSES = (
 TERMINAL_STATUSES = frozenset({"stopped", "finished", "crashed", "lost"})
 # The terminal statuses in which the run failed: shown with why, and the log's tail.
 FAILED_STATUSES = frozenset({"crashed", "lost"})
+
+
+def host_name() -> str:
+    """This host as a hello and an agent name it: in a Slurm step its node's Slurm name.
+
+    That is what squeue and sinfo show, what the others dial, and on a host that runs
+    several emulated nodes (slurmd's MULTIPLE_SLURMD) the only name that tells them apart.
+    """
+    return os.environ.get("SLURMD_NODENAME") or socket.gethostname()
 
 
 class ProtocolError(ValueError):
@@ -833,7 +845,8 @@ class Hello(Event):
     start_micro_step: int = field(metadata=_note("micro-steps before this attempt"))
     worker: int = field(default=0, metadata=_note("the worker that sent it (0 = chief)"))
     workers: int = field(default=1, metadata=_note("workers in the cluster (1: one host)"))
-    host: str = field(default="", metadata=_note("the worker's host name"))
+    host: str = field(default="", metadata=_note(
+        "the worker's host name (its node's Slurm name in a Slurm step: SLURMD_NODENAME)"))
     flops_per_example: float | None = field(
         default=None,
         metadata=_note("FLOPs of one example's forward and backward pass (matmuls, convs, "

@@ -386,7 +386,7 @@ class ClusterConfig(_Strict):
         BeforeValidator(_workers_shorthand),
     ] = Field(default_factory=lambda: [WorkerConfig(), WorkerConfig()])
     # One TensorFlow port per worker; none: free ports found on each host at launch.
-    # Slurm: the first is the port every node uses (TensorFlow's resolver), default 8888.
+    # Slurm: the first is the port every node uses; none: a free port found on each node.
     ports: Annotated[list[Port], Field(min_length=1, max_length=MAX_WORKERS)] | None = None
     collective: Literal["auto", "ring", "nccl"] = "auto"
     timeout_s: Annotated[Number, Field(ge=1.0, le=MAX_COLLECTIVE_TIMEOUT_S)] = 60.0
@@ -433,7 +433,9 @@ class ClusterConfig(_Strict):
                     f"cluster.workers[{i}].host {worker.host!r} is another host: the local "
                     "launcher runs workers on this one (localhost); use launcher ssh or slurm",
                 )
-            if self.launcher == "slurm" and "host" in worker.model_fields_set:
+            # The default host is no host named: a saved config (every key written, the
+            # run directory's config.yaml) loads back.
+            if self.launcher == "slurm" and worker.host != WorkerConfig().host:
                 raise LimitError(
                     (f"cluster.workers.{i}.host", "cluster.launcher"),
                     f"cluster.workers[{i}].host: the slurm launcher takes its hosts from the "

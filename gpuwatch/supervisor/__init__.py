@@ -21,7 +21,7 @@ The parts, each usable alone:
   spare.py      a trainer process waiting with TensorFlow imported, for the next attempt
   remote.py     an agent on another host (ssh, srun): the agent process and RemoteAgent
   link.py       the supervisor's end of a remote agent's stdio link
-  cluster.py    pure: a cluster run's workers, their launchers and TF_CONFIG / Slurm env
+  cluster.py    pure: a cluster run's workers, their launchers and TF_CONFIG
   launch.py     pure: what one worker's trainer needs to join its cluster
   workers.py    the run's agents as one group: made, started chief first, stopped
   exits.py      pure: how a trainer's exit becomes the run's status

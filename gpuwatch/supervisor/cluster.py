@@ -8,8 +8,11 @@ own ``ssh``, or ``srun`` inside a Slurm allocation) for the others. One agent
 per host samples its devices.
 
 Per attempt, each worker gets a WorkerLaunch: TF_CONFIG with every worker's
-address (chief first) under the local and ssh launchers, Slurm's step
-variables under slurm (TensorFlow's SlurmClusterResolver reads them).
+address (chief first). Under slurm an address is the node's Slurm name (what its
+agent says, SLURMD_NODENAME) and a port its agent found free there, or
+``cluster.ports[0]`` on every node when given: a fixed port for all (TensorFlow's
+SlurmClusterResolver uses 8888) fails wherever two workers share a node, or the
+port is taken there (a real scheduler's emulated nodes showed it).
 """
 
 from __future__ import annotations
@@ -164,16 +167,6 @@ def check_allocation(workers: int, env: Mapping[str, str]) -> None:
         )
 
 
-def slurm_env(index: int, workers: int, env: Mapping[str, str]) -> dict[str, str]:
-    """What TensorFlow's SlurmClusterResolver reads, for worker `index` of one task per node."""
-    return {
-        "SLURM_PROCID": str(index),
-        "SLURM_STEP_NUM_TASKS": str(workers),
-        "SLURM_STEP_NODELIST": env["SLURM_JOB_NODELIST"],
-        "SLURM_STEP_TASKS_PER_NODE": f"1(x{workers})",
-    }
-
-
 def tf_addresses(
     plans: Sequence[WorkerPlan],
     prepared: Sequence[tuple[str, int]],
@@ -207,20 +200,21 @@ def worker_launches(
     plans: Sequence[WorkerPlan],
     prepared: Sequence[tuple[str, int]],
     *,
-    env: Mapping[str, str] | None = None,
     this_host: str = "localhost",
 ) -> list[WorkerLaunch | None]:
-    """Each worker's launch for one attempt (None for a single-host run: no cluster env)."""
+    """Each worker's launch for one attempt (None for a single-host run: no cluster env).
+
+    prepared: each agent's (host, free port) for this attempt; under slurm the host is
+    its node's name.
+    """
     cluster = config.cluster
     if cluster is None:
         return [None for _ in plans]
     count = len(plans)
-    if cluster.launcher == "slurm":
-        return [
-            WorkerLaunch(plan.index, count, slurm_env(plan.index, count, env or {}))
-            for plan in plans
-        ]
-    addresses = tf_addresses(plans, prepared, ports=cluster.ports, this_host=this_host)
+    ports = cluster.ports
+    if cluster.launcher == "slurm" and ports is not None:
+        ports = [ports[0]] * count  # the one port every node uses
+    addresses = tf_addresses(plans, prepared, ports=ports, this_host=this_host)
     return [
         WorkerLaunch(plan.index, count, {"TF_CONFIG": tf_config(addresses, plan.index)})
         for plan in plans

@@ -2,8 +2,7 @@
 
 A single-host run launches its one trainer with no WorkerLaunch. A cluster run
 gives each agent one: its worker index, the cluster's size, and the environment
-its trainer joins the cluster with (``TF_CONFIG`` for the local and ssh
-launchers; Slurm's variables for TensorFlow's SlurmClusterResolver under slurm).
+its trainer joins the cluster with (``TF_CONFIG``, under every launcher).
 """
 
 from __future__ import annotations

@@ -75,6 +75,7 @@ from trainer_runtime.protocol import (
     Reconfigured,
     encode,
     event_frame,
+    host_name,
     parse_event,
 )
 
@@ -225,7 +226,7 @@ class _AgentProcess:
                 self.run_dir.mkdir(parents=True, exist_ok=True)
                 (self.run_dir / MARKER_NAME).write_text(marker)
             self.send(
-                "ready", host=socket.gethostname(), port=free_port(), pid=os.getpid(),
+                "ready", host=host_name(), port=free_port(), pid=os.getpid(),
                 marker=marker,
             )
         elif kind == "start":

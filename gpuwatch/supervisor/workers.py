@@ -165,9 +165,7 @@ class Workers:
             for plan, (host, _) in zip(plans, prepared, strict=True):
                 if plan.kind == "remote":
                     self.hosts[plan.index] = host  # e.g. the slurm node's own name
-            launches = worker_launches(
-                config, plans, prepared, env=os.environ, this_host=socket.getfqdn()
-            )
+            launches = worker_launches(config, plans, prepared, this_host=socket.getfqdn())
             for index, agent in enumerate(agents):
                 if not go_on():
                     break

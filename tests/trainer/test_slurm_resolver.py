@@ -42,6 +42,14 @@ def test_slurm_step_gives_one_worker_per_node_on_the_port_base(
     assert "CUDA_VISIBLE_DEVICES" not in os.environ
 
 
+def test_slurm_step_read_from_os_environ_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The trainer hands over os.environ (a real srun step found it read back empty).
+    _slurm_env(monkeypatch, 1)
+    tf_config = tf_config_from_slurm(os.environ, port_base=9123, gpus=0)
+    assert tf_config["task"] == {"type": "worker", "index": 1}
+    assert os.environ["SLURM_STEP_NODELIST"] == "gpu[07-08]"
+
+
 def test_slurm_with_gpus_and_two_tasks_per_node(monkeypatch: pytest.MonkeyPatch) -> None:
     env = _slurm_env(monkeypatch, 3, nodes="n[1-2]", tasks=4, per_node="2(x2)")
     tf_config = tf_config_from_slurm(env, port_base=8888, gpus=4)
