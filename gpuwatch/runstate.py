@@ -525,6 +525,10 @@ class RunState:
     duplicates_skipped: int = 0
     bad_events: int = 0  # frames that are not a protocol event (counted, skipped)
     changed: set[str] = field(default_factory=lambda: set(AREAS), metadata=_LOCAL)
+    # worker_summaries() of the state as it was after the last event folded: one paint
+    # asks for them several times (the figures, the advisor, the workers panel), and at
+    # 64 workers each time is 64 medians.
+    summaries_cache: Any = field(default=None, metadata=_LOCAL, repr=False, compare=False)
 
     # ---- folding -------------------------------------------------------
 
@@ -594,6 +598,7 @@ class RunState:
         for f in fields(self):
             if snapshot.snapshotted(f):
                 setattr(self, f.name, getattr(restored, f.name))
+        self.summaries_cache = None
         self.changed.update(AREAS)
 
     def take_changes(self) -> set[str]:
@@ -657,16 +662,21 @@ class RunState:
 
     def worker_summaries(self) -> list[WorkerSummary]:
         """Every worker of the current attempt, by index, with its medians and host sample."""
+        key = (self.events_applied, self.last_seq, self.attempt)
+        if self.summaries_cache is not None and self.summaries_cache[0] == key:
+            return list(self.summaries_cache[1])
         current = [f for f in self.workers_seen.values() if f.attempt == self.attempt]
         by_host: dict[str, dict[str, Any]] = {}
         for figures in current:  # workers on one host share one sampler
             sample = self.samples.get(figures.worker)
             if sample is not None and figures.host:
                 by_host.setdefault(figures.host, sample)
-        return [
+        summaries = [
             _summarize(f, self.samples.get(f.worker) or by_host.get(f.host))
             for f in sorted(current, key=lambda f: f.worker)
         ]
+        self.summaries_cache = (key, summaries)
+        return list(summaries)
 
     @property
     def current(self) -> AttemptSummary | None:

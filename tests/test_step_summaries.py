@@ -5,6 +5,7 @@ every step of the same simulated run."""
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import socket
 from pathlib import Path
@@ -127,16 +128,17 @@ def test_the_fold_from_summaries_matches_the_fold_from_every_step() -> None:
     assert (found_summed.worker, found_summed.cause) == (found_every.worker,
                                                          found_every.cause) == (
         STRAGGLER, "input-bound")
-    # The attempt's input wait comes from sums: the same sums, to float rounding.
+    # The attempt's input wait comes from sums: the same sums, to the summaries' rounding
+    # (a microsecond each).
     attempt_every, attempt_summed = every.attempts[1], summed.attempts[1]
     assert attempt_summed.input_wait_worker == attempt_every.input_wait_worker == STRAGGLER
     for worker in range(1, WORKERS):
         a, b = attempt_every.worker_waits[worker], attempt_summed.worker_waits[worker]
         assert (b.steps_seen, b.measured_steps) == (a.steps_seen, a.measured_steps)
-        assert b.sum_step_time_ms == pytest.approx(a.sum_step_time_ms, rel=1e-9)
-        assert b.sum_input_wait_ms == pytest.approx(a.sum_input_wait_ms, rel=1e-9)
+        assert b.sum_step_time_ms == pytest.approx(a.sum_step_time_ms, abs=0.01)
+        assert b.sum_input_wait_ms == pytest.approx(a.sum_input_wait_ms, abs=0.01)
         assert b.breakdown is not None and a.breakdown is not None
-        assert b.breakdown.sync_ms == pytest.approx(a.breakdown.sync_ms, rel=1e-9)
+        assert b.breakdown.sync_ms == pytest.approx(a.breakdown.sync_ms, abs=0.01)
     # The headline is the chief's, step for step, either way.
     assert summed.last_step is not None and every.last_step is not None
     assert summed.last_step.step == every.last_step.step == 200
@@ -157,10 +159,10 @@ def test_a_summary_holds_its_steps_spread_and_sums() -> None:
     times = sorted(s.step_time_ms for s in steps)
     assert (summary.first_step, summary.last_step, summary.count) == (10, 19, 10)
     assert summary.examples == 640 and summary.loss == steps[-1].loss
-    assert summary.step_time_ms == pytest.approx(
-        [times[0], (times[4] + times[5]) / 2, times[-1], sum(times)])
+    assert summary.step_time_ms == pytest.approx(  # to a microsecond
+        [times[0], (times[4] + times[5]) / 2, times[-1], sum(times)], abs=0.0005)
     assert summary.figure("input_wait_ms", "sum") == pytest.approx(
-        sum(s.input_wait_ms or 0.0 for s in steps))
+        sum(s.input_wait_ms or 0.0 for s in steps), abs=0.0005)
     # Round trip on the wire, as a remote agent relays it.
     frame = protocol.decode(encode_event(summary, t=5.0))
     assert relayed_event(frame, 1, 3, AGENT_EVENTS)[1] == summary
@@ -288,3 +290,28 @@ def test_a_worker_that_stops_sending_mid_second_is_summarized_by_the_agents_time
 def asyncio_time() -> float:
     import time
     return time.monotonic()
+
+
+def test_a_lean_sample_shows_a_worker_s_devices_in_the_same_words(tmp_path: Path) -> None:
+    # Past 8 workers a worker's host goes up with its GPUs summed: the workers panel's
+    # device column reads the same from it as from every GPU's readings.
+    from gpuwatch.app.widgets.panels import device_summary
+    from gpuwatch.sampling import DeviceSampler, sample_to_frame_fields
+    from gpuwatch.supervisor.summarize import lean_sample
+    from tests.support.fake_nvml import fake_h100_box
+
+    nvml = fake_h100_box(8)
+    for i, gpu in enumerate(nvml.gpus):
+        gpu.util_gpu = 10 * i
+    nvml.gpus[7].lost = True
+    sampler = DeviceSampler(nvml=nvml)
+    sampler.sample()
+    full = sample_to_frame_fields(sampler.sample())
+    lean = lean_sample(full)
+    assert lean["gpus"] == [] and lean["gpu_summary"]["count"] == 8
+    assert lean["gpu_summary"]["lost"] == 1
+    assert lean["gpu_summary"]["util_gpu_pct"] == [0.0, 30.0, 60.0]
+    for wide in (False, True):
+        assert device_summary(lean, wide) == device_summary(full, wide)
+    assert len(json.dumps(lean)) < len(json.dumps(full)) / 8
+    protocol.parse_event({"v": 1, "type": "sample", **lean})  # a valid sample frame

@@ -29,8 +29,8 @@ trainer -> supervisor (the trainer's telemetry socket):
               start_micro_step (int): micro-steps before this attempt
               worker (int): the worker that sent it (0 = chief)
               workers (int): workers in the cluster (1: one host)
-              host (str): the worker's host name (its node's Slurm name in a
-                Slurm step: SLURMD_NODENAME)
+              host (str): the worker's host name (its node's Slurm name in a Slurm
+                step: SLURMD_NODENAME)
               flops_per_example (float | None): FLOPs of one example's forward and
                 backward pass (matmuls, convs, einsums), counted in the traced update;
                 null: not counted
@@ -170,6 +170,10 @@ supervisor -> dashboard, besides every trainer and agent event relayed:
               gpus (list[dict[str, Any]]): one per GPU
               nvml (str | None): null when NVML works, else why it does not
               worker (int): the worker whose host it samples
+              gpu_summary (dict[str, Any] | None): past 8 workers, a worker's (not the
+                chief's) GPUs summed, gpus then empty: count, lost, util_gpu_pct [min,
+                mean, max], mem_used_bytes, mem_total_bytes, pcie_bytes_per_s,
+                nvlink_bytes_per_s
 Every frame carries "v" and "type"; "t" is the sender's clock (a step's: when it
 ended); the supervisor adds "seq", the event's line number in events.jsonl.
 supervisor -> dashboard, replies:
