@@ -13,6 +13,11 @@ Layout under ``$GPUWATCH_HOME`` (default ``$XDG_STATE_HOME/gpuwatch``, i.e.
     runs/<run-id>/tensorboard/       TensorBoard scalars: attempt-N/ (the chief's),
                                      attempt-N/worker-<i>/ (gpuwatch/tboard.py)
     runs/<run-id>/workers/<i>/       a cluster's worker i > 0: its trainer.log, scratch
+                                     checkpoints. A worker on another host (or another
+                                     account, user@host) keeps its files at this same
+                                     place under *that* account's own GPUWATCH_HOME
+                                     there (``agent_worker_dir``, made 0700); here,
+                                     its log is the copy its agent relays.
     sock/<run-id>.sock               the supervisor's socket (dir 0700, socket 0600)
 
 The socket directory is not under /run/user (logind deletes it at logout). When
@@ -22,6 +27,7 @@ The socket directory is not under /run/user (logind deletes it at logout). When
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -91,6 +97,46 @@ def create_run_dir(home: Path | None = None) -> tuple[str, Path]:
 def worker_dir(run_dir: Path, index: int) -> Path:
     """A worker's own directory: the chief's (worker 0) is the run's, worker i's workers/<i>/."""
     return run_dir if index == 0 else run_dir / "workers" / str(index)
+
+
+def agent_worker_dir(run_id: str, index: int, home: Path | None = None) -> Path:
+    """Worker `index`'s directory on the host (and account) its agent runs as: under that
+    account's own gpuwatch home, as the run's would be there. ValueError for a run id that
+    is not one plain directory name (it names a path below the runs directory, no more)."""
+    if (
+        not run_id
+        or run_id in (".", "..")
+        or "/" in run_id
+        or not run_id.isprintable()
+        or len(run_id) > 255
+    ):
+        raise ValueError(f"not a run id: {run_id!r}")
+    if index < 0:
+        raise ValueError(f"not a worker index: {index}")
+    return worker_dir(runs_root(home) / run_id, index)
+
+
+def ensure_private_tree(path: Path) -> Path:
+    """Make directory path and any missing parents 0700 (XDG's rule for state directories:
+    a worker's logs and checkpoints are its account's alone); one that exists is left as it
+    is, if it is a directory of ours.
+
+    OSError (e.g. EACCES, naming the directory it could not make) or RunError.
+    """
+    missing: list[Path] = []
+    probe = path
+    while not probe.exists() and probe != probe.parent:
+        missing.append(probe)
+        probe = probe.parent
+    for directory in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # another agent of the run made it
+            directory.mkdir(mode=0o700)
+    info = path.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise RunError(f"{path} is not a directory")
+    if info.st_uid != os.getuid():
+        raise RunError(f"{path} belongs to uid {info.st_uid}, not to you ({os.getuid()})")
+    return path
 
 
 def ensure_private_dir(path: Path) -> Path:

@@ -96,9 +96,9 @@ def test_the_remote_command_is_one_quoted_string_for_ssh_and_plain_argv_for_srun
     over_ssh = agent(list(ssh_prefix("node-b"))).command()
     assert over_ssh[:-1] == list(ssh_prefix("node-b"))
     assert over_ssh[-1] == (
-        f"env 'A=x y' '/opt/py env/bin/python' -m gpuwatch.supervisor.remote "
-        f"--run-dir '{tmp_path}/my run/workers/2' --index 2 --trainer-module trainer_runtime"
-    )
+        "env 'A=x y' '/opt/py env/bin/python' -m gpuwatch.supervisor.remote "
+        "--run-id 'my run' --index 2 --trainer-module trainer_runtime"
+    )  # the worker's directory is found there, under that account's own gpuwatch home
     over_srun = agent(list(srun_prefix(2))).command()
     assert over_srun[len(srun_prefix(2)):][:3] == ["env", "A=x y", "/opt/py env/bin/python"]
     assert agent(list(ssh_prefix("node-b"))).host == "node-b"
@@ -419,15 +419,19 @@ async def test_remote_agent_start_fails_with_the_reason_when_ssh_cannot_connect(
 async def test_remote_agent_does_not_double_a_log_it_shares_with_its_agent(
     sshd: SshServer, tmp_path: Path  # noqa: F811
 ) -> None:
-    # Same path there as here (a shared filesystem; here, the same host): one copy of each line.
+    # Same path there as here (a shared home; here, the same account and host, its gpuwatch
+    # home resolved there to this one): one copy of each line.
     got = Collected()
-    run_dir = tmp_path / "run"
-    agent = got.remote_agent(run_dir, argv_prefix=sshd.prefix(), remote_env=agent_env("finish"))
+    run_dir = tmp_path / "home" / "runs" / "0101-abcd"
+    agent = got.remote_agent(run_dir, argv_prefix=sshd.prefix(), remote_env={
+        **agent_env("finish"), "GPUWATCH_HOME": str(tmp_path / "home")
+    })
     try:
         await agent.start(1, remote_config(run_dir), fresh=False)
         await until(lambda: got.exits, "the remote trainer's exit")
         text = (run_dir / "workers" / "1" / "trainer.log").read_text()
         assert text.count("fake trainer: attempt 1, finish") == 1
+        assert agent.link.shared_dir and agent.dir_there == str(run_dir / "workers" / "1")
     finally:
         await agent.close()
 

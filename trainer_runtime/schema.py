@@ -355,7 +355,14 @@ class WorkerConfig(_Strict):
 
     @property
     def is_local(self) -> bool:
+        """The host is this machine (whatever account a user@ part names)."""
         return self.hostname in LOCAL_HOSTS
+
+    @property
+    def account(self) -> str | None:
+        """The account a user@host names (None: the person's own, as ssh would pick)."""
+        user, at, _ = self.host.rpartition("@")
+        return user if at else None
 
 
 def _workers_shorthand(value: Any) -> Any:
@@ -432,6 +439,12 @@ class ClusterConfig(_Strict):
                     (f"cluster.workers.{i}.host", "cluster.launcher"),
                     f"cluster.workers[{i}].host {worker.host!r} is another host: the local "
                     "launcher runs workers on this one (localhost); use launcher ssh or slurm",
+                )
+            if self.launcher == "local" and worker.account is not None:
+                raise LimitError(
+                    (f"cluster.workers.{i}.host", "cluster.launcher"),
+                    f"cluster.workers[{i}].host {worker.host!r} names an account: the local "
+                    "launcher runs workers as you; use launcher ssh to log in as another",
                 )
             # The default host is no host named: a saved config (every key written, the
             # run directory's config.yaml) loads back.

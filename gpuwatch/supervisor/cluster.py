@@ -4,8 +4,11 @@ No ``cluster:`` section is one local worker in the run directory, as always. A
 cluster is one worker per entry of ``cluster.workers`` (worker 0 is the chief,
 in the run directory; worker i > 0 in ``workers/<i>/``). Each worker is run by
 an agent: a local one for a worker on this host, a remote one (over the user's
-own ``ssh``, or ``srun`` inside a Slurm allocation) for the others. One agent
-per host samples its devices.
+own ``ssh``, or ``srun`` inside a Slurm allocation) for the others, and for
+``user@localhost`` (another account of this host: its own home). A remote
+worker's files are under that account's own gpuwatch home there (remote.py);
+its ``workers/<i>/`` here holds the log its agent relays. One agent per host
+samples its devices.
 
 Per attempt, each worker gets a WorkerLaunch: TF_CONFIG with every worker's
 address (chief first). Under slurm an address is the node's Slurm name (what its
@@ -129,9 +132,10 @@ def plan_workers(
     plans: list[WorkerPlan] = []
     sampled: set[str] = set()
     for i, worker in enumerate(cluster.workers):
-        local = cluster.launcher == "local" or worker.is_local
+        # user@localhost is another account here: its own home, reached through ssh.
+        local = cluster.launcher == "local" or (worker.is_local and worker.account is None)
         host = "localhost" if local else worker.host
-        key = "localhost" if local else worker.hostname
+        key = "localhost" if worker.is_local else worker.hostname  # one sampler per machine
         prefix = () if local else ssh_prefix(worker.host, cluster.ssh_options)
         plans.append(
             WorkerPlan(

@@ -3,7 +3,12 @@
 Two halves of one link:
 
 * The agent process, run on the worker host as
-  ``PYTHON -m gpuwatch.supervisor.remote --run-dir DIR --index I``. It runs a
+  ``PYTHON -m gpuwatch.supervisor.remote --run-id ID --index I``. Its worker's
+  directory is resolved there, under the account it runs as: that account's own
+  gpuwatch home (``$GPUWATCH_HOME``, else ``~/.local/state/gpuwatch`` of *its*
+  home), ``runs/ID/workers/I/``, made 0700 (runs.agent_worker_dir); never this
+  host's path, which need not exist there (``alice@gpu-b`` has another home).
+  ``--run-dir DIR`` names the directory instead. It runs a
   LocalAgent (trainer + that host's sampler) and speaks newline-delimited JSON
   frames (trainer_runtime.protocol's encoding, limits and FrameBuffer) on its
   stdin/stdout. stdout carries only frames; everything else goes to stderr.
@@ -20,15 +25,22 @@ Two halves of one link:
 No port of ours listens anywhere and nothing is authenticated here: the link is
 whatever ``ssh``/``srun`` gives (their keys, config, ProxyJump).
 
+What the run needs of a worker's files comes over the link: its trainer's log
+(``log`` frames, appended to workers/<i>/trainer.log here, so ``gpuwatch logs``
+reads it), and a crash's last log lines (in ``exit``). Its scratch checkpoints stay
+there: a resume finds them at the same place, as the run id and the index are the
+same (the chief's real ones are here, in the run directory).
+
 Link frames (each with "v" and "type"):
   supervisor -> agent
-    prepare   reply ready
+    prepare   reply ready (or error: the worker's directory cannot be made there)
     start     attempt (int), config_text (str: attempt-N.yaml's text), fresh (bool),
               launch ({index, workers, env} or null); reply started or error
     stop      grace_s (float)
   agent -> supervisor
     ready     host (str), port (int: free when found), pid (int: the agent's),
-              marker (str: a token written to DIR/.gpuwatch-agent)
+              marker (str: a token written to DIR/.gpuwatch-agent),
+              dir (str: the worker's directory there)
     started   attempt (int), pid (int: the trainer's)
     event     frame (a trainer event frame as event_frame writes it)
     sample    fields (host, gpus, nvml: a device sample of the agent's host)
@@ -44,6 +56,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import pwd
 import secrets
 import signal
 import socket
@@ -52,6 +65,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.runs import RunError, agent_worker_dir, ensure_private_tree, worker_dir
 from gpuwatch.supervisor.agent import (
     AgentStartError,
     AttemptStamp,
@@ -222,12 +236,17 @@ class _AgentProcess:
         kind = frame["type"]
         if kind == "prepare":
             marker = secrets.token_hex(8)
-            with contextlib.suppress(OSError):
-                self.run_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                self.make_dir()
                 (self.run_dir / MARKER_NAME).write_text(marker)
+            except AgentStartError as exc:
+                self.send("error", message=str(exc))
+                return
+            except OSError:  # the marker only saves a doubled log copy: no marker, no share
+                marker = ""
             self.send(
                 "ready", host=host_name(), port=free_port(), pid=os.getpid(),
-                marker=marker,
+                marker=marker, dir=str(self.run_dir),
             )
         elif kind == "start":
             await self._start(frame)
@@ -274,8 +293,8 @@ class _AgentProcess:
             if self.agent.running:
                 raise AgentStartError("start: a trainer is already running")
             config_path = self.run_dir / f"attempt-{attempt}.yaml"
+            self.make_dir()
             try:
-                self.run_dir.mkdir(parents=True, exist_ok=True)
                 config_path.write_text(text)
             except OSError as exc:
                 raise AgentStartError(f"could not write {config_path}: {exc}") from None
@@ -284,6 +303,21 @@ class _AgentProcess:
             self.send("error", message=str(exc))
             return
         self.send("started", attempt=attempt, pid=self.agent.pid)
+
+    def make_dir(self) -> None:
+        """This worker's directory, made 0700 with its missing parents; AgentStartError (one
+        line naming the directory and the account) if this account cannot make it."""
+        try:
+            ensure_private_tree(self.run_dir)
+        except OSError as exc:
+            why = exc.strerror or str(exc)
+            if exc.filename is not None and os.fsdecode(exc.filename) != str(self.run_dir):
+                why += f" ({os.fsdecode(exc.filename)})"
+            raise AgentStartError(
+                f"could not make this worker's directory {self.run_dir} as {_account()}: {why}"
+            ) from None
+        except RunError as exc:
+            raise AgentStartError(f"this worker's directory is unusable: {exc}") from None
 
     async def shut_down(self) -> None:
         """The link ended: stop the trainer (SIGTERM, grace, SIGKILL) and the sampler."""
@@ -319,6 +353,14 @@ def _file_size(path: Path) -> int:
         return path.stat().st_size
     except OSError:
         return 0
+
+
+def _account() -> str:
+    """The account this agent runs as (for messages)."""
+    try:
+        return pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:  # a uid with no name (a container's)
+        return f"uid {os.getuid()}"
 
 
 def free_port() -> int:
@@ -393,11 +435,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m gpuwatch.supervisor.remote",
         description="A gpuwatch agent on a worker host: frames on stdin/stdout (run over ssh).",
     )
-    parser.add_argument("--run-dir", required=True, type=Path)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--run-id", help="the worker's directory is runs/ID/workers/INDEX "
+                       "under this account's own gpuwatch home here")
+    where.add_argument("--run-dir", type=Path, help="the worker's directory, as given")
     parser.add_argument("--index", required=True, type=int)
     parser.add_argument("--trainer-module", default="trainer_runtime")
     parser.add_argument("--no-sample", action="store_true", help="do not sample this host")
     args = parser.parse_args(argv)
+    if args.run_dir is not None:
+        run_dir: Path = args.run_dir
+    else:
+        try:
+            run_dir = agent_worker_dir(args.run_id, args.index)
+        except ValueError as exc:
+            parser.error(str(exc))
     logging.basicConfig(
         stream=sys.stderr,
         level=logging.INFO,
@@ -405,7 +457,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return asyncio.run(
-            agent_main(args.run_dir, args.index, args.trainer_module, not args.no_sample)
+            agent_main(run_dir, args.index, args.trainer_module, not args.no_sample)
         )
     except KeyboardInterrupt:
         return 130
@@ -419,8 +471,9 @@ class RemoteAgent:
 
     argv_prefix: what runs a command there (cluster.ssh_prefix, cluster.srun_prefix, or any
     launcher); python: the interpreter there; remote_dir: the worker's directory
-    there (default: the same path as here); remote_env: variables set for the agent
-    there (``env K=V`` before python: ssh does not pass ours on).
+    there (default: resolved there, by the run id, under the account's own gpuwatch
+    home: remote.py's first lines); remote_env: variables set for the agent there
+    (``env K=V`` before python: ssh does not pass ours on).
     """
 
     # Its link carries reconfigure frames to the agent there, which sends them down.
@@ -444,12 +497,13 @@ class RemoteAgent:
     ) -> None:
         self.index = index
         self.run_dir = run_dir
-        self.worker_dir = run_dir if index == 0 else run_dir / "workers" / str(index)
+        self.worker_dir = worker_dir(run_dir, index)  # here: the relayed log's copy
         self.log_path = self.worker_dir / "trainer.log"
         self.argv_prefix = list(argv_prefix)
         self.python = python
         self.trainer_module = trainer_module
-        self.remote_dir = remote_dir or str(self.worker_dir)
+        self.remote_dir = remote_dir  # None: resolved there, by the run id
+        self.dir_there: str | None = None  # the worker's directory there, as its agent said
         self.remote_env = dict(remote_env or {})
         self.sample = sample
         self.host = host or (self.argv_prefix[-1] if through_a_shell(argv_prefix) else
@@ -498,7 +552,9 @@ class RemoteAgent:
 
     def command(self) -> list[str]:
         """The full argv that starts the agent there."""
-        remote = [self.python, "-m", "gpuwatch.supervisor.remote", "--run-dir", self.remote_dir,
+        where = (["--run-id", self.run_dir.name] if self.remote_dir is None
+                 else ["--run-dir", self.remote_dir])
+        remote = [self.python, "-m", "gpuwatch.supervisor.remote", *where,
                   "--index", str(self.index), "--trainer-module", self.trainer_module]
         if not self.sample:
             remote.append("--no-sample")
@@ -522,6 +578,11 @@ class RemoteAgent:
             )
         except OSError:
             link.shared_dir = False
+        there = reply.get("dir")
+        if isinstance(there, str) and there != self.dir_there:
+            self.dir_there = there[:MAX_LINE_CHARS]
+            log.info("worker %d on %s keeps its files in %s there%s", self.index, self.host,
+                     self.dir_there, " (shared with this host)" if link.shared_dir else "")
         self.tf_host, self.tf_port = host, port
         link.prepared = True
         return host, port

@@ -18,7 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch.supervisor.agent import AgentStartError, LocalAgent, OnExit, OnFrame, OnSample
-from gpuwatch.supervisor.cluster import WorkerPlan, plan_workers, worker_launches
+from gpuwatch.supervisor.cluster import (
+    WorkerPlan,
+    plan_workers,
+    through_a_shell,
+    worker_launches,
+)
 from trainer_runtime.schema import RunConfig
 
 
@@ -163,8 +168,10 @@ class Workers:
                     raise result
                 prepared.append(result)
             for plan, (host, _) in zip(plans, prepared, strict=True):
-                if plan.kind == "remote":
-                    self.hosts[plan.index] = host  # e.g. the slurm node's own name
+                if plan.kind == "remote" and not through_a_shell(plan.argv_prefix):
+                    # e.g. the slurm node's own name; an ssh worker keeps the name the
+                    # config gives (user@host: the account is part of who it is).
+                    self.hosts[plan.index] = host
             launches = worker_launches(config, plans, prepared, this_host=socket.getfqdn())
             for index, agent in enumerate(agents):
                 if not go_on():
