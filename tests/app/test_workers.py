@@ -17,7 +17,9 @@ from gpuwatch.app.widgets.panels import (
     HistoryPanel,
     MetricsPanel,
     WorkersPanel,
+    worker_strip,
 )
+from gpuwatch.runstate import WorkerSummary
 
 from .conftest import SIZE, frozen_clock_for, load_events, make_app, settle
 
@@ -129,7 +131,13 @@ async def test_sixty_four_workers_show_the_slowest_and_a_count_of_the_rest(timed
         await settle(app, link, pilot)
         lines = text(app, WorkersPanel).splitlines()
         assert lines[1].split()[:2] == ["1", "node-01"]
-        assert lines[1 + listed] == f"… and {64 - listed} more workers"
+        # The count, then every worker at a glance by index, one cell each at 80 columns:
+        # worker 1 (the straggler) stands out, the others are alike.
+        count = f"… and {64 - listed} more "
+        assert lines[1 + listed].startswith(count)
+        strip = lines[1 + listed][len(count):].rstrip()
+        assert len(strip) == 64
+        assert strip[1] == "█" and set(strip[:1] + strip[2:]) == {"▁"}
         assert lines[2 + listed].startswith("worker 1 (node-01) is the straggler: input-bound")
         title = "workers: 64, slowest first"
         if timed:
@@ -228,3 +236,24 @@ async def test_gpu_workers_show_per_host_gpus_and_traffic_when_wide():
                                 "2 GPU 88% mem 50%  PCIe 9.3 GB/s  NVLink 36.9 GB/s")
             for line in text(app, WorkersPanel).splitlines()[:3]:  # the table never wraps
                 assert len(line) <= size[0] - 2
+
+
+def _figures(worker: int, busy: float | None, status: str = "running") -> WorkerSummary:
+    return WorkerSummary(
+        worker=worker, host=f"h{worker}", replicas=8, status=status, last_step=10,
+        measured_steps=20 if busy is not None else 0, step_time_ms=25.0,
+        input_wait_pct=4.0, input_wait_ms=None if busy is None else 1.0,
+        compute_ms=None if busy is None else busy - 1.0, examples_per_s=100.0, sample=None,
+    )
+
+
+def test_the_strip_marks_each_worker_by_its_own_work_against_the_median() -> None:
+    rows = [_figures(w, 9.0) for w in range(10)]
+    rows[3] = _figures(3, 9.0 * 1.2)   # a little slower
+    rows[5] = _figures(5, 9.0 * 1.4)   # slower
+    rows[7] = _figures(7, 9.0 * 3.0)   # the straggler
+    rows[8] = _figures(8, None)        # no steps after warm-up yet
+    rows[9] = _figures(9, 9.0, "crashed")
+    assert worker_strip(rows, 80).plain == "▁▁▁▃▁▅▁█·✗"
+    # Fewer cells than workers: a cell shows the worst of its workers.
+    assert worker_strip(rows, 5).plain == "▁▃▅█✗"

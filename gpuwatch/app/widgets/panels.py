@@ -477,6 +477,37 @@ def slowest_first(rows: list[WorkerSummary]) -> list[WorkerSummary]:
     return sorted(rows, key=key)
 
 
+# The strip of every worker: a cell's own work per step (input wait + compute) over the
+# median worker's: (at most this ratio, its mark, its style).
+STRIP_LEVELS = ((1.1, "▁", "green"), (1.25, "▃", "green"), (1.5, "▅", "yellow"),
+                (float("inf"), "█", "bold red"))
+
+
+def worker_strip(rows: Sequence[WorkerSummary], cells: int) -> Text:
+    """Every worker at a glance, by index, in at most `cells` cells (a cell holds the worst
+    of its workers when there are more): how much longer its own work per step is than
+    the median worker's (▁ ▃ ▅ █), ✗ a failed worker, · not measured yet."""
+    ordered = sorted(rows, key=lambda row: row.worker)
+    busy = sorted(b for row in ordered if (b := row.busy_ms) is not None and row.measured)
+    median = busy[len(busy) // 2] if busy else None
+    per_cell = max(1, -(-len(ordered) // max(1, cells)))
+    strip = Text()
+    for first in range(0, len(ordered), per_cell):
+        group = ordered[first:first + per_cell]
+        if any(row.status in ("error", "crashed") for row in group):
+            strip.append("✗", style="bold red")
+            continue
+        ratios = [b / median for row in group
+                  if median and row.measured and (b := row.busy_ms) is not None]
+        if not ratios:
+            strip.append("·", style="dim")
+            continue
+        worst = max(ratios)
+        mark, style = next((m, st) for limit, m, st in STRIP_LEVELS if worst <= limit)
+        strip.append(mark, style=style)
+    return strip
+
+
 class WorkersPanel(StatePanel):
     """Every worker of a cluster run, slowest first, as many as fit, and the straggler.
 
@@ -537,7 +568,14 @@ class WorkersPanel(StatePanel):
             text.append(f" {status:<7}", style=style)
             text.append(f" {device_summary(row.sample, wide)}")
         if len(shown) < len(rows):
-            text.append(f"\n… and {len(rows) - len(shown)} more workers", style="dim")
+            more = f"… and {len(rows) - len(shown)} more"
+            cells = (self.content_size.width or 78) - len(more) - 1
+            if len(rows) > 8 and cells >= 16:
+                # Every worker at a glance, by index (worker_strip), after the count.
+                text.append(f"\n{more} ", style="dim")
+                text.append_text(worker_strip(rows, cells))
+            else:
+                text.append(f"\n{more} workers", style="dim")
         if not rows:
             text.append("\nno worker has said hello yet", style="dim")
         if straggler is not None and not crashed_short:
