@@ -17,11 +17,18 @@ fixed by the declarations, never by scanning the file):
   other_pct (the step's rest: host work and dispatch); with input_wait_pct the five sum
   to 100 (within rounding). Empty where the step's parts were not timed apart (an older
   trainer).
+- ``summaries``: past 8 workers (every worker's but the chief's steps after its warm-up
+  come as one summary a second), one row per summary: attempt, worker, seq, t, the steps
+  it covers (first_step, last_step, count), epoch, examples, loss, position, dropped,
+  ``step_time_min_ms`` ... ``update_sum_ms`` (min, median, max, sum of each timed part),
+  examples_per_s and input_wait_pct from its sums, and its steps' shares. With ``steps``
+  (the chief's every update, and each worker's warm-up steps) they cover every update.
 - ``samples``: one row per GPU per device sample: attempt (the latest attempt event
   before it in the file), worker (whose host), seq, t, nvml, the host's readings as
   ``host.<key>`` (repeated on each of its GPUs' rows) and the GPU's as ``gpu.<key>``
-  (``gpuwatch.sampling``'s frame keys). A sample with no GPU (no NVIDIA GPU, NVML
-  missing) is one row with the host's readings and empty ``gpu.*`` cells.
+  (``gpuwatch.sampling``'s frame keys). A summarizing worker's sample (past 8 workers)
+  is one row, its GPUs summed in ``extra``'s ``gpu_summary``. A sample with no GPU (no
+  NVIDIA GPU, NVML missing) is one row with the host's readings and empty ``gpu.*`` cells.
 - ``attempts``: one row per attempt: its start, end and figures (after warm-up, as the
   attempts table shows them: the chief's, but input wait in a cluster is the worker's
   that waits most, and ``input_wait_worker`` says whose; empty on one host), the
@@ -64,6 +71,7 @@ from gpuwatch.breakdown import SHARE_KEYS, share_cells
 from gpuwatch.sampling import GPU_FRAME_KEYS, HOST_FRAME_KEYS
 from trainer_runtime.protocol import (
     MAX_FRAME_BYTES,
+    SPREAD,
     TERMINAL_STATUSES,
     Attempt,
     Envelope,
@@ -72,11 +80,14 @@ from trainer_runtime.protocol import (
     Sample,
     StatusChange,
     Step,
+    StepSummary,
     decode,
+    input_wait_pct,
     parse_event,
+    per_second,
 )
 
-WHATS = ("steps", "samples", "attempts", "scaling")
+WHATS = ("steps", "summaries", "samples", "attempts", "scaling")
 FORMATS = ("csv", "jsonl")
 EXTRA = "extra"
 
@@ -84,6 +95,16 @@ _STEP_FIELDS = tuple(f.name for f in fields(Step) if f.name not in ("attempt", "
 STEP_COLUMNS = (
     "attempt", "worker", "seq", "t", *_STEP_FIELDS, "examples_per_s", "input_wait_pct",
     *SHARE_KEYS,
+)
+# A StepSummary's spreads, one column per [min, median, max, sum] figure.
+_SPREADS = tuple(f.name for f in fields(StepSummary)
+                 if str(f.type).startswith("list[float]") and f.name != "breakdown_ms")
+_SUMMARY_FIELDS = tuple(f.name for f in fields(StepSummary)
+                        if f.name not in ("attempt", "worker", "breakdown_ms", *_SPREADS))
+SUMMARY_COLUMNS = (
+    "attempt", "worker", "seq", "t", *_SUMMARY_FIELDS,
+    *(f"{name.removesuffix('_ms')}_{part}_ms" for name in _SPREADS for part in SPREAD),
+    "examples_per_s", "input_wait_pct", *SHARE_KEYS,
 )
 SAMPLE_COLUMNS = (
     "attempt",
@@ -221,6 +242,29 @@ def step_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row]:
             yield row
 
 
+def summary_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row]:
+    """One row per StepSummary (past 8 workers, every worker's but the chief's second of
+    steps): its counts, each spread's four figures, examples/s and input wait % from its
+    sums, the shares of its steps' summed breakdown."""
+    for envelope, event in events:
+        if isinstance(event, StepSummary):
+            row: Row = {"attempt": event.attempt, "worker": event.worker,
+                        "seq": envelope.seq, "t": envelope.t}
+            for name in _SUMMARY_FIELDS:
+                row[name] = getattr(event, name)
+            for name in _SPREADS:
+                for part in SPREAD:
+                    row[f"{name.removesuffix('_ms')}_{part}_ms"] = event.figure(name, part)
+            step_sum = event.figure("step_time_ms", "sum")
+            wait_sum = event.figure("input_wait_ms", "sum")
+            row["examples_per_s"] = (per_second(event.examples, step_sum)
+                                     if step_sum is not None else None)
+            row["input_wait_pct"] = (input_wait_pct(wait_sum, step_sum)
+                                     if step_sum is not None and wait_sum is not None else None)
+            row.update(share_cells(event.breakdown))
+            yield row
+
+
 def sample_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row]:
     attempt = 0
     for envelope, event in events:
@@ -235,6 +279,8 @@ def sample_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row]:
                 "nvml": event.nvml,
             }
             host_extra = _split(event.host, "host.", HOST_FRAME_KEYS, base)
+            if event.gpu_summary is not None:  # a summarizing worker's GPUs, summed
+                host_extra["gpu_summary"] = event.gpu_summary
             if not event.gpus:
                 yield _with_extra(base, host_extra)
             for gpu in event.gpus:
@@ -470,13 +516,16 @@ def export_events(
     if fmt not in FORMATS:
         raise ValueError(f"--format must be one of {', '.join(FORMATS)} (got {fmt!r})")
     if worker is not None and what in ("attempts", "scaling"):
-        raise ValueError(f"--worker picks rows of steps or samples; {what} are the run's")
+        raise ValueError(f"--worker picks rows of steps, summaries or samples; {what} are "
+                         "the run's")
     report = ExportReport()
     with open(events_path, "rb") as fh:
         events = read_events(fh, report)
         rows: Iterator[Row]
         if what == "steps":
             rows, columns = step_rows(events), STEP_COLUMNS
+        elif what == "summaries":
+            rows, columns = summary_rows(events), SUMMARY_COLUMNS
         elif what == "samples":
             rows, columns = sample_rows(events), SAMPLE_COLUMNS
         elif what == "scaling":

@@ -33,7 +33,16 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from gpuwatch.breakdown import ms_cells, share_cells
-from trainer_runtime.protocol import Attempt, Event, Sample, StatusChange, Step
+from trainer_runtime.protocol import (
+    Attempt,
+    Event,
+    Sample,
+    StatusChange,
+    Step,
+    StepSummary,
+    input_wait_pct,
+    per_second,
+)
 
 log = logging.getLogger("gpuwatch.tboard")
 
@@ -244,6 +253,28 @@ def _number(value: Any) -> float | None:
     return None
 
 
+def summary_scalars(summary: StepSummary) -> dict[str, float]:
+    """A worker's second of steps (past 8 workers) as step_scalars' tags, at its last step:
+    its last loss, examples/s and input wait % over its sums, its median step time, and
+    the shares and times (per step: its sums over its count) of its breakdown."""
+    step_sum = summary.figure("step_time_ms", "sum")
+    wait_sum = summary.figure("input_wait_ms", "sum")
+    values: dict[str, float | None] = {
+        "train/loss": summary.loss,
+        "train/examples_per_s": (per_second(summary.examples, step_sum)
+                                 if step_sum is not None else None),
+        "train/input_wait_pct": (input_wait_pct(wait_sum, step_sum)
+                                 if step_sum is not None and wait_sum is not None else None),
+        "train/step_time_ms": summary.figure("step_time_ms", "median"),
+    }
+    parts = summary.breakdown
+    if parts is not None and summary.count > 0:
+        values.update({f"train/{key}": value for key, value in share_cells(parts).items()})
+        values.update({f"train/{key}": value / summary.count
+                       for key, value in ms_cells(parts).items() if value is not None})
+    return {tag: float(value) for tag, value in values.items() if value is not None}
+
+
 def step_scalars(step: Step) -> dict[str, float]:
     """A step's scalars: loss (when finite), learning rate, examples/s, input wait %, step
     time; and where its parts were timed apart, each other part's share and time
@@ -334,6 +365,11 @@ class RunBoard:
             self._steps[event.worker] = event.step
             self._writer(event.attempt, event.worker).add_scalars(
                 event.step, step_scalars(event), t
+            )
+        elif isinstance(event, StepSummary):
+            self._steps[event.worker] = event.last_step
+            self._writer(event.attempt, event.worker).add_scalars(
+                event.last_step, summary_scalars(event), t
             )
         elif isinstance(event, Sample):
             scalars = sample_scalars(event)

@@ -315,3 +315,63 @@ def test_a_lean_sample_shows_a_worker_s_devices_in_the_same_words(tmp_path: Path
         assert device_summary(lean, wide) == device_summary(full, wide)
     assert len(json.dumps(lean)) < len(json.dumps(full)) / 8
     protocol.parse_event({"v": 1, "type": "sample", **lean})  # a valid sample frame
+
+
+def _recorded(tmp_path: Path) -> tuple[Path, list[tuple[float, Event]]]:
+    """The simulated run as the supervisor records it past the threshold (seq, t)."""
+    events = _simulated_run(steps=120)
+    sent: list[tuple[float | None, Event]] = []
+    summarizers = {w: StepSummarizer(lambda e, t: sent.append((t, e))) for w in range(1, 12)}
+    for now, event in events:
+        worker = getattr(event, "worker", 0)
+        if summarizes(worker, WORKERS):
+            summarizers[worker].event(event, now, now)
+        else:
+            sent.append((now, event))
+    for summarizer in summarizers.values():
+        summarizer.flush()
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(encode_event(e, t=t, seq=i) for i, (t, e) in enumerate(sent)))
+    return path, events
+
+
+def test_export_and_tensorboard_read_the_summaries(tmp_path: Path) -> None:
+    import io
+
+    from gpuwatch.export import export_events
+    from gpuwatch.tboard import summary_scalars
+
+    path, events = _recorded(tmp_path)
+    truth = [e for _, e in events if isinstance(e, Step)]
+    out = io.StringIO()
+    export_events(path, "summaries", "jsonl", out, worker=STRAGGLER)
+    rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    out = io.StringIO()
+    export_events(path, "steps", "jsonl", out, worker=STRAGGLER)
+    step_rows = [json.loads(line) for line in out.getvalue().splitlines()]
+    # Every update of the worker, once: its warm-up steps as steps, the rest summarized.
+    assert [r["step"] for r in step_rows] == list(range(1, WARMUP_STEPS + 1))
+    covered = [n for r in rows for n in range(r["first_step"], r["last_step"] + 1)]
+    assert covered == list(range(WARMUP_STEPS + 1, 121))
+    assert sum(r["count"] for r in rows) == 120 - WARMUP_STEPS
+    mine = [s for s in truth if s.worker == STRAGGLER]
+    for row in rows:
+        steps = [s for s in mine if row["first_step"] <= s.step <= row["last_step"]]
+        step_sum = sum(s.step_time_ms for s in steps)
+        wait_sum = sum(s.input_wait_ms or 0.0 for s in steps)
+        assert row["step_time_max_ms"] == pytest.approx(max(s.step_time_ms for s in steps),
+                                                        abs=0.0005)
+        assert row["examples_per_s"] == pytest.approx(64 * len(steps) * 1000 / step_sum,
+                                                      rel=1e-6)
+        assert row["input_wait_pct"] == pytest.approx(100 * wait_sum / step_sum, rel=1e-6)
+    summary = next(e for _, e in [(0, protocol.parse_event(json.loads(line))[1])
+                                  for line in path.read_text().splitlines()]
+                   if isinstance(e, StepSummary) and e.worker == STRAGGLER)
+    scalars = summary_scalars(summary)
+    steps = [s for s in mine if summary.first_step <= s.step <= summary.last_step]
+    assert scalars["train/input_wait_pct"] == pytest.approx(
+        100 * sum(s.input_wait_ms or 0.0 for s in steps) / sum(s.step_time_ms for s in steps),
+        rel=1e-6)
+    assert scalars["train/loss"] == steps[-1].loss
+    assert scalars["train/compute_ms"] == pytest.approx(
+        sum(s.compute_ms or 0.0 for s in steps) / len(steps), abs=0.001)
