@@ -17,6 +17,7 @@ The parts, each usable alone:
   snapshots.py  the run folded as a dashboard folds it (RunState), snapshot.json
   recorder.py   one order for every event: event log, fold, dashboards, TensorBoard
   agent.py      one trainer process and its host's device sampler
+  summarize.py  pure: past 8 workers, a worker's steps as one summary a second, lean samples
   launcher.py   starting a trainer here: trainer.log, its command, a spare or cold start
   spare.py      a trainer process waiting with TensorFlow imported, for the next attempt
   remote.py     an agent on another host (ssh, srun): the agent process and RemoteAgent
