@@ -400,25 +400,34 @@ class Trainer:
         return self._after_restore(path)
 
     def _restore_agreed(self, agreement: Agreement) -> Resume | None:
-        """Cluster resume: every worker restores the chief's latest step, or all stop.
+        """Cluster resume: every worker restores the same step, or all stop.
 
-        The chief's checkpoint is the real one; a worker reads it from the chief's
-        run dir where it can, else its own scratch copy of the same step.
+        The chief's checkpoint is the real one; a worker reads it from the chief's run dir
+        where it can, else its own scratch copy of the same step. The step is the chief's
+        latest that every worker has: a worker killed while the chief saved may lack the
+        newest (its scratch copy unwritten), and then the one before it is taken, rather
+        than no resume at all (the chief keeps checkpoint.keep of them).
         """
         assert self.manager is not None and self.run_dir is not None
-        own = self.manager.latest_checkpoint
-        mine = int(own.rsplit("-", 1)[-1]) if (self.worker == 0 and own) else -1
-        agreed = agreement.chief(mine + 1) - 1  # +1: the chief's "none" is -1, the others add 0
-        if agreed < 0:
+        kept = ([int(p.rsplit("-", 1)[-1]) for p in self.manager.checkpoints]
+                if self.worker == 0 else [])
+        candidates = agreement.chief(len(kept))  # the others add 0
+        if candidates <= 0:
             return None
         dirs = [os.path.join(d, "checkpoints") for d in (self.chief_dir, self.run_dir) if d]
-        candidates = [os.path.join(d, f"ckpt-{agreed}") for d in dirs]
-        path = next((c for c in candidates if os.path.exists(c + ".index")), None)
+        agreed, path = -1, None
+        for back in range(candidates):  # newest first; every worker makes the same calls
+            step = kept[-1 - back] if kept else -1
+            agreed = agreement.chief(step + 1) - 1
+            path = next((c for d in dirs if os.path.exists((c := os.path.join(d, f"ckpt-{agreed}"))
+                                                            + ".index")), None)
+            if not agreement.any(path is None):
+                break
         problem = ""
         if path is None:
             where = " or ".join(dirs)
-            problem = (f"worker {self.worker} has no checkpoint of step {agreed} (the chief's "
-                       f"latest) in {where}; relaunch with --fresh")
+            problem = (f"worker {self.worker} has none of the chief's kept checkpoints (the "
+                       f"last: step {agreed}) in {where}; relaunch with --fresh")
         else:
             try:
                 self.ckpt.restore(path).expect_partial()

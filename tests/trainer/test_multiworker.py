@@ -55,7 +55,7 @@ class Worker:
     """One worker's trainer process on a socketpair; typed events collected by a thread."""
 
     def __init__(self, index: int, run_dir: Path, config: Path, ports: list[int],
-                 *extra: str) -> None:
+                 *extra: str, chief_dir: Path | None = None) -> None:
         self.index = index
         self.dir = run_dir if index == 0 else run_dir / "workers" / str(index)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -67,7 +67,8 @@ class Worker:
         with open(self.stderr_path, "w") as stderr:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "trainer_runtime", "--run-dir", str(self.dir),
-                 "--config", str(config), "--worker", str(index), "--chief-dir", str(run_dir),
+                 "--config", str(config), "--worker", str(index),
+                 "--chief-dir", str(chief_dir or run_dir),
                  "--telemetry-fd", str(child.fileno()), *extra],
                 pass_fds=[child.fileno()], start_new_session=True, env=env,
                 stdout=subprocess.DEVNULL, stderr=stderr)
@@ -123,9 +124,10 @@ class Worker:
         return [e for e in self.events if isinstance(e, cls)]
 
 
-def _launch(run_dir: Path, config: Path, n: int, *extra: str) -> list[Worker]:
+def _launch(run_dir: Path, config: Path, n: int, *extra: str,
+            chief_dir: Path | None = None) -> list[Worker]:
     ports = _free_ports(n)
-    return [Worker(i, run_dir, config, ports, *extra) for i in range(n)]
+    return [Worker(i, run_dir, config, ports, *extra, chief_dir=chief_dir) for i in range(n)]
 
 
 def _kill_all(workers: list[Worker]) -> None:
@@ -204,6 +206,40 @@ def test_sigterm_to_one_worker_stops_all_at_one_step_and_all_resume_from_chief(
         assert (resume.from_step, resume.position, resume.worker) == (step, step * 48, w.index)
         assert resume.checkpoint == str(tmp_path / "checkpoints" / f"ckpt-{step}")
         assert [s.step for s in w.of(protocol.Step)] == [step + 1, step + 2, step + 3]
+
+
+def test_a_worker_without_the_chiefs_latest_checkpoint_resumes_all_from_the_one_before(
+        tmp_path: Path) -> None:
+    # A worker on another host reads only its own scratch copies; killed while the chief
+    # saved, it may lack the newest. Every worker then resumes from the chief's newest
+    # step that all of them have (the chief keeps checkpoint.keep = 2), not from nothing.
+    config = _config(tmp_path, [{}, {}])
+    first = _launch(tmp_path, config, 2)
+    try:
+        first[1].wait_for(lambda e: isinstance(e, protocol.Step) and e.step >= 15, "step 15")
+        os.kill(first[1].proc.pid, signal.SIGTERM)
+        codes = [w.finish() for w in first]
+    finally:
+        _kill_all(first)
+    assert codes == [0, 0], [w.log()[-1500:] for w in first]
+    saved = [c.step for c in first[1].of(protocol.Checkpoint)]
+    latest, before = saved[-1], saved[-2]
+    scratch = tmp_path / "workers" / "1" / "checkpoints"
+    for part in scratch.glob(f"ckpt-{latest}.*"):
+        part.unlink()
+    elsewhere = tmp_path / "not-shared"  # the chief's directory is not on worker 1's host
+    second = _launch(tmp_path, config, 2, "--max-steps", str(before + 3), "--attempt", "2",
+                     chief_dir=elsewhere)
+    try:
+        codes = [w.finish() for w in second]
+    finally:
+        _kill_all(second)
+    assert codes == [0, 0], [w.log()[-1500:] for w in second]
+    for w in second:
+        (resume,) = w.of(protocol.Resume)
+        assert (resume.from_step, resume.position) == (before, before * 48)
+        assert [s.step for s in w.of(protocol.Step)] == [before + 1, before + 2, before + 3]
+    assert second[1].of(protocol.Resume)[0].checkpoint == str(scratch / f"ckpt-{before}")
 
 
 def test_sigkilled_worker_fails_the_others_within_the_collective_timeout(
