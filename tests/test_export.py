@@ -556,7 +556,8 @@ def test_worker_picks_one_workers_rows(run: Recorded, tmp_path: Path) -> None:
         (["export", "zzzz"], "gpuwatch: no run matches 'zzzz' (gpuwatch ls lists runs)"),
         (
             ["export", RUN_ID, "--what", "gpus"],
-            "gpuwatch: --what must be one of steps, summaries, samples, attempts, scaling (got 'gpus')",
+            "gpuwatch: --what must be one of steps, summaries, samples, attempts, scaling "
+            "(got 'gpus')",
         ),
         (
             ["export", RUN_ID, "--format", "xlsx"],

@@ -129,9 +129,13 @@ def drill_config(tmp_path: Path, max_steps: int) -> Path:
 
 
 def ours(home: Path) -> list[tuple[int, str]]:
-    """Our processes: the supervisor, srun, the agents and trainers all name the run's
-    directory, under this test's GPUWATCH_HOME."""
-    return processes_with(str(home), environ=False)
+    """Our processes: the supervisor and the trainers name the run's directory, under this
+    test's GPUWATCH_HOME; srun and the agents its id (an agent finds its directory on its
+    own node: --run-id)."""
+    found = dict(processes_with(str(home), environ=False))
+    for info in runs.list_runs(home):
+        found.update(processes_with(info.run_id, environ=False))
+    return sorted(found.items())
 
 
 def trainer_pids(run_dir: Path, attempt: int) -> dict[int, int]:
