@@ -57,7 +57,7 @@ from gpuwatch.runstate import (
     pace_setter,
 )
 from gpuwatch.scaling import ScalingRow
-from trainer_runtime.protocol import Breakdown, Hello, Scale
+from trainer_runtime.protocol import SUMMARY_PAST_WORKERS, Breakdown, Hello, Scale
 from trainer_runtime.schema import prefetch_enabled
 
 HIGH_INPUT_BOUND_PCT = 20.0
@@ -244,8 +244,13 @@ def advise(
     replicas: int = 1,
     straggler: Straggler | None = None,
     hello: Hello | None = None,
+    per_worker: bool = True,
 ) -> Advice:
     """Verdict and up to three recommendations for the current figures (``RunState.figures``).
+
+    per_worker: also each worker's own verdict (``Advice.workers``; the dashboard's screen
+    shows none of them, and past SUMMARY_PAST_WORKERS workers it leaves them out: 64
+    workers' rules on every repaint were a third of its figures' cost).
 
     The verdict is the first rule's finding (``RULES``) for the run's figures; in a cluster
     with a straggler (``find_straggler``, from the same figures' workers) the straggler's,
@@ -255,7 +260,7 @@ def advise(
     """
     run = Evidence.of_run(figures, settings, sample, replicas, hello)
     found = verdict_of(run)
-    workers = worker_verdicts(figures.workers, run, straggler)
+    workers = worker_verdicts(figures.workers, run, straggler) if per_worker else ()
     if found is None:
         return replace(_input_only(run, figures, straggler), workers=workers)
     if run.command:
@@ -849,7 +854,8 @@ def reading(state: RunState) -> Reading:
     """The state's figures now, its straggler (a cluster's) and the advice, all from one
     ``RunState.figures()``: every part of the screen that shows a figure reads it here."""
     figures = state.figures()
-    straggler, advice = _judge(state, figures)
+    straggler, advice = _judge(state, figures,
+                               per_worker=len(figures.workers) <= SUMMARY_PAST_WORKERS)
     if state.terminal:  # what was last measured, and what r would do
         advice = after_the_end(advice, str(state.status), command=state.command is not None)
     return Reading(figures, straggler, advice)
@@ -874,7 +880,8 @@ def final_worker_verdicts(state: RunState, figures: Figures) -> list[str]:
     return [worker.line for worker in advice.workers]
 
 
-def _judge(state: RunState, figures: Figures) -> tuple[Straggler | None, Advice]:
+def _judge(state: RunState, figures: Figures, per_worker: bool = True
+           ) -> tuple[Straggler | None, Advice]:
     """The straggler of the figures' workers and the advice on them, with the current
     attempt's settings and hello."""
     straggler = find_straggler(figures.workers) if figures.workers else None
@@ -887,7 +894,7 @@ def _judge(state: RunState, figures: Figures) -> tuple[Straggler | None, Advice]
         return None, Advice("unknown", UNWATCHED_VERDICT, None, [UNWATCHED_ADVICE],
                             bottleneck="unwatched")
     return straggler, advise(figures, settings, state.sample, state.replicas, straggler,
-                             hello=current_hello(state))
+                             hello=current_hello(state), per_worker=per_worker)
 
 
 def current_hello(state: RunState) -> Hello | None:
