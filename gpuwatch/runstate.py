@@ -866,25 +866,33 @@ def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerS
     share = 1.0 / figures.workers  # each worker trains its share of the update's examples
     computes = [s.compute_ms for s in steps if s.compute_ms is not None]
     waited = [(s.step_time_ms, s.input_wait_ms) for s in steps if s.input_wait_ms is not None]
-    return WorkerSummary(
-        worker=figures.worker,
-        host=figures.host,
-        replicas=figures.replicas,
-        status=figures.status,
-        last_step=figures.last_step,
+    return _worker_summary(
+        figures, sample,
         measured_steps=len(steps),
         step_time_ms=_median([s.step_time_ms for s in steps]),
-        input_wait_pct=input_wait_pct(
-            sum(wait for _, wait in waited), sum(time for time, _ in waited)
-        ) if waited else None,
+        input_wait_pct=_wait_pct(waited),
         input_wait_ms=_median([wait for _, wait in waited]),
         compute_ms=_median(computes),
         examples_per_s=_median(
             [r for s in steps if (r := per_second(s.examples * share, s.step_time_ms)) is not None]
         ),
-        sample=sample,
         breakdown=sum_breakdowns(s.breakdown for s in steps),
     )
+
+
+def _worker_summary(figures: WorkerFigures, sample: dict[str, Any] | None,
+                    **measured: Any) -> WorkerSummary:
+    """A worker's summary: who and where it is, and its `measured` figures."""
+    return WorkerSummary(worker=figures.worker, host=figures.host, replicas=figures.replicas,
+                         status=figures.status, last_step=figures.last_step, sample=sample,
+                         **measured)
+
+
+def _wait_pct(waited: Sequence[tuple[float, float]]) -> float | None:
+    """Input wait % of (step time, input wait) pairs: sum over sum (None: no pairs)."""
+    if not waited:
+        return None
+    return input_wait_pct(sum(wait for _, wait in waited), sum(step for step, _ in waited))
 
 
 def _from_summaries(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerSummary:
@@ -904,21 +912,14 @@ def _from_summaries(figures: WorkerFigures, sample: dict[str, Any] | None) -> Wo
         median = s.figure("step_time_ms", "median")
         rate = per_second(s.examples / s.count * share, median) if median is not None else None
         rates.append((rate, s.count))
-    return WorkerSummary(
-        worker=figures.worker,
-        host=figures.host,
-        replicas=figures.replicas,
-        status=figures.status,
-        last_step=figures.last_step,
+    return _worker_summary(
+        figures, sample,
         measured_steps=figures.summarized_steps,
         step_time_ms=median_of("step_time_ms"),
-        input_wait_pct=input_wait_pct(
-            sum(wait for _, wait in waited), sum(step for step, _ in waited)
-        ) if waited else None,
+        input_wait_pct=_wait_pct(waited),
         input_wait_ms=median_of("input_wait_ms"),
         compute_ms=median_of("compute_ms"),
         examples_per_s=_weighted_median(rates),
-        sample=sample,
         breakdown=sum_breakdowns(s.breakdown for s in summaries),
         summarized=True,
     )

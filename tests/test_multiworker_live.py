@@ -12,7 +12,6 @@ started by a real supervisor through `gpuwatch`, watched as a person would.
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import re
 import signal
@@ -28,6 +27,7 @@ from gpuwatch import runs
 from gpuwatch.client import RunClient
 from gpuwatch.runs import pid_alive
 from tests.conftest import ROOT, gpuwatch, wait_for
+from tests.support.run_record import events, last_step, of  # noqa: F401
 from tests.test_tmux import Tmux, gpuwatch_command, tmux_env  # noqa: F401 - the fixture
 
 from .support.sshd import SshServer, sshd  # noqa: F401 - the fixture
@@ -46,23 +46,6 @@ checkpoint: {{every_steps: 20, keep: 3}}
 cluster:
 {cluster}
 """
-
-
-def events(run_dir: Path) -> list[dict[str, Any]]:
-    text = (run_dir / "events.jsonl").read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def of(run_dir: Path, kind: str, **match: Any) -> list[dict[str, Any]]:
-    return [
-        e for e in events(run_dir)
-        if e["type"] == kind and all(e.get(k) == v for k, v in match.items())
-    ]
-
-
-def last_step(run_dir: Path, worker: int, attempt: int) -> int:
-    steps = of(run_dir, "step", worker=worker, attempt=attempt)
-    return steps[-1]["step"] if steps else 0
 
 
 def the_run(home: Path) -> runs.RunInfo:

@@ -25,6 +25,7 @@ from gpuwatch.supervisor.remote import (
     _AgentProcess,
     frames_of,
 )
+from tests.support.run_record import alive
 from trainer_runtime.protocol import Event as ProtocolEvent
 from trainer_runtime.protocol import FrameBuffer, ProtocolError, encode
 
@@ -44,15 +45,6 @@ async def until(predicate: Callable[[], Any], what: str, timeout_s: float = 20.0
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
         await asyncio.sleep(0.02)
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def agent_env(mode: str) -> dict[str, str]:

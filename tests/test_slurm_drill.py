@@ -26,12 +26,12 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from gpuwatch import runs
 from tests.conftest import gpuwatch, wait_for
+from tests.support.run_record import events, last_step, of  # noqa: F401
 from trainer_runtime.protocol import TERMINAL_STATUSES
 
 from .support.slurm import SlurmCluster, alive, processes_with, slurm_cluster  # noqa: F401
@@ -104,23 +104,6 @@ def allocation(
         held.release()
 
 
-def events(run_dir: Path) -> list[dict[str, Any]]:
-    text = (run_dir / "events.jsonl").read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
-
-
-def of(run_dir: Path, kind: str, **match: Any) -> list[dict[str, Any]]:
-    return [
-        e for e in events(run_dir)
-        if e["type"] == kind and all(e.get(k) == v for k, v in match.items())
-    ]
-
-
-def last_step(run_dir: Path, worker: int, attempt: int) -> int:
-    steps = of(run_dir, "step", worker=worker, attempt=attempt)
-    return steps[-1]["step"] if steps else 0
-
-
 def drill_config(tmp_path: Path, max_steps: int) -> Path:
     config = tmp_path / "slurm.yaml"
     config.write_text(CONFIG.format(max_steps=max_steps, timeout_s=TIMEOUT_S,
@@ -151,6 +134,16 @@ def contiguous(run_dir: Path, worker: int, attempt: int) -> list[int]:
     return [e["step"] for e in of(run_dir, "step", worker=worker, attempt=attempt)]
 
 
+def started_run(home: Path, tmp_path: Path, steps: int) -> runs.RunInfo:
+    """`gpuwatch train` of the drill's config, detached, once both workers ran `steps`."""
+    started = gpuwatch("train", str(drill_config(tmp_path, 100000)), "--detach")
+    assert started.returncode == 0, started.stderr
+    (info,) = runs.list_runs(home)
+    wait_for(lambda: min(last_step(info.run_dir, w, 1) for w in (0, 1)) >= steps, 180,
+             f"{steps} steps on both workers")
+    return info
+
+
 def test_two_workers_train_on_two_slurm_nodes_and_finish(
     home: Path, tmp_path: Path, allocation: Allocation
 ) -> None:
@@ -174,12 +167,8 @@ def test_killing_a_slurm_worker_crashes_the_run_naming_it_and_a_resume_goes_on(
     home: Path, tmp_path: Path, allocation: Allocation,
     slurm_cluster: SlurmCluster,  # noqa: F811
 ) -> None:
-    started = gpuwatch("train", str(drill_config(tmp_path, 100000)), "--detach")
-    assert started.returncode == 0, started.stderr
-    (info,) = runs.list_runs(home)
+    info = started_run(home, tmp_path, steps=45)
     run_dir = info.run_dir
-    wait_for(lambda: min(last_step(run_dir, w, 1) for w in (0, 1)) >= 45, 180,
-             "45 steps on both workers")
     # Each worker's agent is a step of our allocation, on its own node.
     steps = slurm_cluster.steps()
     assert sorted(line.split()[1] for line in steps) == ["node1", "node2"], steps
@@ -246,12 +235,8 @@ def test_scancel_of_the_allocation_ends_the_run_and_leaves_nothing(
     home: Path, tmp_path: Path, allocation: Allocation,
     slurm_cluster: SlurmCluster,  # noqa: F811
 ) -> None:
-    started = gpuwatch("train", str(drill_config(tmp_path, 100000)), "--detach")
-    assert started.returncode == 0, started.stderr
-    (info,) = runs.list_runs(home)
+    info = started_run(home, tmp_path, steps=10)
     run_dir = info.run_dir
-    wait_for(lambda: min(last_step(run_dir, w, 1) for w in (0, 1)) >= 10, 180,
-             "10 steps on both workers")
     pids = trainer_pids(run_dir, 1)
     cancelled = slurm_cluster.run("scancel", allocation.job_id)
     assert cancelled.returncode == 0, cancelled.stderr

@@ -36,6 +36,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.run_record import alive
+
 NODES = ("node1", "node2")
 INSTALL = "apt-get install -y slurmctld slurmd slurm-client munge"
 BINARIES = ("munged", "slurmctld", "slurmd", "sinfo", "srun", "salloc", "squeue", "scancel")
@@ -82,15 +84,6 @@ def _resolves(name: str) -> bool:
     except OSError:
         return False
     return True
-
-
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
 
 
 def processes_with(text: str, *, environ: bool = True) -> list[tuple[int, str]]:

@@ -171,20 +171,36 @@ def test_three_workers_train_in_lockstep_with_global_examples(tmp_path: Path) ->
     assert waits[1] > max(5.0, 5 * max(waits[0], waits[2])), waits
 
 
-def test_sigterm_to_one_worker_stops_all_at_one_step_and_all_resume_from_chief(
-        tmp_path: Path) -> None:
+def _finished(workers: list[Worker]) -> list[Worker]:
+    """The workers once each has exited 0 (any left is killed)."""
+    try:
+        codes = [w.finish() for w in workers]
+    finally:
+        _kill_all(workers)
+    assert codes == [0] * len(workers), [w.log()[-1500:] for w in workers]
+    return workers
+
+
+def _two_stopped_past_step_15(tmp_path: Path) -> tuple[Path, list[Worker]]:
+    """Two workers trained past step 15, then SIGTERM to worker 1: both exit 0."""
     config = _config(tmp_path, [{}, {}])
     first = _launch(tmp_path, config, 2)
     try:
-        for w in first:
-            hello = w.wait_for(lambda e: isinstance(e, protocol.Hello), "hello")
-            assert (hello.replicas, hello.workers) == (2, 2)
         first[1].wait_for(lambda e: isinstance(e, protocol.Step) and e.step >= 15, "step 15")
         os.kill(first[1].proc.pid, signal.SIGTERM)
         codes = [w.finish() for w in first]
     finally:
         _kill_all(first)
     assert codes == [0, 0], [w.log()[-1500:] for w in first]
+    return config, first
+
+
+def test_sigterm_to_one_worker_stops_all_at_one_step_and_all_resume_from_chief(
+        tmp_path: Path) -> None:
+    config, first = _two_stopped_past_step_15(tmp_path)
+    for w in first:
+        (hello,) = w.of(protocol.Hello)
+        assert (hello.replicas, hello.workers) == (2, 2)
     stopped = {w.of(protocol.Done)[-1].step for w in first}
     assert len(stopped) == 1, stopped
     (step,) = stopped
@@ -195,12 +211,8 @@ def test_sigterm_to_one_worker_stops_all_at_one_step_and_all_resume_from_chief(
     assert (tmp_path / "checkpoints" / f"ckpt-{step}.index").exists()
     assert (tmp_path / "workers" / "1" / "checkpoints" / f"ckpt-{step}.index").exists()
 
-    second = _launch(tmp_path, config, 2, "--max-steps", str(step + 3), "--attempt", "2")
-    try:
-        codes = [w.finish() for w in second]
-    finally:
-        _kill_all(second)
-    assert codes == [0, 0], [w.log()[-1500:] for w in second]
+    second = _finished(_launch(tmp_path, config, 2, "--max-steps", str(step + 3),
+                               "--attempt", "2"))
     for w in second:
         (resume,) = w.of(protocol.Resume)
         assert (resume.from_step, resume.position, resume.worker) == (step, step * 48, w.index)
@@ -213,28 +225,15 @@ def test_a_worker_without_the_chiefs_latest_checkpoint_resumes_all_from_the_one_
     # A worker on another host reads only its own scratch copies; killed while the chief
     # saved, it may lack the newest. Every worker then resumes from the chief's newest
     # step that all of them have (the chief keeps checkpoint.keep = 2), not from nothing.
-    config = _config(tmp_path, [{}, {}])
-    first = _launch(tmp_path, config, 2)
-    try:
-        first[1].wait_for(lambda e: isinstance(e, protocol.Step) and e.step >= 15, "step 15")
-        os.kill(first[1].proc.pid, signal.SIGTERM)
-        codes = [w.finish() for w in first]
-    finally:
-        _kill_all(first)
-    assert codes == [0, 0], [w.log()[-1500:] for w in first]
+    config, first = _two_stopped_past_step_15(tmp_path)
     saved = [c.step for c in first[1].of(protocol.Checkpoint)]
     latest, before = saved[-1], saved[-2]
     scratch = tmp_path / "workers" / "1" / "checkpoints"
     for part in scratch.glob(f"ckpt-{latest}.*"):
         part.unlink()
     elsewhere = tmp_path / "not-shared"  # the chief's directory is not on worker 1's host
-    second = _launch(tmp_path, config, 2, "--max-steps", str(before + 3), "--attempt", "2",
-                     chief_dir=elsewhere)
-    try:
-        codes = [w.finish() for w in second]
-    finally:
-        _kill_all(second)
-    assert codes == [0, 0], [w.log()[-1500:] for w in second]
+    second = _finished(_launch(tmp_path, config, 2, "--max-steps", str(before + 3),
+                               "--attempt", "2", chief_dir=elsewhere))
     for w in second:
         (resume,) = w.of(protocol.Resume)
         assert (resume.from_step, resume.position) == (before, before * 48)
