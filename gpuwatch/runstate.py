@@ -663,20 +663,10 @@ class RunState:
     def worker_summaries(self) -> list[WorkerSummary]:
         """Every worker of the current attempt, by index, with its medians and host sample."""
         key = (self.events_applied, self.last_seq, self.attempt)
-        if self.summaries_cache is not None and self.summaries_cache[0] == key:
-            return list(self.summaries_cache[1])
-        current = [f for f in self.workers_seen.values() if f.attempt == self.attempt]
-        by_host: dict[str, dict[str, Any]] = {}
-        for figures in current:  # workers on one host share one sampler
-            sample = self.samples.get(figures.worker)
-            if sample is not None and figures.host:
-                by_host.setdefault(figures.host, sample)
-        summaries = [
-            _summarize(f, self.samples.get(f.worker) or by_host.get(f.host))
-            for f in sorted(current, key=lambda f: f.worker)
-        ]
-        self.summaries_cache = (key, summaries)
-        return list(summaries)
+        if self.summaries_cache is None or self.summaries_cache[0] != key:
+            current = [f for f in self.workers_seen.values() if f.attempt == self.attempt]
+            self.summaries_cache = (key, _summaries(current, self.samples))
+        return list(self.summaries_cache[1])
 
     @property
     def current(self) -> AttemptSummary | None:
@@ -857,6 +847,19 @@ def shell_text(argv: Sequence[str]) -> str:
 
     text = " ".join(shlex.quote(arg) for arg in argv)
     return "".join(char if char.isprintable() else "?" for char in text)
+
+
+def _summaries(current: list[WorkerFigures], samples: Mapping[int, dict[str, Any]]
+               ) -> list[WorkerSummary]:
+    """The workers' summaries by index, each with its host's latest sample (workers on one
+    host share one sampler: theirs is that host's)."""
+    by_host: dict[str, dict[str, Any]] = {}
+    for figures in current:
+        sample = samples.get(figures.worker)
+        if sample is not None and figures.host:
+            by_host.setdefault(figures.host, sample)
+    return [_summarize(f, samples.get(f.worker) or by_host.get(f.host))
+            for f in sorted(current, key=lambda f: f.worker)]
 
 
 def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerSummary:

@@ -259,7 +259,7 @@ def test_a_worker_that_stops_sending_mid_second_is_summarized_by_the_agents_time
     got: list[tuple[float, Event]] = []
     agent = LocalAgent(1, tmp_path, on_frame=lambda i, e, t: got.append((asyncio_time(), e)),
                        on_exit=lambda i, e: None, on_sample=lambda i, f: None, sample=False)
-    agent._summarizer = StepSummarizer(lambda e, t: agent._on_frame(1, e, t))
+    agent._upward.summarizer = StepSummarizer(lambda e, t: agent._upward.on_frame(1, e, t))
     rng = random.Random(7)
     ours, theirs = socket.socketpair()
 

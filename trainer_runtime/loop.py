@@ -415,14 +415,7 @@ class Trainer:
         if candidates <= 0:
             return None
         dirs = [os.path.join(d, "checkpoints") for d in (self.chief_dir, self.run_dir) if d]
-        agreed, path = -1, None
-        for back in range(candidates):  # newest first; every worker makes the same calls
-            step = kept[-1 - back] if kept else -1
-            agreed = agreement.chief(step + 1) - 1
-            path = next((c for d in dirs if os.path.exists((c := os.path.join(d, f"ckpt-{agreed}"))
-                                                            + ".index")), None)
-            if not agreement.any(path is None):
-                break
+        agreed, path = _common_checkpoint(agreement, kept, candidates, dirs)
         problem = ""
         if path is None:
             where = " or ".join(dirs)
@@ -577,3 +570,19 @@ def train(trainer: Trainer, flags: StopFlags) -> tuple[str, int]:
           or (trainer.manager and not trainer.manager.latest_checkpoint)):
         trainer.save()
     return reason, trainer.step
+
+
+def _common_checkpoint(agreement: Agreement, kept: list[int], candidates: int,
+                       dirs: list[str]) -> tuple[int, str | None]:
+    """The chief's newest kept step (its `kept`, others pass []) that every worker finds in
+    one of its `dirs`, and this worker's path of it; the oldest step tried and None when
+    no step of the `candidates` is everyone's. Every worker makes the same calls."""
+    agreed, path = -1, None
+    for back in range(candidates):  # newest first
+        agreed = agreement.chief((kept[-1 - back] if kept else -1) + 1) - 1
+        found = [c for d in dirs if os.path.exists((c := os.path.join(d, f"ckpt-{agreed}"))
+                                                   + ".index")]
+        path = found[0] if found else None
+        if not agreement.any(path is None):
+            break
+    return agreed, path

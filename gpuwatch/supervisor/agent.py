@@ -26,7 +26,7 @@ from typing import Any, cast
 from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.launcher import AgentStartError, TrainerLauncher
-from gpuwatch.supervisor.summarize import StepSummarizer, lean_sample, summarizes
+from gpuwatch.supervisor.summarize import Upward
 from trainer_runtime.protocol import (
     LIVE_DEADLINE_S,
     MAX_FRAME_BYTES,
@@ -46,8 +46,6 @@ from trainer_runtime.protocol import (
 
 log = logging.getLogger("gpuwatch.supervisor")
 
-# How often a summarizing agent looks for a summary whose second is up.
-SUMMARY_TICK_S = 0.2
 SAMPLE_INTERVAL_S = float(os.environ.get("GPUWATCH_SAMPLE_INTERVAL_S", "1.0"))
 
 # (agent index, frame type, fields): a trainer frame with v and seq taken off, attempt put on.
@@ -96,7 +94,6 @@ class LocalAgent:
         self._reserved_port: socket.socket | None = None
         # Other local workers on this host: the sampler counts their processes as the run's.
         self.host_peers: list[LocalAgent] = []
-        self._on_frame = on_frame
         self._on_exit = on_exit
         self.process: asyncio.subprocess.Process | None = None
         self._watcher: asyncio.Task[None] | None = None
@@ -106,16 +103,15 @@ class LocalAgent:
         self._error: str | None = None
         self._cgroup: Path | None = None
         self._oom_kills_at_start: int | None = None
-        self._on_sample = on_sample
-        self._sampler = _SamplerThread(index, self._run_pids, self._take_sample,
+        # Past SUMMARY_PAST_WORKERS workers a worker's steps go up as summaries and its
+        # samples lean (not the chief's): summarize.py.
+        self._upward = Upward(index, on_frame, on_sample)
+        self._sampler = _SamplerThread(index, self._run_pids, self._upward.sample,
                                        self._spare_pids)
         # Down the trainer's socket: reconfigure frames (None while no trainer reads it).
         self._writer: asyncio.StreamWriter | None = None
         # The attempt stamped on the trainer's frames: a live change moves it on.
         self._stamp = AttemptStamp(0)
-        # Past SUMMARY_PAST_WORKERS workers, a worker's steps go up as summaries (not the
-        # chief's): summarize.py.
-        self._summarizer: StepSummarizer | None = None
 
     @property
     def running(self) -> bool:
@@ -191,10 +187,7 @@ class LocalAgent:
         self._error = None
         self._stamp.attempt = attempt
         self._stamp.pending = None
-        self._summarizer = (
-            StepSummarizer(lambda event, t: self._on_frame(self.index, event, t))
-            if launch is not None and summarizes(launch.index, launch.workers) else None
-        )
+        self._upward.start(launch)
         self._watcher = asyncio.create_task(self._watch(proc, parent_sock, attempt))
 
     def release_spare(self) -> None:
@@ -255,7 +248,7 @@ class LocalAgent:
         self._writer = writer
         self._stamp.attempt = attempt
         frames = FrameBuffer()
-        ticker = asyncio.create_task(self._send_due_summaries())
+        ticker = asyncio.create_task(self._upward.send_due())
         try:
             while True:
                 chunk = await reader.read(1 << 16)
@@ -276,19 +269,10 @@ class LocalAgent:
                         log.warning("attempt %d: dropped a trainer frame: %s", attempt, exc)
         finally:
             ticker.cancel()
-            if self._summarizer is not None:  # before the exit is handed up
-                self._summarizer.flush()
+            self._upward.flush()  # before the exit is handed up
             self._writer = None
             self._stamp.pending = None
             writer.close()
-
-    async def _send_due_summaries(self) -> None:
-        """A summary goes up within its second even when the steps stop coming."""
-        while True:
-            await asyncio.sleep(SUMMARY_TICK_S)
-            summarizer = self._summarizer
-            if summarizer is not None and summarizer.due(time.monotonic()):
-                summarizer.flush()
 
     async def send(self, data: bytes) -> None:
         """Write to the trainer's telemetry socket; AgentStartError if no trainer reads it."""
@@ -336,16 +320,9 @@ class LocalAgent:
             self._error = event.message
         elif isinstance(event, Step):
             self.launcher.trainer_stepped()
-        if self._summarizer is not None:
-            self._summarizer.event(event, envelope.t, time.monotonic())
-        else:
-            self._on_frame(self.index, event, envelope.t)
+        self._upward.event(event, envelope.t)
 
     # -- its host's devices --------------------------------------------------------
-
-    def _take_sample(self, index: int, fields: dict[str, Any]) -> None:
-        # A summarizing worker's host goes up lean (summarize.lean_sample), as its steps do.
-        self._on_sample(index, lean_sample(fields) if self._summarizer is not None else fields)
 
     def start_sampling(self, loop: asyncio.AbstractEventLoop) -> None:
         if self.sample:
@@ -371,19 +348,22 @@ class LocalAgent:
         return pids
 
     def _own_pids(self) -> set[int]:
-        """The trainer and everything it forked; none once it has exited (its pid may be
-        another process's by then)."""
-        proc = self.process
-        if proc is None or proc.returncode is not None:
-            return set()
-        pids = {proc.pid}
-        try:
-            import psutil
+        return process_tree(self.process)
 
-            pids.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
-        except Exception:
-            pass
-        return pids
+
+def process_tree(proc: asyncio.subprocess.Process | None) -> set[int]:
+    """A trainer and everything it forked; none once it has exited (its pid may be
+    another process's by then)."""
+    if proc is None or proc.returncode is not None:
+        return set()
+    pids = {proc.pid}
+    try:
+        import psutil
+
+        pids.update(c.pid for c in psutil.Process(proc.pid).children(recursive=True))
+    except Exception:
+        pass
+    return pids
 
 
 class AttemptStamp:

@@ -4,8 +4,9 @@ Up to SUMMARY_PAST_WORKERS workers every worker's agent passes every step up, as
 always. Past it, the chief's still does (the headline, the record and the plots are
 its steps), and every other worker's agent folds its steps into one StepSummary a
 second: count, [min, median, max, sum] of step time, input wait and the breakdown's
-parts, examples, the last loss. Pure: the agent hands it each event and the time,
-and it calls ``emit`` with what goes up.
+parts, examples, the last loss. StepSummarizer is pure: the agent hands it each event
+and the time, and it calls ``emit`` with what goes up; ``Upward`` is the agent's end of
+it (its timer sends a summary whose second is up when the steps stop).
 
 What is never held back: an attempt's first WARMUP_STEPS steps (the fold leaves
 them out of every figure, so they go as steps and the fold counts them as it always
@@ -17,19 +18,27 @@ of what a worker said is kept.
 
 from __future__ import annotations
 
+import asyncio
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from gpuwatch.runstate import CHIEF, WARMUP_STEPS
+from gpuwatch.supervisor.launch import WorkerLaunch
 from trainer_runtime.protocol import SUMMARY_PAST_WORKERS, Event, Step, StepSummary
 
 # A summary covers at most this long of a worker's steps.
 SUMMARY_EVERY_S = 1.0
 # A step this many times the last summary's median is sent (with its summary) at once.
 FALLING_BEHIND = 2.0
+# How often a summarizing agent looks for a summary whose second is up.
+SUMMARY_TICK_S = 0.2
 
 Emit = Callable[[Event, float | None], None]
+# The agent's callbacks: (its index, event, t) and (its index, sample fields).
+OnFrame = Callable[[int, Event, float | None], None]
+OnSample = Callable[[int, dict[str, Any]], None]
 
 
 def summarizes(index: int, workers: int) -> bool:
@@ -156,3 +165,43 @@ class StepSummarizer:
         self.steps = []
         self.median_ms = summary.figure("step_time_ms", "median")
         self.emit(summary, self.last_t)
+
+
+class Upward:
+    """What one agent passes up: each event and sample as it is, or, for a worker that
+    summarizes (``summarizes``, decided at each attempt's start), its steps as summaries
+    and its samples lean."""
+
+    def __init__(self, index: int, on_frame: OnFrame, on_sample: OnSample) -> None:
+        self.index = index
+        self.on_frame = on_frame
+        self.on_sample = on_sample
+        self.summarizer: StepSummarizer | None = None
+
+    def start(self, launch: WorkerLaunch | None) -> None:
+        """An attempt starts: this worker's place in its cluster (None: one host)."""
+        summarize = launch is not None and summarizes(launch.index, launch.workers)
+        self.summarizer = (StepSummarizer(lambda e, t: self.on_frame(self.index, e, t))
+                           if summarize else None)
+
+    def event(self, event: Event, t: float | None) -> None:
+        if self.summarizer is not None:
+            self.summarizer.event(event, t, time.monotonic())
+        else:
+            self.on_frame(self.index, event, t)
+
+    def sample(self, index: int, fields: dict[str, Any]) -> None:
+        self.on_sample(index, lean_sample(fields) if self.summarizer is not None else fields)
+
+    def flush(self) -> None:
+        """The trainer's frames have ended: the summary so far goes (before its exit)."""
+        if self.summarizer is not None:
+            self.summarizer.flush()
+
+    async def send_due(self) -> None:
+        """A summary goes up within its second even when the steps stop coming."""
+        while True:
+            await asyncio.sleep(SUMMARY_TICK_S)
+            summarizer = self.summarizer
+            if summarizer is not None and summarizer.due(time.monotonic()):
+                summarizer.flush()
