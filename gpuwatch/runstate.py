@@ -213,6 +213,9 @@ class WorkerFigures:
     # cover at least WORKER_WINDOW_STEPS steps, and how many they cover.
     summaries: deque[StepSummary] = field(default_factory=deque)
     summarized_steps: int = 0
+    # (what it was made from, the WorkerSummary): at 64 workers a repaint remakes only the
+    # summaries of the workers that sent something since the last one.
+    made: Any = field(default=None, metadata=_LOCAL, repr=False, compare=False)
 
     def start_attempt(self, attempt: int) -> None:
         """A newer attempt: its figures start over (never mixed across settings)."""
@@ -858,8 +861,17 @@ def _summaries(current: list[WorkerFigures], samples: Mapping[int, dict[str, Any
         sample = samples.get(figures.worker)
         if sample is not None and figures.host:
             by_host.setdefault(figures.host, sample)
-    return [_summarize(f, samples.get(f.worker) or by_host.get(f.host))
-            for f in sorted(current, key=lambda f: f.worker)]
+    out: list[WorkerSummary] = []
+    for figures in sorted(current, key=lambda f: f.worker):
+        sample = samples.get(figures.worker) or by_host.get(figures.host)
+        key = (figures.attempt, figures.steps_seen, figures.last_step, figures.status,
+               figures.host, id(figures.hello), figures.summarized_steps,
+               id(figures.summaries[-1]) if figures.summaries else None,
+               id(sample), sample.get("t") if sample else None)
+        if figures.made is None or figures.made[0] != key:
+            figures.made = (key, _summarize(figures, sample))
+        out.append(figures.made[1])
+    return out
 
 
 def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerSummary:
