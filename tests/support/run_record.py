@@ -9,8 +9,10 @@ from typing import Any
 
 
 def events(run_dir: Path) -> list[dict[str, Any]]:
+    """The recorded events so far: a live run's last line may be half written (left out)."""
     text = (run_dir / "events.jsonl").read_text()
-    return [json.loads(line) for line in text.splitlines() if line.strip()]
+    whole = text[: text.rfind("\n") + 1]
+    return [json.loads(line) for line in whole.splitlines() if line.strip()]
 
 
 def of(run_dir: Path, kind: str, **match: Any) -> list[dict[str, Any]]:
