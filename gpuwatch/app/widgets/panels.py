@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -579,7 +580,11 @@ class WorkersPanel(StatePanel):
         if not rows:
             text.append("\nno worker has said hello yet", style="dim")
         if straggler is not None and not crashed_short:
-            text.append("\n" + straggler.message, style="bold yellow")
+            # Wrapped here, at word breaks, so every line fits: a line the panel would wrap
+            # itself makes each repaint a new layout of the whole screen.
+            width = self.content_size.width  # 0 before the first layout: one line then
+            for line in textwrap.wrap(straggler.message, width) if width else [straggler.message]:
+                text.append("\n" + line, style="bold yellow")
         title = f"workers: {len(rows)}, slowest first"
         if parts:  # the all-reduce's time holds the wait for the slowest: said once, here
             title += " · sync: all-reduce incl. wait for the slowest"
