@@ -528,10 +528,6 @@ class RunState:
     duplicates_skipped: int = 0
     bad_events: int = 0  # frames that are not a protocol event (counted, skipped)
     changed: set[str] = field(default_factory=lambda: set(AREAS), metadata=_LOCAL)
-    # worker_summaries() of the state as it was after the last event folded: one paint
-    # asks for them several times (the figures, the advisor, the workers panel), and at
-    # 64 workers each time is 64 medians.
-    summaries_cache: Any = field(default=None, metadata=_LOCAL, repr=False, compare=False)
 
     # ---- folding -------------------------------------------------------
 
@@ -601,7 +597,6 @@ class RunState:
         for f in fields(self):
             if snapshot.snapshotted(f):
                 setattr(self, f.name, getattr(restored, f.name))
-        self.summaries_cache = None
         self.changed.update(AREAS)
 
     def take_changes(self) -> set[str]:
@@ -665,11 +660,9 @@ class RunState:
 
     def worker_summaries(self) -> list[WorkerSummary]:
         """Every worker of the current attempt, by index, with its medians and host sample."""
-        key = (self.events_applied, self.last_seq, self.attempt)
-        if self.summaries_cache is None or self.summaries_cache[0] != key:
-            current = [f for f in self.workers_seen.values() if f.attempt == self.attempt]
-            self.summaries_cache = (key, _summaries(current, self.samples))
-        return list(self.summaries_cache[1])
+        # Each worker's summary is remade only when something of it changed (_summaries).
+        current = [f for f in self.workers_seen.values() if f.attempt == self.attempt]
+        return _summaries(current, self.samples)
 
     @property
     def current(self) -> AttemptSummary | None:

@@ -286,7 +286,8 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
                 break
             time.sleep(0.05)
         if not munge_socket.exists():
-            pytest.skip(f"slurm: munged did not start: {cluster.log_tail()}")
+            # Installed and root, yet not starting: a failure of ours, never a skip.
+            pytest.fail(f"slurm: munged did not start: {cluster.log_tail()}")
         start("slurmctld", [str(paths["slurmctld"]), "-D", "-i", "-f", str(conf)])
         for node in NODES:
             start(f"slurmd-{node}", [str(paths["slurmd"]), "-D", "-N", node, "-f", str(conf)])
@@ -303,7 +304,7 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         else:
             dead = []
         if not all(states.get(node) == "idle" for node in NODES):
-            pytest.skip(f"slurm: the cluster did not come up (nodes {states}, exited "
+            pytest.fail(f"slurm: the cluster did not come up (nodes {states}, exited "
                         f"{dead}): {cluster.log_tail()}")
         yield cluster
     finally:
