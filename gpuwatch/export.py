@@ -82,9 +82,7 @@ from trainer_runtime.protocol import (
     Step,
     StepSummary,
     decode,
-    input_wait_pct,
     parse_event,
-    per_second,
 )
 
 WHATS = ("steps", "summaries", "samples", "attempts", "scaling")
@@ -255,12 +253,8 @@ def summary_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row]:
             for name in _SPREADS:
                 for part in SPREAD:
                     row[f"{name.removesuffix('_ms')}_{part}_ms"] = event.figure(name, part)
-            step_sum = event.figure("step_time_ms", "sum")
-            wait_sum = event.figure("input_wait_ms", "sum")
-            row["examples_per_s"] = (per_second(event.examples, step_sum)
-                                     if step_sum is not None else None)
-            row["input_wait_pct"] = (input_wait_pct(wait_sum, step_sum)
-                                     if step_sum is not None and wait_sum is not None else None)
+            row["examples_per_s"] = event.examples_per_s
+            row["input_wait_pct"] = event.input_wait_pct
             row.update(share_cells(event.breakdown))
             yield row
 

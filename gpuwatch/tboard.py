@@ -40,8 +40,6 @@ from trainer_runtime.protocol import (
     StatusChange,
     Step,
     StepSummary,
-    input_wait_pct,
-    per_second,
 )
 
 log = logging.getLogger("gpuwatch.tboard")
@@ -257,14 +255,10 @@ def summary_scalars(summary: StepSummary) -> dict[str, float]:
     """A worker's second of steps (past 8 workers) as step_scalars' tags, at its last step:
     its last loss, examples/s and input wait % over its sums, its median step time, and
     the shares and times (per step: its sums over its count) of its breakdown."""
-    step_sum = summary.figure("step_time_ms", "sum")
-    wait_sum = summary.figure("input_wait_ms", "sum")
     values: dict[str, float | None] = {
         "train/loss": summary.loss,
-        "train/examples_per_s": (per_second(summary.examples, step_sum)
-                                 if step_sum is not None else None),
-        "train/input_wait_pct": (input_wait_pct(wait_sum, step_sum)
-                                 if step_sum is not None and wait_sum is not None else None),
+        "train/examples_per_s": summary.examples_per_s,
+        "train/input_wait_pct": summary.input_wait_pct,
         "train/step_time_ms": summary.figure("step_time_ms", "median"),
     }
     parts = summary.breakdown

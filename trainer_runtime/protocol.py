@@ -971,6 +971,20 @@ class StepSummary(Event):
         return float(values[SPREAD.index(part)])
 
     @property
+    def examples_per_s(self) -> float | None:
+        """Its examples over its steps' summed time."""
+        step_sum = self.figure("step_time_ms", "sum")
+        return per_second(self.examples, step_sum) if step_sum is not None else None
+
+    @property
+    def input_wait_pct(self) -> float | None:
+        """Its steps' summed input wait over their summed time (None: not measured)."""
+        step_sum, wait_sum = self.figure("step_time_ms", "sum"), self.figure("input_wait_ms", "sum")
+        if step_sum is None or wait_sum is None:
+            return None
+        return input_wait_pct(wait_sum, step_sum)
+
+    @property
     def breakdown(self) -> Breakdown | None:
         """Its steps' breakdowns added up (sum_breakdowns' of the same steps)."""
         parts = self.breakdown_ms
