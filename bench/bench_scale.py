@@ -38,6 +38,7 @@ import json
 import os
 import pty
 import shlex
+import shutil
 import signal
 import struct
 import subprocess
@@ -219,6 +220,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--keep-record", type=Path, help="copy the run's events.jsonl here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="gpuwatch-scale-") as tmp_name:
         tmp = Path(tmp_name)
@@ -331,6 +333,8 @@ def measure(args: argparse.Namespace, env: dict[str, str], config: Path, tmp: Pa
                       if " WARNING " in line or " ERROR " in line]
             if warned:
                 print(f"{log_file.name}: {len(warned)} warnings; the last: {warned[-3:]}")
+        if args.keep_record is not None:
+            shutil.copyfile(events, args.keep_record)
         print(f"result: workers={args.workers} events_kib_per_s={kib_per_s:.1f} "
               f"supervisor_cpu_pct={supervisor_pct:.1f} "
               f"dashboard_cpu_pct={max(dash_small, dash_big):.2f} "

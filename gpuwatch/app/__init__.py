@@ -31,6 +31,7 @@ def run_dashboard(
     from gpuwatch.app.app import GpuwatchApp
     from gpuwatch.app.link import RecordLink
     from gpuwatch.app.painters import READ_INTERVAL_S
+    from gpuwatch.app.repaint import CPU_BUDGET_PCT
     from gpuwatch.runs import read_run_info, runs_root, socket_path_for
 
     def live_link(path: Path) -> RecordLink:
@@ -50,6 +51,8 @@ def run_dashboard(
             link = live_link(socket_path)
         else:
             raise ValueError("run_dashboard needs a socket_path, a record or a link")
-    app = GpuwatchApp(link, home=home, run_id=run_id, link_for=link_for)
+    app = GpuwatchApp(
+        link, home=home, run_id=run_id, link_for=link_for, cpu_budget_pct=CPU_BUDGET_PCT
+    )
     result = app.run()
     return result or "detach"

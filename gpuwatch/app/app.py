@@ -109,6 +109,7 @@ class GpuwatchApp(CommandsMixin, App[str]):
         clock: Callable[[], float] = time.time,
         render_interval_s: float = RENDER_INTERVAL_S,
         history_interval_s: float = HISTORY_INTERVAL_S,
+        cpu_budget_pct: float | None = None,
     ) -> None:
         super().__init__()
         self.link = link
@@ -117,7 +118,7 @@ class GpuwatchApp(CommandsMixin, App[str]):
         self.link_for = link_for
         self.clock = clock
         self.state = RunState()
-        self.repainter = Repainter(self, render_interval_s, history_interval_s)
+        self.repainter = Repainter(self, render_interval_s, history_interval_s, cpu_budget_pct)
         self._stopped_by_person = False
         self._relaunched_attempt = 0  # the attempt the latest r started (it may not show yet)
 
@@ -186,6 +187,7 @@ class GpuwatchApp(CommandsMixin, App[str]):
         sparklines' height: repaint them now (a panel that keeps its own size, as the
         history does when only the terminal's height changes, gets no resize of its own)."""
         self.state.changed.update(("gpu_history", "history"))
+        self.repainter.restart_pace()
         self.call_after_refresh(self.refresh_view, flush=True)
 
     @property
@@ -310,6 +312,7 @@ class GpuwatchApp(CommandsMixin, App[str]):
             self.push_screen(PlotsScreen(self.state), callback=self._back_from_plots)
 
     def _back_from_plots(self, _closed: None) -> None:
+        self.repainter.restart_pace()  # every part at once: not what a repaint costs
         self.refresh_view(flush=True)
 
     # ---- keys, in words made from the bindings ---------------------------

@@ -29,7 +29,7 @@ import time
 from typing import TYPE_CHECKING
 
 from gpuwatch.advisor import Reading, reading
-from gpuwatch.app.repaint import Painter, Rate, RepaintSchedule
+from gpuwatch.app.repaint import Pace, Painter, Rate, RepaintSchedule
 from gpuwatch.app.screens.plots import PlotsScreen
 from gpuwatch.app.widgets.gpus import GpuPanel
 from gpuwatch.app.widgets.panels import (
@@ -76,10 +76,16 @@ class Repainter:
         app: GpuwatchApp,
         render_interval_s: float = RENDER_INTERVAL_S,
         history_interval_s: float = HISTORY_INTERVAL_S,
+        cpu_budget_pct: float | None = None,
     ) -> None:
         self.app = app
         self.render_interval_s = render_interval_s
         self.history_interval_s = history_interval_s
+        # The figures' interval, lengthened while the dashboard would take more than its
+        # budget of a core (None: no budget, as in tests that time repaints).
+        self.pace = Pace(render_interval_s, cpu_budget_pct, floor_s=READ_INTERVAL_S)
+        self.pace_clocks = (time.monotonic, time.process_time)  # wall and this process's CPU
+        self._now = Rate(render_interval_s)
         self.schedule = RepaintSchedule(self._painters())
         self.passes = 0  # repaints that painted something
         self._timer: Timer | None = None
@@ -87,7 +93,7 @@ class Repainter:
         self._reading: Reading | None = None  # the figures on screen
 
     def _painters(self) -> list[Painter]:
-        now = Rate(self.render_interval_s)  # figures a person reads as they change
+        now = self._now  # figures a person reads as they change (at the pace)
         slow = Rate(max(self.render_interval_s, SLOW_REPAINT_S), late_s=SLOW_LATE_S)
         # Joining a repaint of the figures too: a timer of its own would repaint the
         # screen once more each second, out of step with the batches.
@@ -144,9 +150,28 @@ class Repainter:
 
     def tick(self) -> None:
         """The clock moved on (once a second): the elapsed time, and how long no step came
-        ("tick": unlike "clock", it does not ride along with every repaint)."""
+        ("tick": unlike "clock", it does not ride along with every repaint). And the pace:
+        the CPU this process took over the last seconds, against its budget."""
         self.schedule.note(("clock", "tick"))
+        wall, cpu = self.pace_clocks
+        if self.pace.observe(wall(), cpu()):
+            self._set_pace(self.pace.interval_s)
         self.schedule_paint()
+
+    def _set_pace(self, interval_s: float) -> None:
+        """Figures repaint at most every interval_s from now on (the header says so)."""
+        old, new = self._now, Rate(interval_s)
+        for painter in self.schedule.painters:
+            if any(rate is old for rate in painter.areas.values()):
+                painter.areas = {area: new if rate is old else rate
+                                 for area, rate in painter.areas.items()}
+        self._now = new
+        self.schedule.note(("header",))
+
+    def restart_pace(self) -> None:
+        """A burst that says nothing of what a repaint costs (a resize, another screen):
+        the pace is judged afresh from now."""
+        self.pace.restart(self.pace_clocks[0]())
 
     def _on_timer(self) -> None:
         self._timer = None
@@ -195,7 +220,8 @@ class Repainter:
         return self._reading
 
     def _header(self) -> None:
-        self.app.query_one(HeaderBar).show_state(self.app.state, self.app.clock())
+        every_s = self.pace.interval_s if self.pace.paced else None
+        self.app.query_one(HeaderBar).show_state(self.app.state, self.app.clock(), every_s)
 
     def _figures(self) -> None:
         """Take the figures once and paint every part that shows one of them."""

@@ -95,3 +95,80 @@ class RepaintSchedule:
         """When the next repaint must happen, or None while no painter has changes."""
         times = [when for painter in self.painters if (when := painter.deadline_s()) is not None]
         return min(times) if times else None
+
+
+# ---- the CPU budget ----------------------------------------------------------------
+
+# The dashboard's share of one core it holds itself under: a monitor must not compete
+# with the job it watches (a 64-host run's record, a 160x48 terminal).
+CPU_BUDGET_PCT = 2.0
+# Over this share of the budget it slows down; under LOW_SHARE it speeds up again.
+HIGH_SHARE, LOW_SHARE = 0.85, 0.55
+# Each step of the interval, and its longest: about the refresh of top or nvitop.
+PACE_STEP = 1.25
+MAX_INTERVAL_S = 2.0
+# CPU is judged over this many seconds, and not before the app has run this long (its
+# start-up, the first paint and the record's fold are not what a repaint costs).
+PACE_WINDOW_S = 6.0
+
+
+class Pace:
+    """How often the figures repaint: as often as the base interval, or less often while
+    the dashboard's own CPU time would take more than its budget of a core.
+
+    Fed the process's CPU seconds once a second (``observe``); past PACE_WINDOW_S it
+    compares the share of a core taken over the last window with the budget, lengthens
+    the interval by PACE_STEP while over HIGH_SHARE of it (up to MAX_INTERVAL_S; from
+    ``floor_s``, what the base interval comes to where the reads are paced) and shortens
+    it again while under LOW_SHARE (back to the base). Plain Python: tested with made-up
+    clocks.
+    """
+
+    def __init__(
+        self, base_s: float, budget_pct: float | None = CPU_BUDGET_PCT, floor_s: float = 0.0
+    ) -> None:
+        self.base_s = base_s
+        self.floor_s = max(base_s, floor_s)  # what the base comes to (reads are paced)
+        self.interval_s = base_s
+        self.budget_pct = budget_pct
+        self._seen: list[tuple[float, float]] = []  # (monotonic s, CPU s), the window's
+        self._since_s: float | None = None  # when the window last started afresh
+        self.last_pct: float | None = None  # the share of a core over the last window
+
+    @property
+    def paced(self) -> bool:
+        """Slower than the base interval, to keep within the budget."""
+        return self.interval_s > self.base_s * 1.01
+
+    def restart(self, now_s: float) -> None:
+        """Judge afresh from now (a resize, a screen switch: a burst that says nothing
+        of what a repaint costs); the interval stays as it is."""
+        self._seen.clear()
+        self._since_s = now_s
+
+    def observe(self, now_s: float, cpu_s: float) -> bool:
+        """One reading of the clocks; True when the interval changed."""
+        if self.budget_pct is None:
+            return False
+        if self._since_s is None:
+            self._since_s = now_s
+        self._seen.append((now_s, cpu_s))
+        while len(self._seen) > 2 and now_s - self._seen[1][0] >= PACE_WINDOW_S:
+            self._seen.pop(0)
+        first_s, first_cpu = self._seen[0]
+        if now_s - self._since_s < PACE_WINDOW_S or now_s - first_s < PACE_WINDOW_S / 2:
+            return False
+        pct = 100.0 * (cpu_s - first_cpu) / (now_s - first_s)
+        self.last_pct = pct
+        before = self.interval_s
+        if pct > self.budget_pct * HIGH_SHARE:
+            longer = max(self.interval_s, self.floor_s) * PACE_STEP
+            self.interval_s = min(MAX_INTERVAL_S, longer)
+        elif pct < self.budget_pct * LOW_SHARE and self.paced:
+            shorter = self.interval_s / PACE_STEP
+            self.interval_s = shorter if shorter > self.floor_s * 1.01 else self.base_s
+        if self.interval_s == before:
+            return False
+        # What the last window cost was at the old pace: judge the new one on its own.
+        self._seen = [(now_s, cpu_s)]
+        return True

@@ -30,6 +30,7 @@ from textual.containers import Container, Vertical
 
 from gpuwatch.app import fmt
 from gpuwatch.app.widgets.panels import StatePanel, is_tall, is_wide
+from gpuwatch.app.widgets.state_panel import show_title
 from gpuwatch.runstate import CHIEF, RunState
 from gpuwatch.series import GpuHistory, bucket_means
 
@@ -284,12 +285,12 @@ class GpuPanel(Vertical):
         more.set_text(more_line(rest))
         more.display = bool(rest)
         self._span_s = history.span_s
-        self.border_title = self._title(state)
+        show_title(self, self._title(state))
 
     def show_sync(self, state: RunState, sync: float | None) -> None:
         """A new gradient sync estimate (the figures were taken again): the title only."""
         self._sync = sync
-        self.border_title = self._title(state)
+        show_title(self, self._title(state))
 
     def texts(self) -> list[str]:
         """Each shown GPU's text: its line, or its cell in the grid (tests, screen readers)."""

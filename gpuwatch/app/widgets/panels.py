@@ -68,23 +68,28 @@ def is_tall(widget: Widget) -> bool:
 class HeaderBar(StatePanel):
     """Run id, name, attempt, status, elapsed, and the link's state, in one line of its width."""
 
-    _last: tuple[RunState, float] | None = None
+    _last: tuple[RunState, float, float | None] | None = None
 
-    def show_state(self, state: RunState, now: float) -> None:
-        self._last = (state, now)
-        self.set_text(header_text(state, now, self.size.width))
+    def show_state(self, state: RunState, now: float, every_s: float | None = None) -> None:
+        """every_s: the figures repaint only this often, to keep within the CPU budget."""
+        self._last = (state, now, every_s)
+        self.set_text(header_text(state, now, self.size.width, every_s))
 
     def on_resize(self, event: events.Resize) -> None:
         if self._last is not None:
-            self.set_text(header_text(*self._last, event.size.width))
+            state, now, every_s = self._last
+            self.set_text(header_text(state, now, event.size.width, every_s))
 
 
 # The fewest cells of a name worth showing (with its "…"); shorter, it goes.
 MIN_NAME_CELLS = 8
 
 
-def header_text(state: RunState, now: float, width: int) -> Text:
+def header_text(state: RunState, now: float, width: int, every_s: float | None = None) -> Text:
     """The header in `width` cells (0: any): the status and the link's state always whole.
+
+    every_s: the figures repaint this seldom (the dashboard keeps within its CPU
+    budget), said after the elapsed time as "↻1.2s", and going with it.
 
     What is less important gives way first, in this order: the "gpuwatch" mark, the name
     (shortened, then dropped), the elapsed time, "attempt" (to "#"), then the run id.
@@ -101,6 +106,8 @@ def header_text(state: RunState, now: float, width: int) -> Text:
         link.append(f" link {state.link_state} ", style="bold white on red")
     run_id = Text(f" {state.run_id or '…'} ", style="bold reverse")
     elapsed = f"  elapsed {fmt.duration(state.elapsed_s(now))}"
+    if every_s is not None:
+        elapsed += f" ↻{every_s:.1f}s"
     attempt = state.attempt or "-"
     # (the mark, the name: "whole", "cut" (if MIN_NAME_CELLS fit) or "", attempt, elapsed),
     # fullest first.

@@ -1,0 +1,206 @@
+"""The dashboard as on a head node: a recorded run's events replayed at their own pace.
+
+On a real cluster the workers run on other hosts: the head node runs the supervisor
+and the dashboard. bench_scale.py runs its 64 simulated workers on this 2-core box,
+where their 128 processes take most of both cores even niced, and a dashboard measured
+beside them pays for the crowd (one core's two hyperthreads, caches): its CPU seconds
+per repaint go up. This measures the same dashboard on the same traffic with the
+crowd gone: a stand-in supervisor (this process: the real EventLog and ClientHub on an
+AF_UNIX socket, as bench_dashboard.py has it) publishes a recorded events.jsonl, the
+events before --from-t at once (the run so far, folded on attach) and the rest at the
+pace they were recorded, their times moved to now; the real dashboard
+(`gpuwatch.app.run_dashboard`) follows it on a pseudo-terminal, first at 80x24, then
+at 160x48, and its CPU time is counted over each half.
+
+    .venv/bin/python bench/head_node.py EVENTS.jsonl [--seconds 40]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import struct
+import sys
+import tempfile
+import termios
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from bench_dashboard import DASHBOARD, Screen  # noqa: E402
+
+from gpuwatch.supervisor.eventlog import EventLog  # noqa: E402
+from gpuwatch.supervisor.hub import Client, ClientHub  # noqa: E402
+from trainer_runtime.protocol import (  # noqa: E402
+    InvalidCommand,
+    Subscribe,
+    encode,
+    parse_command,
+    parse_event,
+)
+
+WARMUP_S = 5.0
+
+
+def cpu_seconds(proc: psutil.Process) -> float:
+    total = 0.0
+    for one in [proc, *proc.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):
+            times = one.cpu_times()
+            total += times.user + times.system
+    return total
+
+
+class StandIn:
+    """The supervisor's side of the socket, for a record: publishes, answers subscribe."""
+
+    def __init__(self, run_dir: Path, socket_path: Path, run_id: str) -> None:
+        self.run_id = run_id
+        self.events = EventLog(run_dir)
+        self.hub = ClientHub(socket_path, self.events, self.answer)
+        self.subscribed = asyncio.Event()
+
+    async def answer(self, frame: dict[str, Any], client: Client) -> bytes:
+        try:
+            command = parse_command(frame)
+        except InvalidCommand as exc:
+            return encode("err", id=exc.command_id, message=str(exc))
+        if isinstance(command, Subscribe):
+            next_seq = self.hub.subscribe(client, command.from_seq)
+            self.subscribed.set()
+            return encode("ack", id=command.id, next_seq=next_seq, run_id=self.run_id)
+        return encode("err", id=command.id, message=f"the bench does not {command.TYPE}")
+
+    def publish(self, frame: dict[str, Any], t: float) -> None:
+        _, event = parse_event(frame)
+        seq, _t, data = self.events.append(event, t=t)
+        self.hub.publish(seq, data)
+
+
+def read_record(record: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in record.read_text().splitlines() if line.strip()]
+
+
+async def replay(frames: list[dict[str, Any]], from_t: float | None, seconds: float,
+                 sizes: list[tuple[int, int]], profile: str | None = None) -> list[float]:
+    """CPU % of a core of the dashboard at each size, each over seconds / len(sizes)."""
+    run_id = next(f["run_id"] for f in frames if f.get("type") == "run")
+    if from_t is None:  # the run settled: 10 s after its last worker said hello
+        from_t = max(f["t"] for f in frames if f.get("type") == "hello") + 10.0
+    head = [f for f in frames if f["t"] < from_t]
+    rest = [f for f in frames if f["t"] >= from_t]
+    needed_s = WARMUP_S + seconds + 1.0
+    if not rest or rest[-1]["t"] - from_t < needed_s:
+        raise SystemExit(f"the record has under {needed_s:.0f} s of events after --from-t")
+    with tempfile.TemporaryDirectory(prefix="gpuwatch-head-") as tmp:
+        home = Path(tmp)
+        run_dir = home / "runs" / run_id
+        run_dir.mkdir(parents=True)
+        socket_path = home / "sock" / f"{run_id}.sock"
+        stand_in = StandIn(run_dir, socket_path, run_id)
+        shift = time.time() - from_t
+        for frame in head:
+            stand_in.publish(frame, frame["t"] + shift)
+        await stand_in.hub.open()
+        master, slave = os.openpty()
+        width, height = sizes[0]
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+        env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=str(ROOT), GPUWATCH_HOME=tmp)
+        env.pop("NO_COLOR", None)
+        child = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", DASHBOARD, str(home), run_id, str(socket_path),
+            stdin=slave, stdout=slave, stderr=slave, env=env, cwd=tmp,
+            start_new_session=True,
+        )
+        os.close(slave)
+        proc = psutil.Process(child.pid)
+        screen = Screen(width, height)
+        loop = asyncio.get_running_loop()
+
+        def readable() -> None:
+            try:
+                screen.feed(os.read(master, 1 << 16))
+            except OSError:
+                loop.remove_reader(master)
+
+        loop.add_reader(master, readable)
+
+        async def feed() -> None:
+            began = time.monotonic()
+            for frame in rest:
+                wait = (frame["t"] - from_t) - (time.monotonic() - began)
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                stand_in.publish(frame, frame["t"] + shift)
+
+        feeder: asyncio.Task[None] | None = None
+        try:
+            await asyncio.wait_for(stand_in.subscribed.wait(), 60.0)
+            # The run's later events from the moment of the attach, at their pace.
+            shift = time.time() - from_t
+            feeder = asyncio.create_task(feed())
+            await asyncio.sleep(WARMUP_S)
+            figures = []
+            for index, (width, height) in enumerate(sizes):
+                if index:
+                    fcntl.ioctl(master, termios.TIOCSWINSZ,
+                                struct.pack("HHHH", height, width, 0, 0))
+                    os.killpg(child.pid, signal.SIGWINCH)
+                    screen = Screen(width, height)
+                    await asyncio.sleep(1.0)  # the new layout's first paint
+                before, start = cpu_seconds(proc), time.monotonic()
+                if profile:  # py-spy the dashboard over this half (raw, collapsed stacks)
+                    spy = await asyncio.create_subprocess_exec(
+                        "py-spy", "record", "-d", str(int(seconds / len(sizes))), "-f", "raw",
+                        "-o", f"{profile}-{width}x{height}.txt", "-p", str(child.pid),
+                        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+                await asyncio.sleep(seconds / len(sizes))
+                figures.append(100.0 * (cpu_seconds(proc) - before) / (time.monotonic() - start))
+                if profile:
+                    await spy.wait()
+            if child.returncode is not None:
+                raise SystemExit(f"the dashboard exited early: {child.returncode}")
+            print("the head node's dashboard at the end:\n" + "\n".join(screen.lines()))
+            return figures
+        finally:
+            loop.remove_reader(master)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGKILL)
+            await child.wait()
+            os.close(master)
+            if feeder is not None:
+                feeder.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await feeder
+            stand_in.hub.close()
+            await asyncio.sleep(0.2)
+            stand_in.events.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("record", type=Path, help="an events.jsonl")
+    parser.add_argument("--from-t", type=float,
+                        help="attach here (default: 10 s after the last hello)")
+    parser.add_argument("--seconds", type=float, default=40.0)
+    parser.add_argument("--profile", help="py-spy each half to PROFILE-WxH.txt (needs py-spy)")
+    args = parser.parse_args()
+    small, big = asyncio.run(replay(read_record(args.record), args.from_t, args.seconds,
+                                    [(80, 24), (160, 48)], args.profile))
+    print(f"result: dashboard_cpu_pct_80x24={small:.2f} dashboard_cpu_pct_160x48={big:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
