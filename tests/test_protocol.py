@@ -148,14 +148,14 @@ def test_json_value_errors_and_a_loose_version_are_protocol_errors(line: bytes, 
 def test_a_flat_step_frame_skips_the_nesting_walk(monkeypatch: pytest.MonkeyPatch) -> None:
     # The trainer sends ~40-100 step frames a second: the depth check must cost two
     # str.count calls for them, not a walk of the decoded dict.
-    import trainer_runtime.protocol as protocol
+    from trainer_runtime.protocol import framing
 
     def walk_called(*_args: object) -> bool:
         raise AssertionError("a flat frame was walked")
 
     line = encode("step", attempt=1, step=10, micro_step=10, loss=0.5, step_time_ms=12.5,
                   input_wait_ms=1.0, examples=64, t=1.0, dropped=0)
-    monkeypatch.setattr(protocol, "_nests_deeper_than", walk_called)
+    monkeypatch.setattr(framing, "_nests_deeper_than", walk_called)
     assert decode(line)["step"] == 10
     assert encode("step", step=11).startswith(b"{")
 
@@ -254,11 +254,11 @@ def test_snapshot_parts_that_do_not_fit_together_are_a_protocol_error(damage: st
 def test_a_snapshot_over_the_join_limit_is_a_protocol_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from trainer_runtime import protocol
+    from trainer_runtime.protocol import snapshot_frames, supervisor_frames
 
-    monkeypatch.setattr(protocol, "MAX_SNAPSHOT_CHARS", 100_000)
+    monkeypatch.setattr(supervisor_frames, "MAX_SNAPSHOT_CHARS", 100_000)
     with pytest.raises(ProtocolError, match="over 100000 characters"):
-        _join(protocol.snapshot_frames(1, "f", "y" * 200_000))
+        _join(snapshot_frames(1, "f", "y" * 200_000))
 
 
 @pytest.mark.parametrize(
@@ -317,6 +317,7 @@ def test_the_fast_paths_read_every_frame_as_the_full_check_does(
     any value of any field, whole frames as the trainer sends them included, the result
     (or the refusal) is the same as with the full check and ``cls(**values)``."""
     from trainer_runtime import protocol
+    from trainer_runtime.protocol import envelopes
 
     cls = EVENTS[kind]
     frame: dict[str, object] = {"type": kind, "seq": 1, "t": 1.0}
@@ -341,14 +342,14 @@ def test_the_fast_paths_read_every_frame_as_the_full_check_does(
         }
 
     fast = read()
-    saved = protocol._PLAIN_FIELDS, protocol._NULLABLE_FIELDS, protocol._EVENT_MAKERS
-    protocol._PLAIN_FIELDS = {name: {} for name in saved[0]}  # type: ignore[assignment]
-    protocol._NULLABLE_FIELDS = {name: frozenset() for name in saved[1]}  # type: ignore[assignment]
-    protocol._EVENT_MAKERS = {c: lambda values, c=c: c(**values) for c in saved[2]}  # type: ignore[assignment,misc]
+    saved = envelopes._PLAIN_FIELDS, envelopes._NULLABLE_FIELDS, envelopes._EVENT_MAKERS
+    envelopes._PLAIN_FIELDS = {name: {} for name in saved[0]}  # type: ignore[assignment]
+    envelopes._NULLABLE_FIELDS = {name: frozenset() for name in saved[1]}  # type: ignore[assignment]
+    envelopes._EVENT_MAKERS = {c: lambda values, c=c: c(**values) for c in saved[2]}  # type: ignore[assignment,misc]
     try:
         full = read()
     finally:
-        protocol._PLAIN_FIELDS, protocol._NULLABLE_FIELDS, protocol._EVENT_MAKERS = saved
+        envelopes._PLAIN_FIELDS, envelopes._NULLABLE_FIELDS, envelopes._EVENT_MAKERS = saved
     assert repr(fast) == repr(full)  # repr: nan == nan, and -0.0 apart from 0.0
 
 
@@ -381,10 +382,10 @@ def _outcome(read: object, *args: object) -> object:
 )
 def test_decode_reads_json_as_json_loads_does(body: str, after: str, before: str) -> None:
     """decode's scanner-only read of a frame gives json.loads's value, or its exception."""
-    from trainer_runtime import protocol
+    from trainer_runtime.protocol import framing
 
     text = before + body + after
-    assert _outcome(protocol._loads, text) == _outcome(json.loads, text)
+    assert _outcome(framing._loads, text) == _outcome(json.loads, text)
 
 
 class _LineAtATime:
@@ -443,3 +444,26 @@ def test_frame_buffer_reads_any_stream_as_a_line_at_a_time(
         start, turn = start + len(chunk), turn + 1
         assert _outcome(fast.feed, chunk) == _outcome(slow.feed, chunk)
         assert fast.pending_bytes == slow.pending_bytes
+
+
+# -- the package keeps the module's public face ---------------------------------------------
+
+
+def test_every_public_class_keeps_its_home_in_the_package() -> None:
+    """The protocol is a package of modules, but its classes say ``trainer_runtime.protocol``
+    as they did when it was one module: gpuwatch.snapshot's schema id hashes that name
+    (snapshot.json written before stays readable), and so do pickles and tracebacks. Their
+    annotations resolve there too (typing.get_type_hints, which the snapshot codec uses)."""
+    import pickle
+    import typing
+
+    from trainer_runtime import protocol
+
+    classes = [v for v in map(protocol.__dict__.get, protocol.__all__) if isinstance(v, type)]
+    assert len(classes) > 20
+    for cls in classes:
+        assert cls.__module__ == "trainer_runtime.protocol", cls
+        assert getattr(protocol, cls.__qualname__) is cls
+        if dataclasses.is_dataclass(cls):
+            typing.get_type_hints(cls)
+        assert pickle.loads(pickle.dumps(cls)) is cls

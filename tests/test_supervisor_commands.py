@@ -38,7 +38,7 @@ pytestmark = pytest.mark.slow
 KEEP_EVERY_CHECKPOINT = 1000
 DEEP = b"[" * 100_000 + b"\n"
 
-# -- the oracle: what a valid command is, written here independently of protocol.py -------
+# -- the oracle: what a valid command is, written here independently of the protocol ------
 
 MAX_ID_CHARS = 128
 MAX_WIRE_INT = 2**53 - 1

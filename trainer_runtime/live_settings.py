@@ -12,14 +12,18 @@ same request after the same update, or none does (``reconfigure``).
 the update graph of every batch split used before (switching back and forth reuses
 them, so nothing grows per switch). ``reconfigure`` and ``too_late`` answer a
 request with its ``reconfigured`` event.
+
+The dependency runs one way: the loop imports this module, never the reverse. What
+this module uses of the trainer is ``LiveTrainer``, which ``loop.Trainer`` is.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
+from trainer_runtime.cluster import Agreement
 from trainer_runtime.protocol import Reconfigured
 from trainer_runtime.schema import (
     LIVE_KEYS,
@@ -28,19 +32,63 @@ from trainer_runtime.schema import (
     live_changes,
     per_replica_batch,
 )
-from trainer_runtime.telemetry import ReconfigureRequest
+from trainer_runtime.telemetry import NullEmitter, ReconfigureRequest, SocketEmitter
 from trainer_runtime.update_graph import UpdateGraph
 
 if TYPE_CHECKING:
-    from trainer_runtime.loop import Trainer
+    import tensorflow as tf
 
 log = logging.getLogger("trainer_runtime")
+
+
+class LiveTrainer(Protocol):
+    """The trainer as live settings use it: ``loop.Trainer`` is one."""
+
+    # What a switch changes: the settings, the batch split and its update graph.
+    cfg: RunConfig
+    k: int
+    global_batch: int
+    per_replica_batch: int
+    graph: UpdateGraph
+    accumulators: list[tf.Variable]
+
+    @property
+    def live(self) -> LiveSettings: ...
+
+    @property
+    def attempt(self) -> int: ...
+
+    @property
+    def worker(self) -> int: ...
+
+    @property
+    def replicas(self) -> int: ...
+
+    @property
+    def step(self) -> int: ...
+
+    @property
+    def pinned_max_steps(self) -> int | None: ...
+
+    @property
+    def agreement(self) -> Agreement | None: ...
+
+    @property
+    def emitter(self) -> SocketEmitter | NullEmitter: ...
+
+    def drop_data(self) -> None: ...
+
+    def restart_data(self) -> None: ...
+
+    def reset_timing(self) -> None: ...
+
+    def make_update_graph(self, jit_compile: bool) -> UpdateGraph: ...
 
 
 class LiveSettings:
     """A Trainer's settings changed in place, and the update graphs of the batch splits it used."""
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: LiveTrainer) -> None:
         self.trainer = trainer
         # Update graphs of batch splits used before, by (accumulation, global batch):
         # switching back reuses their traces and accumulators instead of adding more.
@@ -115,7 +163,7 @@ def _one_line(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def reconfigure(trainer: Trainer, request: ReconfigureRequest) -> Reconfigured:
+def reconfigure(trainer: LiveTrainer, request: ReconfigureRequest) -> Reconfigured:
     """Check and apply a live-settings request now (every worker at once); emit the event.
 
     In a cluster the workers agree on the verdict: one that refuses makes all refuse,
@@ -151,7 +199,7 @@ def reconfigure(trainer: Trainer, request: ReconfigureRequest) -> Reconfigured:
 
 
 def _answer(
-    trainer: Trainer,
+    trainer: LiveTrainer,
     request: ReconfigureRequest,
     ok: bool,
     changed: list[str],
@@ -181,7 +229,7 @@ def _answer(
     return event
 
 
-def too_late(trainer: Trainer, request: ReconfigureRequest, here: bool) -> Reconfigured:
+def too_late(trainer: LiveTrainer, request: ReconfigureRequest, here: bool) -> Reconfigured:
     """Refuse a request not applied within its deadline (here, or on another worker)."""
     if here:
         message = (

@@ -1,6 +1,6 @@
 """Regenerate the recorded-event fixtures: `python tests/app/data/make_fixtures.py`.
 
-Plausible numbers shaped like the supervisor's events.jsonl (protocol.py frames
+Plausible numbers shaped like the supervisor's events.jsonl (trainer_runtime.protocol frames
 with seq and t). Jitter comes in +d/-d pairs so the after-warm-up figures are
 exact: attempt 1 waits 38.0 % of its step time, attempt 2 4.0 %.
 
