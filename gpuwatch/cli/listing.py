@@ -15,6 +15,7 @@ from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
 if TYPE_CHECKING:
     from gpuwatch.runs import RunInfo
 
+
 def _format_age(started: float | None) -> str:
     if not started:
         return "-"

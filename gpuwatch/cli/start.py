@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from gpuwatch.config import LoadedConfig
     from gpuwatch.runs import RunInfo
 
+
 def _overrides_of(args: argparse.Namespace) -> list[str] | None:
     """The --set overrides, and --max-steps as one; None (said) for a --max-steps below 1."""
     overrides = list(args.overrides)

@@ -12,6 +12,7 @@ from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, err
 if TYPE_CHECKING:
     from gpuwatch.runs import RunInfo
 
+
 def _dashboard(info: RunInfo) -> int:
     """The dashboard of a run: following its supervisor, or, once the run has ended and its
     supervisor is gone (an ended run attached to, or one that ended as it started), from

@@ -81,6 +81,7 @@ __all__ = [
     "visible_gpu_count",
 ]
 
+
 def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")

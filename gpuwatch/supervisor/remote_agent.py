@@ -40,6 +40,7 @@ from trainer_runtime.protocol import (
 
 log = logging.getLogger("gpuwatch.supervisor.remote")
 
+
 class RemoteAgent:
     """A trainer on another host, through an agent process reached by ssh or srun.
 
