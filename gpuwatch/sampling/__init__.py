@@ -15,14 +15,10 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from gpuwatch.sampling.gpu import (
-    WINDOW_MAX_AGE_S,
-    GpuReader,
-    PcieWindowPoller,
-    describe_init_failure,
-    visible_gpu_count,
-)
+from gpuwatch.sampling.gpu import GpuReader
 from gpuwatch.sampling.host import HostSampler
+from gpuwatch.sampling.nvml import describe_init_failure, visible_gpu_count
+from gpuwatch.sampling.throughput import WINDOW_MAX_AGE_S, PcieWindowPoller
 from gpuwatch.sampling.types import DeviceSample, GpuProcess, GpuSample, HostSample
 
 __all__ = [

@@ -83,7 +83,7 @@ class Workers:
                 trainer_args=("--chief-dir", str(self.run_dir)) if clustered else (),
                 command=config.command is not None,
             )
-        from gpuwatch.supervisor.remote import RemoteAgent  # a cluster over ssh or srun
+        from gpuwatch.supervisor.remote_agent import RemoteAgent  # a cluster over ssh or srun
 
         cluster = config.cluster
         assert cluster is not None

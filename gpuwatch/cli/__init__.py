@@ -1,0 +1,111 @@
+"""gpuwatch's command line: train, run, scale, resume, attach, ls, stop, logs, export, doctor.
+
+Imports are lazy: `gpuwatch --help` must answer in well under half a second, and
+only the dashboard needs Textual. TensorFlow is never imported here.
+
+The parts (each imports only the ones above it in this list, never this package):
+  common.py   exit codes and the one-line error
+  parser.py   argparse: every command, its options and their help
+  launch.py   starting a run's supervisor detached, waiting for its socket
+  watch.py    attach (the dashboard of a run, live or ended) and stop
+  listing.py  ls, logs, export, doctor
+  start.py    train, run, scale, resume, and what they check before starting
+Here: main(), which hands each command to its cmd_* function.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
+from gpuwatch.cli.launch import _supervisor_command as _supervisor_command
+from gpuwatch.cli.launch import detach_method, start_supervisor
+from gpuwatch.cli.listing import cmd_doctor, cmd_export, cmd_logs, cmd_ls, shorten_command
+from gpuwatch.cli.parser import build_parser
+from gpuwatch.cli.start import (
+    check_startable,
+    cmd_resume,
+    cmd_run,
+    cmd_scale,
+    cmd_train,
+    command_name,
+    command_problem,
+)
+from gpuwatch.cli.watch import _dashboard as _dashboard
+from gpuwatch.cli.watch import cmd_attach, cmd_stop
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "build_parser",
+    "check_startable",
+    "cmd_attach",
+    "cmd_doctor",
+    "cmd_export",
+    "cmd_logs",
+    "cmd_ls",
+    "cmd_resume",
+    "cmd_run",
+    "cmd_scale",
+    "cmd_stop",
+    "cmd_train",
+    "command_name",
+    "command_problem",
+    "detach_method",
+    "main",
+    "shorten_command",
+    "start_supervisor",
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    command_argv: list[str] = []
+    if words[:1] == ["run"] and "--" in words:
+        # gpuwatch run's command is everything after the first --, options and all: argparse
+        # never sees it.
+        split = words.index("--")
+        words, command_argv = words[:split], words[split + 1:]
+        args = parser.parse_args(words)
+    elif words[:1] == ["run"]:
+        # A command typed without its --: its options are not ours; cmd_run says where it goes.
+        args, unknown = parser.parse_known_args(words)
+        args.words = [*args.words, *unknown]
+    else:
+        args = parser.parse_args(words)
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    args.argv = command_argv
+    handler = {
+        "train": cmd_train,
+        "run": cmd_run,
+        "scale": cmd_scale,
+        "resume": cmd_resume,
+        "attach": cmd_attach,
+        "ls": cmd_ls,
+        "stop": cmd_stop,
+        "logs": cmd_logs,
+        "export": cmd_export,
+        "doctor": cmd_doctor,
+    }[args.command]
+    from gpuwatch.runs import RunError
+
+    try:
+        return handler(args)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `gpuwatch logs RUN | head`
+        with contextlib.suppress(OSError):
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - silence the exit-time flush
+        return EXIT_OK
+    except RunError as exc:  # no such run, or an ambiguous prefix: the person's input
+        err(str(exc))
+        return EXIT_USAGE
+    except OSError as exc:
+        err(str(exc))
+        return EXIT_FAILED

@@ -1,0 +1,171 @@
+"""The commands that read runs' records: ls, logs and export; and doctor, of this machine."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
+
+if TYPE_CHECKING:
+    from gpuwatch.runs import RunInfo
+
+
+def _format_age(started: float | None) -> str:
+    if not started:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(started))
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    import json
+    import shutil
+
+    from gpuwatch.runs import list_runs
+    from trainer_runtime.protocol import FAILED_STATUSES
+
+    infos = list_runs()
+    if args.json:
+        for info in infos:
+            print(json.dumps(info.as_json()))
+        return EXIT_OK
+    if not infos:
+        print("no runs yet (gpuwatch train CONFIG, or gpuwatch run -- COMMAND, starts one)")
+        return EXIT_OK
+    header = (
+        f"{'RUN':<10} {'NAME':<12} {'STATUS':<9} {'ATTEMPT':>7} {'STEP':>8} {'EX/S':>9}  STARTED"
+    )
+    print(header)
+    width = max(80, shutil.get_terminal_size((80, 24)).columns)
+    for info in infos:
+        rate = f"{info.examples_per_s:,.0f}" if info.examples_per_s else "-"
+        workers = f"  workers={info.workers}" if info.workers > 1 else ""
+        if info.scale is not None:  # a scaling probe: its counts, not its last attempt's rate
+            plan = info.scale
+            workers += f"  scale {plan.mode} {plan.unit}={','.join(map(str, plan.counts))}"
+        line = (
+            f"{info.run_id:<10} {info.name[:12]:<12} {info.status:<9} {info.attempt:>7} "
+            f"{info.step:>8,} {rate:>9}  {_format_age(info.started)}{workers}"
+        )
+        print(line)
+        if info.command is not None:  # gpuwatch run: its command, as much as fits a line
+            print(f"{'':<10} $ {shorten_command(info.command, width - 13)}")
+        if info.status in FAILED_STATUSES and info.message:
+            print(f"{'':<10} {info.message}")
+    return EXIT_OK
+
+
+def shorten_command(argv: Sequence[str], width: int) -> str:
+    """A command as a shell would read it (shlex quoting), in `width` characters at most
+    (cut with "…"; at least its program's first characters), on one line."""
+    import shlex
+
+    text = " ".join(shlex.quote(arg) for arg in argv)
+    text = "".join(char if char.isprintable() else "?" for char in text)
+    width = max(width, 12)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def cmd_logs(args: argparse.Namespace) -> int:
+    from gpuwatch.runs import read_run_info, resolve_run, worker_dir
+
+    info = resolve_run(args.run)  # RunError: main() prints it, exit 2
+    if not _has_worker(info, args.worker):
+        return EXIT_USAGE
+    path = worker_dir(info.run_dir, args.worker) / "trainer.log"
+    if not path.exists():
+        err(f"run {info.run_id} has no trainer log yet ({path})")
+        return EXIT_FAILED
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(1 << 16)
+            if chunk:
+                sys.stdout.buffer.write(chunk)
+                continue
+            sys.stdout.flush()
+            if not args.follow or not read_run_info(info.run_dir).live:
+                return EXIT_OK
+            time.sleep(0.5)
+
+
+def _has_worker(info: RunInfo, worker: int) -> bool:
+    """Whether the run has this worker; if not, say so in one line."""
+    if 0 <= worker < info.workers:
+        return True
+    workers = "one worker (0)" if info.workers == 1 else f"workers 0 to {info.workers - 1}"
+    err(f"run {info.run_id} has no worker {worker}: it has {workers}")
+    return False
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from gpuwatch.export import FORMATS, WHATS, export_events
+    from gpuwatch.runs import resolve_run
+
+    for option, value, allowed in (("--what", args.what, WHATS),
+                                   ("--format", args.format, FORMATS)):
+        if value not in allowed:
+            err(f"{option} must be one of {', '.join(allowed)} (got {value!r})")
+            return EXIT_USAGE
+    if args.worker is not None and args.what in ("attempts", "scaling"):
+        err(f"--worker picks rows of steps or samples; {args.what} are the run's "
+             "(drop --worker)")
+        return EXIT_USAGE
+    info = resolve_run(args.run)  # RunError: main() prints it, exit 2
+    if args.worker is not None and not _has_worker(info, args.worker):
+        return EXIT_USAGE
+    events_path = info.run_dir / "events.jsonl"
+    if args.output is not None and Path(args.output).resolve() == events_path.resolve():
+        err(f"-o {args.output} is the run's own events.jsonl: choose another file")
+        return EXIT_USAGE
+    if args.output is None:
+        report = export_events(events_path, args.what, args.format, sys.stdout,
+                               worker=args.worker)
+    else:
+        try:
+            out = open(args.output, "w", encoding="utf-8", newline="")  # noqa: SIM115
+        except OSError as exc:
+            err(f"cannot write {args.output}: {exc.strerror or exc}")
+            return EXIT_USAGE
+        with out:
+            report = export_events(events_path, args.what, args.format, out,
+                                   worker=args.worker)
+    skipped = report.bad_summary(events_path)
+    if skipped:
+        err(skipped)
+    if args.what == "samples" and args.worker is not None and report.rows == 0:
+        err(_no_samples_note(info, args.worker, events_path))
+    if args.output is not None:
+        print(f"gpuwatch: {report.rows} {args.what} rows of run {info.run_id} -> {args.output}",
+              file=sys.stderr)
+    return EXIT_OK
+
+
+def _no_samples_note(info: RunInfo, worker: int, events_path: Path) -> str:
+    """Why a worker has no sample rows: one sampler per host, and which workers have one."""
+    import json
+
+    samplers: set[int] = set()
+    with contextlib.suppress(OSError), open(events_path, "rb") as fh:
+        for line in fh:
+            if b'"type":"sample"' in line:
+                with contextlib.suppress(ValueError, AttributeError):
+                    samplers.add(int(json.loads(line).get("worker", 0)))
+    if not samplers:
+        return f"run {info.run_id} has no device samples yet"
+    others = ", ".join(str(w) for w in sorted(samplers))
+    return (
+        f"no samples of worker {worker}: each host is sampled once, by one of its workers, "
+        f"and only worker(s) {others} sent samples (a worker sharing a host with one of them "
+        f"is covered by its samples: --worker {min(samplers)})"
+    )
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from gpuwatch.doctor import main as doctor_main
+
+    return doctor_main([])

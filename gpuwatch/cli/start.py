@@ -1,0 +1,255 @@
+"""The commands that start a run: train, run, scale and resume, and what they check first."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
+from gpuwatch.cli.launch import start_supervisor
+from gpuwatch.cli.watch import _dashboard
+
+if TYPE_CHECKING:
+    from gpuwatch.config import LoadedConfig
+    from gpuwatch.runs import RunInfo
+
+
+def _overrides_of(args: argparse.Namespace) -> list[str] | None:
+    """The --set overrides, and --max-steps as one; None (said) for a --max-steps below 1."""
+    overrides = list(args.overrides)
+    if args.max_steps is not None:
+        if args.max_steps < 1:
+            err(f"--max-steps must be at least 1 (got {args.max_steps})")
+            return None
+        overrides.append(f"train.max_steps={args.max_steps}")
+    return overrides
+
+
+def check_startable(loaded: LoadedConfig) -> None:
+    """ConfigError unless a run of these settings can start from here: a cluster that can
+    launch (slurm inside an allocation), the GPUs strategy.replicas asks for, and a batch
+    that splits over the replicas; for a person's own command (gpuwatch run), only that
+    its program is there."""
+    from gpuwatch.config import (
+        ConfigError,
+        check_devices,
+        check_replicas,
+        expected_replicas,
+        visible_gpus,
+    )
+    from gpuwatch.supervisor.cluster import plan_workers
+
+    command = loaded.config.command
+    if command is not None:  # a person's own command: its program must be there, no more
+        problem = command_problem(command.argv[0], command.cwd, os.environ.get("PATH"))
+        if problem is not None:
+            raise ConfigError(problem)
+        return
+    plan_workers(loaded.config, Path("."), env=os.environ)
+    gpus = visible_gpus()
+    check_devices(loaded.config, loaded.where("strategy.replicas"), gpus)
+    check_replicas(
+        loaded.config,
+        expected_replicas(loaded.config, gpus),
+        source=loaded.where(
+            "train.global_batch_size", "train.accumulation_steps", "strategy.replicas",
+            "strategy.cpu_replicas",
+        ),
+    )
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from gpuwatch import runs
+    from gpuwatch.config import (
+        ConfigError,
+        dump_config,
+        load_config,
+    )
+
+    overrides = _overrides_of(args)
+    if overrides is None:
+        return EXIT_USAGE
+    try:
+        loaded = load_config(args.config, overrides)
+        check_startable(loaded)
+    except ConfigError as exc:
+        err(str(exc))
+        return EXIT_USAGE
+    if importlib.util.find_spec("tensorflow") is None:
+        err(
+            "TensorFlow is not installed in this Python: pip install -e '.[cpu]' "
+            "(or '.[gpu]' on a machine with NVIDIA GPUs)"
+        )
+        return EXIT_USAGE
+
+    home = runs.gpuwatch_home()
+    _run_id, run_dir = runs.create_run_dir(home)
+    (run_dir / "config.yaml").write_text(dump_config(loaded.config))
+    (run_dir / "source.yaml").write_text(loaded.text)
+    try:
+        info = start_supervisor(run_dir, fresh=args.fresh)
+    except RuntimeError as exc:
+        err(str(exc))
+        return EXIT_FAILED
+    return _follow(info, args)
+
+
+RUN_USAGE = "gpuwatch run [options] -- COMMAND [ARGS ...]"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    """gpuwatch run -- COMMAND: a person's own command under a supervisor, as train starts the
+    bundled runtime (its config.yaml holds the command; the supervisor's launcher starts it)."""
+    from gpuwatch import runs
+    from gpuwatch.config import ConfigError, command_config, dump_config
+
+    if args.words:
+        err(f"run: put the command after --: {RUN_USAGE}")
+        return EXIT_USAGE
+    if not args.argv:
+        err(f"run: no command given: {RUN_USAGE}")
+        return EXIT_USAGE
+    overrides = _overrides_of(args)
+    if overrides is None:
+        return EXIT_USAGE
+    cwd = os.getcwd()
+    name = args.name if args.name is not None else command_name(args.argv)
+    try:
+        config = command_config(args.argv, cwd, overrides, name=name)
+    except ConfigError as exc:
+        err(str(exc))
+        return EXIT_USAGE
+    problem = command_problem(args.argv[0], cwd, os.environ.get("PATH"))
+    if problem is not None:
+        err(problem)
+        return EXIT_USAGE
+    _run_id, run_dir = runs.create_run_dir(runs.gpuwatch_home())
+    (run_dir / "config.yaml").write_text(dump_config(config))
+    try:
+        info = start_supervisor(run_dir)
+    except RuntimeError as exc:
+        err(str(exc))
+        return EXIT_FAILED
+    return _follow(info, args)
+
+
+def command_name(argv: Sequence[str]) -> str:
+    """A run's name from its command: the script of `python train.py` ("train.py"), the
+    module of `python -m pkg.train`, else the program's name; at most 100 characters of one
+    printable line (schema.MAX_NAME_CHARS)."""
+    program = Path(argv[0]).name or argv[0]
+    name = program
+    if program.startswith("python") and len(argv) > 1:
+        rest = list(argv[1:])
+        while rest and rest[0].startswith("-") and rest[0] not in ("-m", "-c"):
+            rest.pop(0)  # -u, -O, -X...: the interpreter's own options
+        if rest[:1] == ["-m"] and len(rest) > 1:
+            name = rest[1]
+        elif rest and not rest[0].startswith("-"):
+            name = Path(rest[0]).name or rest[0]
+    name = "".join(char if char.isprintable() else "?" for char in name)[:100]
+    return name or "command"
+
+
+def command_problem(program: str, cwd: str, path: str | None) -> str | None:
+    """Why the command's program cannot start from cwd, as a shell would look for it (a
+    path with a slash, from cwd; a bare name, on PATH), in one line; None if it can."""
+    import shutil
+
+    shown = program if len(program) <= 200 else program[:197] + "..."
+    if "/" in program:
+        target = os.path.join(cwd, program)
+        if os.path.isfile(target) and os.access(target, os.X_OK):
+            return None
+        if os.path.exists(target):
+            return f"command not executable: {shown}"
+        return f"command not found: {shown}"
+    if not program or shutil.which(program, path=path) is None:
+        return f"command not found: {shown}"
+    return None
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    """gpuwatch scale: the probe's plan checked here (every count's settings), then a run
+    whose supervisor runs one fresh attempt per count (supervisor/scale.py)."""
+    import importlib.util
+
+    from gpuwatch import runs, scaling
+    from gpuwatch.config import ConfigError, dump_config, load_config, visible_gpus
+    from gpuwatch.supervisor.cluster import plan_workers
+    from gpuwatch.supervisor.scale import PLAN_FILE, write_plan
+
+    try:
+        loaded = load_config(args.config, args.overrides)
+        config = loaded.config
+        if config.command is not None:
+            raise ConfigError(f"{args.config}: command: gpuwatch scale runs the bundled "
+                              "runtime at each device count; a command's devices are its own")
+        plan_workers(config, Path("."), env=os.environ)  # a cluster that can launch from here
+        gpus = visible_gpus()
+        counts = (scaling.parse_counts(args.replicas) if args.replicas is not None
+                  else scaling.default_counts(config, gpus))
+        steps = scaling.DEFAULT_STEPS if args.steps is None else args.steps
+        plan = scaling.make_plan(config, counts, args.mode, steps, gpus)
+        scaling.plan_configs(config, plan, gpus)
+    except ConfigError as exc:
+        err(str(exc))
+        return EXIT_USAGE
+    if importlib.util.find_spec("tensorflow") is None:
+        err("TensorFlow is not installed in this Python: pip install -e '.[cpu]'")
+        return EXIT_USAGE
+    _run_id, run_dir = runs.create_run_dir(runs.gpuwatch_home())
+    (run_dir / "config.yaml").write_text(dump_config(config))
+    (run_dir / "source.yaml").write_text(loaded.text)
+    write_plan(run_dir / PLAN_FILE, plan)
+    try:
+        info = start_supervisor(run_dir, fresh=True, extra=("--scale", str(run_dir / PLAN_FILE)))
+    except RuntimeError as exc:
+        err(str(exc))
+        return EXIT_FAILED
+    if args.headless:
+        from gpuwatch.headless import run_headless, scale_ended
+
+        return run_headless(info, ended=scale_ended)
+    return _follow(info, args)
+
+
+def _follow(info: RunInfo, args: argparse.Namespace, after_attempt: int = 0) -> int:
+    """After a start or a resume: print the id (--detach), follow headless, or watch."""
+    if args.detach:
+        print(info.run_id)
+        return EXIT_OK
+    if args.headless:
+        from gpuwatch.headless import run_headless
+
+        return run_headless(info, after_attempt=after_attempt)
+    return _dashboard(info)
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from gpuwatch.config import ConfigError
+    from gpuwatch.resume import ResumeError, resume_run
+    from gpuwatch.runs import resolve_run
+
+    info = resolve_run(args.run)  # RunError: main() prints it, exit 2
+    overrides = _overrides_of(args)
+    if overrides is None:
+        return EXIT_USAGE
+    try:
+        resumed = resume_run(info, overrides)
+    except (ConfigError, ResumeError) as exc:
+        err(str(exc))
+        return EXIT_USAGE
+    except RuntimeError as exc:  # the supervisor did not start
+        err(str(exc))
+        return EXIT_FAILED
+    if not args.detach:
+        print(f"gpuwatch: resuming run {info.run_id} as attempt {info.attempt + 1}",
+              file=sys.stderr)
+    return _follow(resumed, args, after_attempt=info.attempt)
