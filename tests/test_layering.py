@@ -242,10 +242,6 @@ MAX_MODULE_LINES = 700
 OVER_MAX_MODULE_LINES = {
     "gpuwatch/runstate.py",
     "gpuwatch/advisor.py",
-    "gpuwatch/config.py",
-    "gpuwatch/cli.py",
-    "gpuwatch/sampling/gpu.py",
-    "gpuwatch/supervisor/remote.py",
     "gpuwatch/app/widgets/panels.py",
     "trainer_runtime/schema.py",
 }
