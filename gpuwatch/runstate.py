@@ -109,9 +109,6 @@ ACCUMULATION_KEY = "train.accumulation_steps"
 BATCH_KEY = "train.global_batch_size"
 
 
-# Fields that belong to this dashboard, not to the run: left out of snapshots.
-_LOCAL = {"snapshot": False}
-
 # Dirty areas, so the app repaints only the widgets whose inputs changed.
 AREAS = (
     "header", "metrics", "devices", "history", "attempts", "status", "link", "pending", "workers",
@@ -215,7 +212,7 @@ class WorkerFigures:
     summarized_steps: int = 0
     # (what it was made from, the WorkerSummary): at 64 workers a repaint remakes only the
     # summaries of the workers that sent something since the last one.
-    made: Any = field(default=None, metadata=_LOCAL, repr=False, compare=False)
+    made: Any = field(default=None, metadata=snapshot.LOCAL, repr=False, compare=False)
 
     def start_attempt(self, attempt: int) -> None:
         """A newer attempt: its figures start over (never mixed across settings)."""
@@ -512,11 +509,11 @@ class RunState:
     last_seq: int = -1
     last_t: float | None = None
     # The dashboard's own connection: not part of the run, never in a snapshot.
-    link_state: str | None = field(default=None, metadata=_LOCAL)
-    link_message: str | None = field(default=None, metadata=_LOCAL)
+    link_state: str | None = field(default=None, metadata=snapshot.LOCAL)
+    link_message: str | None = field(default=None, metadata=snapshot.LOCAL)
     # Live changes a trainer refused, counted (each worker's refusal): what the dashboard's
     # "applying" waits for, besides the new attempt. Seen live only, never in a snapshot.
-    refusals: int = field(default=0, metadata=_LOCAL)
+    refusals: int = field(default=0, metadata=snapshot.LOCAL)
     error: Error | None = None
     done: Done | None = None
     # A person's own command (gpuwatch run): what its hook last said it watches, or why
@@ -527,7 +524,7 @@ class RunState:
     events_applied: int = 0
     duplicates_skipped: int = 0
     bad_events: int = 0  # frames that are not a protocol event (counted, skipped)
-    changed: set[str] = field(default_factory=lambda: set(AREAS), metadata=_LOCAL)
+    changed: set[str] = field(default_factory=lambda: set(AREAS), metadata=snapshot.LOCAL)
 
     # ---- folding -------------------------------------------------------
 
