@@ -50,20 +50,9 @@ the ones below it directly, never through this package):
   describing what a relaunch would change; and the words of the attempts table.
 """
 
-from gpuwatch.runstate.attempts import (
-    AttemptSummary,
-    WorkerWait,
-    differing_settings,
-)
-from gpuwatch.runstate.command import (
-    NOT_TENSORFLOW,
-    CommandView,
-    shell_text,
-)
-from gpuwatch.runstate.figures import (
-    Figures,
-    step_figures,
-)
+from gpuwatch.runstate.attempts import AttemptSummary, WorkerWait, differing_settings
+from gpuwatch.runstate.command import NOT_TENSORFLOW, CommandView, shell_text
+from gpuwatch.runstate.figures import Figures, step_figures
 from gpuwatch.runstate.settings import (
     ACCUMULATION_KEY,
     BATCH_KEY,
@@ -102,12 +91,7 @@ from gpuwatch.runstate.steps import (
     share_of_link,
     steps_input_wait_pct,
 )
-from gpuwatch.runstate.workers import (
-    WORKER_WINDOW_STEPS,
-    WorkerFigures,
-    WorkerStep,
-    WorkerSummary,
-)
+from gpuwatch.runstate.workers import WORKER_WINDOW_STEPS, WorkerFigures, WorkerStep, WorkerSummary
 
 __all__ = [
     "ACCUMULATION_KEY",
