@@ -13,7 +13,7 @@ backward FLOPs as the trainer counted them in its graph; T: achieved TFLOP/s,
 F x X / 1e12; M: T over the replicas' GPUs' dense peak, only where that peak is known,
 gpuwatch/peaks.py; B: the all-reduce's bus bandwidth, nccl-tests' busbw; n/a: a figure
 not known), and last `verdict: ...`, the advisor's verdict on those figures: the part
-that holds the step back, with its share (gpuwatch/advisor.py). A progress
+that holds the step back, with its share (gpuwatch/advisor/). A progress
 line's figures are the last 20 steps; the summary's are the whole attempt after its
 warm-up steps (the median examples/s, the summed input wait over the summed step time),
 or, for an attempt too short to have any after warm-up, all its steps, and the line

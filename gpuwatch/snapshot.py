@@ -12,8 +12,8 @@ deque (its maxlen kept), dict with str or int keys, and nested dataclasses
 (the protocol's frozen events included). Anything else is a ``SnapshotError``
 when the codec is built, never a silent loss.
 
-A field whose metadata says ``{"snapshot": False}`` is left out (it is rebuilt
-from its default): the dashboard's own link state, its dirty flags.
+A field whose metadata says ``{"snapshot": False}`` (``LOCAL``) is left out (it is
+rebuilt from its default): the dashboard's own link state, its dirty flags.
 
 ``schema_id(cls)`` names the format: the encoding's version plus a hash of every
 reachable dataclass's fields and their types. A reader takes a snapshot only
@@ -79,6 +79,10 @@ def loads(cls: type, text: str | bytes) -> Any:
     if wrapper.get("schema") != want:
         raise SnapshotError(f"snapshot schema {wrapper.get('schema')!r} is not {want!r}")
     return decode(cls, wrapper["data"])
+
+
+# The metadata of a field left out of snapshots: ``field(..., metadata=LOCAL)``.
+LOCAL = {"snapshot": False}
 
 
 def snapshotted(f: dataclasses.Field[Any]) -> bool:
