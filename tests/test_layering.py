@@ -106,7 +106,6 @@ KNOWN_CYCLE_EDGES = {
     ("trainer_runtime.hook.fit", "trainer_runtime.hook.watch"),
     ("trainer_runtime.hook.keras_patches", "trainer_runtime.hook.watch"),
     ("trainer_runtime.hook.loops", "trainer_runtime.hook.watch"),
-    ("gpuwatch.resume", "gpuwatch.cli"),
 }
 
 

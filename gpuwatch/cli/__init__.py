@@ -6,35 +6,35 @@ only the dashboard needs Textual. TensorFlow is never imported here.
 The parts (each imports only the ones above it in this list, never this package):
   common.py   exit codes and the one-line error
   parser.py   argparse: every command, its options and their help
-  launch.py   starting a run's supervisor detached, waiting for its socket
   watch.py    attach (the dashboard of a run, live or ended) and stop
   listing.py  ls, logs, export, doctor
   start.py    train, run, scale, resume, and what they check before starting
-Here: main(), which hands each command to its cmd_* function.
+Here: main(), which hands each command to its cmd_* function. Starting a run's
+supervisor (and checking that it can start) is gpuwatch/launch.py, which a resume from
+the dashboard uses too.
 """
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
 
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
-from gpuwatch.cli.launch import _supervisor_command as _supervisor_command
-from gpuwatch.cli.launch import detach_method, start_supervisor
 from gpuwatch.cli.listing import cmd_doctor, cmd_export, cmd_logs, cmd_ls, shorten_command
 from gpuwatch.cli.parser import build_parser
 from gpuwatch.cli.start import (
-    check_startable,
     cmd_resume,
     cmd_run,
     cmd_scale,
     cmd_train,
     command_name,
-    command_problem,
 )
 from gpuwatch.cli.watch import _dashboard as _dashboard
 from gpuwatch.cli.watch import cmd_attach, cmd_stop
+from gpuwatch.launch import _supervisor_command as _supervisor_command
+from gpuwatch.launch import check_startable, command_problem, detach_method, start_supervisor
 
 __all__ = [
     "EXIT_FAILED",
@@ -61,9 +61,9 @@ __all__ = [
 ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    words = list(sys.argv[1:] if argv is None else argv)
+def parse_words(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace:
+    """The command line's words as the command's arguments (argparse exits on bad usage);
+    `run`'s command (after its --) in `argv`."""
     command_argv: list[str] = []
     if words[:1] == ["run"] and "--" in words:
         # gpuwatch run's command is everything after the first --, options and all: argparse
@@ -77,10 +77,16 @@ def main(argv: list[str] | None = None) -> int:
         args.words = [*args.words, *unknown]
     else:
         args = parser.parse_args(words)
+    args.argv = command_argv
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parse_words(parser, list(sys.argv[1:] if argv is None else argv))
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
-    args.argv = command_argv
     handler = {
         "train": cmd_train,
         "run": cmd_run,

@@ -1,25 +1,102 @@
-"""The command line's words: every command, its options and their help (argparse)."""
+"""The command line's words: every command, its options and their help (argparse).
+
+Each command's help ends with a few examples, as git's and kubectl's do (EXAMPLES; the
+tests parse every one of them with this parser).
+"""
 
 from __future__ import annotations
 
 import argparse
+
+# (the command line, what it does) for `gpuwatch --help` ("gpuwatch") and each command's.
+EXAMPLES: dict[str, list[tuple[str, str]]] = {
+    "gpuwatch": [
+        ("gpuwatch train demo/demo.yaml", "train the demo and watch it live"),
+        ("gpuwatch run -- python train.py", "watch your own script, unchanged"),
+        ("gpuwatch scale demo/demo.yaml --replicas 1,2", "how the job scales from 1 to 2"),
+        ("gpuwatch attach", "the most recent live run's dashboard again"),
+    ],
+    "train": [
+        ("gpuwatch train demo/demo.yaml", "train and watch live (q detaches; it goes on)"),
+        ("gpuwatch train demo/demo.yaml --set data.prefetch=on --headless --max-steps 400",
+         "no dashboard: progress lines, then a summary and a verdict"),
+        ("gpuwatch train demo/multiworker.yaml --detach", "2 local workers, in the background"),
+    ],
+    "run": [
+        ("gpuwatch run -- python train.py --epochs 3", "your script under gpuwatch, watched"),
+        ("gpuwatch run --set data.prefetch=autotune --headless -- python train.py",
+         "with the hook's prefetch, no dashboard"),
+    ],
+    "scale": [
+        ("gpuwatch scale demo/demo.yaml", "1 and 2 devices (1 to every GPU), weak scaling"),
+        ("gpuwatch scale demo/demo.yaml --replicas 1,2 --mode strong --headless",
+         "the global batch kept; the table printed"),
+    ],
+    "resume": [
+        ("gpuwatch resume 0521-k7qd", "go on from the last checkpoint, watched"),
+        ("gpuwatch resume 0521 --set data.prefetch=on --max-steps 2000 --headless",
+         "a unique prefix is enough; change a setting"),
+    ],
+    "attach": [
+        ("gpuwatch attach", "the most recent live run"),
+        ("gpuwatch attach 0521-k7qd", "that run: live, or from its record if it ended"),
+    ],
+    "ls": [
+        ("gpuwatch ls", "every run: id, status, attempt, step, examples/s"),
+        ("gpuwatch ls --json", "one JSON object per run"),
+    ],
+    "stop": [("gpuwatch stop 0521-k7qd", "the trainer checkpoints, then the run ends")],
+    "logs": [
+        ("gpuwatch logs 0521-k7qd -f", "the trainer's output, following it"),
+        ("gpuwatch logs 0521-k7qd --worker 1", "a cluster worker's log"),
+    ],
+    "export": [
+        ("gpuwatch export 0521-k7qd -o steps.csv", "one row per step, every worker"),
+        ("gpuwatch export 0521-k7qd --what attempts --format jsonl",
+         "figures and settings per attempt"),
+    ],
+    "doctor": [("gpuwatch doctor", "what this machine has: Python, TensorFlow, NVML, GPUs")],
+}
+
+
+def examples_text(command: str) -> str:
+    """The examples of `gpuwatch --help` ("gpuwatch") or a command's, as its epilog."""
+    lines = ["examples:"]
+    for line, what in EXAMPLES[command]:
+        lines += [f"  {line}", f"      {what}"]
+    return "\n".join(lines)
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's own, but the examples keep their lines (descriptions still wrap)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "\n".join(indent + line for line in text.splitlines())
+        return super()._fill_text(text, width, indent)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="gpuwatch",
         description="Run TensorFlow MirroredStrategy training and watch it live in the terminal.",
+        epilog=examples_text("gpuwatch"),
+        formatter_class=_HelpFormatter,
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    train = sub.add_parser("train", help="start a training run and watch it")
+    def command(name: str, help: str, usage: str | None = None,
+                description: str | None = None) -> argparse.ArgumentParser:
+        return sub.add_parser(name, help=help, usage=usage, description=description,
+                              epilog=examples_text(name), formatter_class=_HelpFormatter)
+
+    train = command("train", help="start a training run and watch it")
     train.add_argument("config", help="the run's YAML config, e.g. demo/demo.yaml")
     _add_run_options(train, "override a config key, e.g. --set data.prefetch=on (repeatable)",
                      "start the run, print its id and return", "stop after N optimizer steps")
     train.add_argument("--fresh", action="store_true", help="ignore existing checkpoints")
 
-    run = sub.add_parser(
-        "run",
+    run = command("run",
         help="start your own command under gpuwatch and watch it: gpuwatch run -- python "
         "train.py",
         usage="gpuwatch run [-h] [--name N] [--set KEY=VALUE] [--headless | --detach] "
@@ -42,8 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
     # Anything before the -- that is not an option: a command typed without its --.
     run.add_argument("words", nargs="*", help=argparse.SUPPRESS)
 
-    scale = sub.add_parser(
-        "scale",
+    scale = command("scale",
         help="how the job scales: a short attempt at each device count, as a table",
         description="Run the same job for a few steps at each device count (replicas on "
         "one host: the first N GPUs, or N logical CPU replicas with no GPU; workers for a "
@@ -75,8 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     scale_mode.add_argument("--detach", action="store_true",
                             help="start the probe, print its run id and return")
 
-    resume = sub.add_parser(
-        "resume",
+    resume = command("resume",
         help="go on with a run that has ended: its next attempt, from its last checkpoint",
         description="Start a run that has ended (finished, stopped, crashed, lost) again: "
         "the same run id, its next attempt, from its last checkpoint (data position "
@@ -87,20 +162,19 @@ def build_parser() -> argparse.ArgumentParser:
                      "data.prefetch=on", "resume the run, print its id and return",
                      "stop once the run's step reaches N (counted from the run's start)")
 
-    attach = sub.add_parser(
-        "attach",
+    attach = command("attach",
         help="watch a run again (the most recent live one by default); a run that has "
         "ended is shown from its record, and r there resumes it",
     )
     attach.add_argument("run", nargs="?", help="run id or a unique prefix of it")
 
-    ls = sub.add_parser("ls", help="list runs")
+    ls = command("ls", help="list runs")
     ls.add_argument("--json", action="store_true", help="one JSON object per run")
 
-    stop = sub.add_parser("stop", help="stop a run (the trainer checkpoints first)")
+    stop = command("stop", help="stop a run (the trainer checkpoints first)")
     stop.add_argument("run", help="run id or a unique prefix of it")
 
-    logs = sub.add_parser("logs", help="print a run's trainer log")
+    logs = command("logs", help="print a run's trainer log")
     logs.add_argument("run", help="run id or a unique prefix of it")
     logs.add_argument("-f", "--follow", action="store_true", help="keep printing as it grows")
     logs.add_argument(
@@ -111,17 +185,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="a cluster run's worker I (0, the chief, by default)",
     )
 
-    export = sub.add_parser(
-        "export",
+    export = command("export",
         help="write a run's steps, device samples or attempts as a table (CSV or JSON lines)",
     )
     export.add_argument("run", help="run id or a unique prefix of it")
     export.add_argument(
         "--what",
         default="steps",
-        metavar="steps|samples|attempts|scaling",
-        help="one row per step event (default), per GPU per device sample, per attempt, or "
-        "per device count of a scaling probe (gpuwatch scale)",
+        metavar="steps|summaries|samples|attempts|scaling",
+        help="one row per step event (default), per summary of a worker's second (past 8 "
+        "workers), per GPU per device sample, per attempt, or per device count of a scaling "
+        "probe (gpuwatch scale)",
     )
     export.add_argument(
         "--format", default="csv", metavar="csv|jsonl", help="CSV with a header (default) "
@@ -138,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="only a cluster run's worker I (default: every worker; steps and samples)",
     )
 
-    sub.add_parser("doctor", help="check Python, TensorFlow, NVML and the GPUs")
+    command("doctor", help="check Python, TensorFlow, NVML and the GPUs")
     return parser
 
 

@@ -10,11 +10,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
-from gpuwatch.cli.launch import start_supervisor
 from gpuwatch.cli.watch import _dashboard
+from gpuwatch.launch import check_startable, command_problem, start_supervisor
 
 if TYPE_CHECKING:
-    from gpuwatch.config import LoadedConfig
     from gpuwatch.runs import RunInfo
 
 
@@ -29,37 +28,6 @@ def _overrides_of(args: argparse.Namespace) -> list[str] | None:
     return overrides
 
 
-def check_startable(loaded: LoadedConfig) -> None:
-    """ConfigError unless a run of these settings can start from here: a cluster that can
-    launch (slurm inside an allocation), the GPUs strategy.replicas asks for, and a batch
-    that splits over the replicas; for a person's own command (gpuwatch run), only that
-    its program is there."""
-    from gpuwatch.config import (
-        ConfigError,
-        check_devices,
-        check_replicas,
-        expected_replicas,
-        visible_gpus,
-    )
-    from gpuwatch.supervisor.cluster import plan_workers
-
-    command = loaded.config.command
-    if command is not None:  # a person's own command: its program must be there, no more
-        problem = command_problem(command.argv[0], command.cwd, os.environ.get("PATH"))
-        if problem is not None:
-            raise ConfigError(problem)
-        return
-    plan_workers(loaded.config, Path("."), env=os.environ)
-    gpus = visible_gpus()
-    check_devices(loaded.config, loaded.where("strategy.replicas"), gpus)
-    check_replicas(
-        loaded.config,
-        expected_replicas(loaded.config, gpus),
-        source=loaded.where(
-            "train.global_batch_size", "train.accumulation_steps", "strategy.replicas",
-            "strategy.cpu_replicas",
-        ),
-    )
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -157,22 +125,6 @@ def command_name(argv: Sequence[str]) -> str:
     return name or "command"
 
 
-def command_problem(program: str, cwd: str, path: str | None) -> str | None:
-    """Why the command's program cannot start from cwd, as a shell would look for it (a
-    path with a slash, from cwd; a bare name, on PATH), in one line; None if it can."""
-    import shutil
-
-    shown = program if len(program) <= 200 else program[:197] + "..."
-    if "/" in program:
-        target = os.path.join(cwd, program)
-        if os.path.isfile(target) and os.access(target, os.X_OK):
-            return None
-        if os.path.exists(target):
-            return f"command not executable: {shown}"
-        return f"command not found: {shown}"
-    if not program or shutil.which(program, path=path) is None:
-        return f"command not found: {shown}"
-    return None
 
 
 def cmd_scale(args: argparse.Namespace) -> int:

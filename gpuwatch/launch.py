@@ -1,4 +1,8 @@
-"""Starting a run's supervisor detached from this terminal, and waiting until it answers."""
+"""Starting a run: whether its settings can start from here (check_startable), and its
+supervisor, detached from this terminal, waited for until it answers (start_supervisor).
+
+Used by the command line (train, run, scale, resume) and by a resume from the dashboard
+(gpuwatch/resume.py); it imports neither."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import subprocess
 
+    from gpuwatch.config import LoadedConfig
     from gpuwatch.runs import RunInfo
 
 SUPERVISOR_START_TIMEOUT_S = 30.0
@@ -128,3 +133,52 @@ def _reap_when_done(proc: subprocess.Popen[bytes]) -> None:
     import threading
 
     threading.Thread(target=proc.wait, name="gpuwatch-reap", daemon=True).start()
+
+def check_startable(loaded: LoadedConfig) -> None:
+    """ConfigError unless a run of these settings can start from here: a cluster that can
+    launch (slurm inside an allocation), the GPUs strategy.replicas asks for, and a batch
+    that splits over the replicas; for a person's own command (gpuwatch run), only that
+    its program is there."""
+    from gpuwatch.config import (
+        ConfigError,
+        check_devices,
+        check_replicas,
+        expected_replicas,
+        visible_gpus,
+    )
+    from gpuwatch.supervisor.cluster import plan_workers
+
+    command = loaded.config.command
+    if command is not None:  # a person's own command: its program must be there, no more
+        problem = command_problem(command.argv[0], command.cwd, os.environ.get("PATH"))
+        if problem is not None:
+            raise ConfigError(problem)
+        return
+    plan_workers(loaded.config, Path("."), env=os.environ)
+    gpus = visible_gpus()
+    check_devices(loaded.config, loaded.where("strategy.replicas"), gpus)
+    check_replicas(
+        loaded.config,
+        expected_replicas(loaded.config, gpus),
+        source=loaded.where(
+            "train.global_batch_size", "train.accumulation_steps", "strategy.replicas",
+            "strategy.cpu_replicas",
+        ),
+    )
+
+def command_problem(program: str, cwd: str, path: str | None) -> str | None:
+    """Why the command's program cannot start from cwd, as a shell would look for it (a
+    path with a slash, from cwd; a bare name, on PATH), in one line; None if it can."""
+    import shutil
+
+    shown = program if len(program) <= 200 else program[:197] + "..."
+    if "/" in program:
+        target = os.path.join(cwd, program)
+        if os.path.isfile(target) and os.access(target, os.X_OK):
+            return None
+        if os.path.exists(target):
+            return f"command not executable: {shown}"
+        return f"command not found: {shown}"
+    if not program or shutil.which(program, path=path) is None:
+        return f"command not found: {shown}"
+    return None
