@@ -31,18 +31,16 @@ from typing import TYPE_CHECKING
 from gpuwatch.advisor import Reading, reading
 from gpuwatch.app.repaint import Pace, Painter, Rate, RepaintSchedule
 from gpuwatch.app.screens.plots import PlotsScreen
+from gpuwatch.app.widgets.advice import AdvicePanel
+from gpuwatch.app.widgets.attempts import AttemptsPanel
+from gpuwatch.app.widgets.crash import CrashPanel
+from gpuwatch.app.widgets.devices import DevicesPanel
 from gpuwatch.app.widgets.gpus import GpuPanel
-from gpuwatch.app.widgets.panels import (
-    AdvicePanel,
-    AttemptsPanel,
-    CrashPanel,
-    DevicesPanel,
-    HeaderBar,
-    HistoryPanel,
-    MetricsPanel,
-    WorkersPanel,
-)
+from gpuwatch.app.widgets.header import HeaderBar
+from gpuwatch.app.widgets.history import HistoryPanel
+from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.scaling import ScalingPanel
+from gpuwatch.app.widgets.workers import WorkersPanel
 
 if TYPE_CHECKING:
     from textual.timer import Timer
