@@ -47,7 +47,7 @@ def run_fields(state: RunState) -> dict[str, Any]:
 
 
 def figures(state: RunState) -> dict[str, Any]:
-    """Every figure the panels read from the state (gpuwatch/app/widgets/panels.py)."""
+    """Every figure the panels read from the state (gpuwatch/app/widgets/)."""
     return {
         "recent_steps": state.recent_steps(),
         "figures": state.figures(),

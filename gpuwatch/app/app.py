@@ -48,21 +48,18 @@ from gpuwatch.app.screens.modals import (
 )
 from gpuwatch.app.screens.plots import PlotsScreen
 from gpuwatch.app.screens.settings import SettingsScreen
+from gpuwatch.app.widgets.advice import AdvicePanel
+from gpuwatch.app.widgets.attempts import AttemptsPanel
+from gpuwatch.app.widgets.common import TALL_ROWS, WIDE_COLUMNS
+from gpuwatch.app.widgets.crash import CrashPanel
+from gpuwatch.app.widgets.devices import DevicesPanel
 from gpuwatch.app.widgets.gpus import GpuPanel
-from gpuwatch.app.widgets.panels import (
-    TALL_ROWS,
-    WIDE_COLUMNS,
-    AdvicePanel,
-    AttemptsPanel,
-    CrashPanel,
-    DevicesPanel,
-    HeaderBar,
-    HistoryPanel,
-    MetricsPanel,
-    PendingBar,
-    WorkersPanel,
-)
+from gpuwatch.app.widgets.header import HeaderBar
+from gpuwatch.app.widgets.history import HistoryPanel
+from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.app.widgets.scaling import ScalingPanel
+from gpuwatch.app.widgets.workers import WorkersPanel
 from gpuwatch.runs import RunInfo, list_runs
 from gpuwatch.runstate import (
     RunState,

@@ -21,33 +21,38 @@ per-GPU history and the plots screen (``g``) repaint at most every HISTORY_INTER
 the plots only while their screen is open. While it is, nothing else is painted (Textual
 would repaint a pushed screen wherever the screen below it changed): the dashboard's
 parts wait, and the app paints them all when it comes back.
+
+The app hands itself to its ``Repainter`` as a ``Host``: the members of the app a painter
+uses, and no more, so this module never imports the app's (the app imports this one).
 """
 
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gpuwatch.advisor import Reading, reading
 from gpuwatch.app.repaint import Pace, Painter, Rate, RepaintSchedule
 from gpuwatch.app.screens.plots import PlotsScreen
+from gpuwatch.app.widgets.advice import AdvicePanel
+from gpuwatch.app.widgets.attempts import AttemptsPanel
+from gpuwatch.app.widgets.crash import CrashPanel
+from gpuwatch.app.widgets.devices import DevicesPanel
 from gpuwatch.app.widgets.gpus import GpuPanel
-from gpuwatch.app.widgets.panels import (
-    AdvicePanel,
-    AttemptsPanel,
-    CrashPanel,
-    DevicesPanel,
-    HeaderBar,
-    HistoryPanel,
-    MetricsPanel,
-    WorkersPanel,
-)
+from gpuwatch.app.widgets.header import HeaderBar
+from gpuwatch.app.widgets.history import HistoryPanel
+from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.scaling import ScalingPanel
+from gpuwatch.app.widgets.workers import WorkersPanel
 
 if TYPE_CHECKING:
+    from textual.screen import Screen
     from textual.timer import Timer
+    from textual.widget import Widget
 
-    from gpuwatch.app.app import GpuwatchApp
+    from gpuwatch.runstate import RunState
 
 # The run's socket is read at most this often: with a repaint per batch, the screen is
 # current within half a second.
@@ -67,13 +72,42 @@ HISTORY_INTERVAL_S = 1.0
 # A part due this soon paints with the others now: fewer, fuller repaints.
 SLACK_S = 0.05
 
+_W = TypeVar("_W", bound="Widget")
+
+
+class Host(Protocol):
+    """What a Repainter uses of the app whose parts it paints (GpuwatchApp is one)."""
+
+    @property
+    def state(self) -> RunState: ...
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    @property
+    def screen(self) -> Screen[object]: ...
+
+    @property
+    def default_screen(self) -> Screen[Any]: ...
+
+    @property
+    def screen_stack(self) -> Sequence[Screen[Any]]: ...
+
+    def query_one(self, selector: type[_W]) -> _W: ...
+
+    def batch_update(self) -> AbstractContextManager[None]: ...
+
+    def set_timer(self, delay: float, callback: Callable[[], object]) -> Timer: ...
+
+    def show_pending(self) -> None: ...
+
 
 class Repainter:
     """Paints the app's parts when the areas they read changed, each at its rate."""
 
     def __init__(
         self,
-        app: GpuwatchApp,
+        app: Host,
         render_interval_s: float = RENDER_INTERVAL_S,
         history_interval_s: float = HISTORY_INTERVAL_S,
         cpu_budget_pct: float | None = None,

@@ -24,7 +24,7 @@ from textual_plotext import PlotextPlot
 from gpuwatch.app import keys
 from gpuwatch.app.axes import step_axis, value_axis
 from gpuwatch.app.widgets.breakdown import part_label
-from gpuwatch.app.widgets.panels import StatePanel
+from gpuwatch.app.widgets.state_panel import StatePanel
 from gpuwatch.runstate import RunState
 from gpuwatch.series import RunHistory, RunSeries
 

@@ -29,8 +29,8 @@ from textual.app import ComposeResult
 from textual.containers import Container, Vertical
 
 from gpuwatch.app import fmt
-from gpuwatch.app.widgets.panels import StatePanel, is_tall, is_wide
-from gpuwatch.app.widgets.state_panel import show_title
+from gpuwatch.app.widgets.common import is_tall, is_wide
+from gpuwatch.app.widgets.state_panel import StatePanel, show_title
 from gpuwatch.runstate import CHIEF, RunState
 from gpuwatch.series import GpuHistory, bucket_means
 

@@ -1,0 +1,22 @@
+"""The advice panel: the advisor's verdict and what to try."""
+
+from __future__ import annotations
+
+from rich.text import Text
+
+from gpuwatch.advisor import Advice
+from gpuwatch.app.widgets.state_panel import StatePanel
+
+LEVEL_STYLE = {"high": "bold red", "moderate": "bold yellow", "none": "green", "unknown": "dim"}
+
+
+class AdvicePanel(StatePanel):
+    """The advisor's verdict (TF Profiler thresholds) and what to try."""
+
+    def show_advice(self, advice: Advice) -> None:
+        text = Text()
+        text.append(advice.verdict, style=LEVEL_STYLE.get(advice.level, ""))
+        for rec in advice.recommendations:
+            text.append("\n• ")
+            text.append(rec)
+        self.set_text(text)

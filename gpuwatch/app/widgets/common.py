@@ -1,0 +1,31 @@
+"""What several panels share: the app's breakpoints, a line cut to a width, a count."""
+
+from __future__ import annotations
+
+from textual.widget import Widget
+
+# The app's breakpoints (its -wide and -tall screen classes): the panels that say more on a
+# bigger terminal read the same numbers.
+WIDE_COLUMNS = 120
+TALL_ROWS = 40
+
+
+def is_wide(widget: Widget) -> bool:
+    return widget.app.size.width >= WIDE_COLUMNS
+
+
+def is_tall(widget: Widget) -> bool:
+    return widget.app.size.height >= TALL_ROWS
+
+
+def fit_line(line: str, width: int, keep: str = "") -> str:
+    """line in width cells, cut with "…" before its tail keep (which stays whole)."""
+    if len(line) <= width or width <= 0:
+        return line
+    head = line[: len(line) - len(keep)] if keep else line
+    room = max(1, width - len(keep) - 1)
+    return head[:room].rstrip(" ,") + "…" + keep
+
+
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}" if count == 1 else f"{count} {word}s"
