@@ -39,7 +39,7 @@ def resume_run(info: runs.RunInfo, overrides: Sequence[str] = ()) -> runs.RunInf
     ResumeError: the run is live (or its supervisor still up); ConfigError: the
     settings or an override are wrong; RuntimeError: the supervisor did not start.
     """
-    from gpuwatch.launch import check_startable, start_supervisor
+    from gpuwatch.starting import check_startable, start_supervisor
 
     current = runs.read_run_info(info.run_dir)
     if current.supervisor_pid is not None:

@@ -10,7 +10,7 @@ The parts (each imports only the ones above it in this list, never this package)
   listing.py  ls, logs, export, doctor
   start.py    train, run, scale, resume, and what they check before starting
 Here: main(), which hands each command to its cmd_* function. Starting a run's
-supervisor (and checking that it can start) is gpuwatch/launch.py, which a resume from
+supervisor (and checking that it can start) is gpuwatch/starting.py, which a resume from
 the dashboard uses too.
 """
 
@@ -33,8 +33,8 @@ from gpuwatch.cli.start import (
 )
 from gpuwatch.cli.watch import _dashboard as _dashboard
 from gpuwatch.cli.watch import cmd_attach, cmd_stop
-from gpuwatch.launch import _supervisor_command as _supervisor_command
-from gpuwatch.launch import check_startable, command_problem, detach_method, start_supervisor
+from gpuwatch.starting import _supervisor_command as _supervisor_command
+from gpuwatch.starting import check_startable, command_problem, detach_method, start_supervisor
 
 __all__ = [
     "EXIT_FAILED",

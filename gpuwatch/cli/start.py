@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
 from gpuwatch.cli.watch import _dashboard
-from gpuwatch.launch import check_startable, command_problem, start_supervisor
+from gpuwatch.starting import check_startable, command_problem, start_supervisor
 
 if TYPE_CHECKING:
     from gpuwatch.runs import RunInfo
