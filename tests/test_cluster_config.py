@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from gpuwatch.config import (
@@ -162,6 +162,8 @@ HOST_CHARS = string.ascii_letters + string.digits + "-._@ ;|&$`'\"\\/:\n\t*?[]{}
 
 @HYPOTHESIS
 @given(host=st.text(alphabet=HOST_CHARS, min_size=0, max_size=40))
+@example(host="0\n")  # "$" matched before a last newline: the schema took it
+@example(host="gpu-a\n")
 def test_any_host_text_is_taken_as_a_plain_host_or_refused_in_one_line(host: str) -> None:
     """A host goes on ssh's command line: it can never be an option or carry shell syntax."""
     data = yaml.safe_load(BASE_TEXT)
@@ -182,7 +184,7 @@ def test_any_host_text_is_taken_as_a_plain_host_or_refused_in_one_line(host: str
         raise AssertionError(f"the schema refused {host!r} but loading did not") from None
     assert config.cluster is not None
     taken = config.cluster.workers[0].host
-    assert HOST_RE.match(taken) and not taken.startswith("-")
+    assert HOST_RE.fullmatch(taken) and not taken.startswith("-")
     assert not set(taken) & set(" ;|&$`'\"\\/:\n\t*?[]{}()<>!~#%^=+,")
 
 

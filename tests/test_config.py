@@ -410,6 +410,12 @@ def test_factory_form(tmp_path: Path) -> None:
     )
 
 
+def test_a_factory_with_a_last_newline_is_refused(tmp_path: Path) -> None:
+    """The form is the whole text: a regex's "$" would take "pkg.mod:fn\\n"."""
+    path = write(tmp_path, 'model:\n  factory: "pkg.nets:build\\n"\n')
+    assert load_error(path).startswith(f"{path}:2: model.factory: factory must look like")
+
+
 # ----------------------------------------------------------------------- out of range
 
 

@@ -32,7 +32,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+FACTORY_RE = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")  # matched whole (fullmatch)
 
 # Upper bounds. Each is far past any real setting on the machines we target.
 MAX_LAYERS = 32
@@ -71,8 +71,9 @@ MAX_PATH_CHARS = 4096
 # the command is bounded too (gpuwatch/config.py: MAX_TEXT_CHARS of text in all).
 MAX_COMMAND_ARGS = 4096
 MAX_ARG_CHARS = 4096
-# user@host, a host name or an IPv4 address; never a leading "-" (an ssh option).
-HOST_RE = re.compile(r"^(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}@)?[A-Za-z0-9][A-Za-z0-9.-]*$")
+# user@host, a host name or an IPv4 address; never a leading "-" (an ssh option). Matched
+# whole (fullmatch), as FACTORY_RE is: a "$" would take a last newline.
+HOST_RE = re.compile(r"(?:[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}@)?[A-Za-z0-9][A-Za-z0-9.-]*")
 LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1"})
 # The built-in MLP: 4 GiB of float32 weights (Adam keeps two more copies).
 MAX_MLP_PARAMETERS = 1 << 30
@@ -124,7 +125,7 @@ Number = Annotated[float, Field(strict=True), _lax_readings_kept(float)]
 def _check_factory(value: str | None) -> str | None:
     if value is not None and len(value) > MAX_FACTORY_CHARS:
         raise ValueError(f"factory must be at most {MAX_FACTORY_CHARS} characters")
-    if value is not None and not FACTORY_RE.match(value):
+    if value is not None and not FACTORY_RE.fullmatch(value):
         raise ValueError(f"factory must look like 'package.module:function', got {value!r}")
     return value
 
@@ -342,7 +343,7 @@ class WorkerConfig(_Strict):
     @field_validator("host")
     @classmethod
     def _host_form(cls, value: str) -> str:
-        if not HOST_RE.match(value):
+        if not HOST_RE.fullmatch(value):
             raise ValueError(
                 f"must be a host name, an IPv4 address or user@host (got {value!r})"
             )
