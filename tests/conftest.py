@@ -24,6 +24,18 @@ os.environ.setdefault("GPUWATCH_SPARE_TRAINER", "0")
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The quick tests first, so a failure there shows within a minute or two: every module
+    with a test marked `slow` (real TensorFlow training, real clusters) runs after the
+    modules with none. Whole modules move, in their own order, so a module's fixtures are
+    set up once."""
+    slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
+    first_seen: dict[object, int] = {}
+    for item in items:
+        first_seen.setdefault(item.module, len(first_seen))
+    items.sort(key=lambda item: (item.module in slow_modules, first_seen[item.module]))
+
+
 def wait_for(
     predicate: Callable[[], Any],
     timeout_s: float,

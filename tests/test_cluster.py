@@ -557,3 +557,7 @@ async def test_two_local_workers_apply_a_live_change_together_in_the_same_proces
     live_at = next(i for i, e in enumerate(events) if e.get("reason") == "live")
     later = [e for e in events[live_at:] if e["type"] == "step"]
     assert sorted(e["worker"] for e in later) == [0, 1] and {e["attempt"] for e in later} == {2}
+
+
+# Real processes (a supervisor, a trainer, sshd or tmux): after the quick tests.
+pytestmark = pytest.mark.slow

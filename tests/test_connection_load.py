@@ -32,9 +32,12 @@ from tests.data.fake_trainer import step as fake_step
 from tests.test_supervisor_parts import HubHarness, until
 from trainer_runtime.protocol import InvalidCommand, decode, encode
 
-pytestmark = pytest.mark.skipif(
-    not sys.platform.startswith("linux"), reason="Linux's AF_UNIX backlog answers (EAGAIN)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"), reason="Linux's AF_UNIX backlog answers (EAGAIN)"
+    ),
+    pytest.mark.slow,  # real processes: after the quick tests
+]
 
 
 @pytest.fixture

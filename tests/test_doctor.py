@@ -174,3 +174,7 @@ def test_no_gpu_names_the_schemas_default_cpu_replicas() -> None:
     code, lines = diagnose(tf, _nv(unavailable="NVML library not found"))
     default = RunConfig().strategy.cpu_replicas
     assert code == 0 and f"(strategy.cpu_replicas, default {default})" in lines[0]
+
+
+# Real processes (a supervisor, a trainer, sshd or tmux): after the quick tests.
+pytestmark = pytest.mark.slow

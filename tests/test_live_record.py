@@ -271,3 +271,7 @@ def test_a_late_ok_during_a_stop_begins_the_attempt_on_the_status_the_run_has() 
     finally:
         live_module.LIVE_TIMEOUT_S, live_module.LIVE_ANSWER_GRACE_S = saved
         shutil.rmtree(base, ignore_errors=True)
+
+
+# Real processes (a supervisor, a trainer, sshd or tmux): after the quick tests.
+pytestmark = pytest.mark.slow

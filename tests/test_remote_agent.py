@@ -564,3 +564,7 @@ async def test_agent_sends_a_live_change_down_and_relays_the_trainers_answer(
     assert alive(pid), "the same trainer goes on"
     agent.send("reconfigure", id=3, attempt=3, settings="no", at_step=0)
     assert "reconfigure:" in (await agent.next("error"))["message"]
+
+
+# Real processes (a supervisor, a trainer, sshd or tmux): after the quick tests.
+pytestmark = pytest.mark.slow

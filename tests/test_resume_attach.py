@@ -195,3 +195,7 @@ async def test_a_clean_stop_is_an_end_not_a_lost_link(
         assert "lost" not in tap.states and "reconnecting" not in tap.states
         await pilot.press("q")
     assert app.return_value == "ended"
+
+
+# Real processes (a supervisor, a trainer, sshd or tmux): after the quick tests.
+pytestmark = pytest.mark.slow

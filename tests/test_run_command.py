@@ -390,3 +390,7 @@ def test_a_relaunch_of_a_running_command_runs_it_again_never_live(home: Path) ->
     assert gpuwatch("stop", run_dir.name).returncode == 0
     assert last_status(run_dir)["status"] == "stopped"
     assert_gone_by(run_dir, set(), time.time() + END_TO_GONE_S, "after the stop")
+
+
+# Real processes (a supervisor, a trainer, sshd or tmux): after the quick tests.
+pytestmark = pytest.mark.slow

@@ -363,3 +363,7 @@ async def test_a_relaunch_that_meets_the_supervisor_on_its_way_out_says_how_to_r
     with pytest.raises(ValueError, match=r"^run r1 has ended and its supervisor is exiting; "
                                          r"gpuwatch resume r1 continues it$"):
         await sup.relaunch(sup.config, fresh=False)
+
+
+# Real processes (a supervisor, a trainer, sshd or tmux): after the quick tests.
+pytestmark = pytest.mark.slow

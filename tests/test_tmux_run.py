@@ -21,9 +21,12 @@ from tests.conftest import wait_for
 from tests.test_run_lifecycle import END_TO_GONE_S, assert_gone_by, recorded
 from tests.test_tmux import Tmux, gpuwatch_command, tmux_env  # noqa: F401 - a fixture
 
-pytestmark = pytest.mark.skipif(
-    shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        shutil.which("tmux") is None, reason="tmux is not installed (.ci/run installs it)"
+    ),
+    pytest.mark.slow,  # real processes: after the quick tests
+]
 
 
 def test_a_command_on_the_dashboard_at_80x24(home: Path, tmux_env: dict[str, str]) -> None:  # noqa: F811

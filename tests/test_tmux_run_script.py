@@ -6,6 +6,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import gpuwatch, wait_for
 from tests.test_tmux import Tmux, events, gpuwatch_command, the_run, tmux_env  # noqa: F401
 
@@ -39,3 +41,7 @@ def test_run_a_fit_script_at_80x24_then_p_and_r_relaunch_it_with_prefetch(
     wait_for(lambda: len([e for e in events(info.run_dir) if e["type"] == "hello"]) == 2, 60,
              "the script's second run to say hello (a new process)")
     assert gpuwatch("stop", info.run_id).returncode == 0
+
+
+# Real processes (a supervisor, a trainer, sshd or tmux): after the quick tests.
+pytestmark = pytest.mark.slow

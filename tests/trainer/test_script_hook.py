@@ -285,3 +285,7 @@ def test_a_hook_that_cannot_load_leaves_the_script_running_unwatched(tmp_path: P
     assert "the script ran" in ran.output
     assert not ran.hook.installed
     assert "could not load" in ran.hook.message and "not gpuwatch" in ran.hook.message
+
+
+# Real scripts under the hook (TensorFlow): after the quick tests.
+pytestmark = pytest.mark.slow
