@@ -128,12 +128,15 @@ class Repainter:
 
     def _painters(self) -> list[Painter]:
         now = self._now  # figures a person reads as they change (at the pace)
+        # What a person did or must see at once (a key's pending change, the link, the run's
+        # status): never slowed by the pace.
+        at_once = Rate(self.render_interval_s)
         slow = Rate(max(self.render_interval_s, SLOW_REPAINT_S), late_s=SLOW_LATE_S)
         # Joining a repaint of the figures too: a timer of its own would repaint the
         # screen once more each second, out of step with the batches.
         history = Rate(self.history_interval_s, late_s=SLOW_LATE_S)
         return [
-            Painter("header", {"header": now, "link": now, "clock": CLOCK}, self._header),
+            Painter("header", {"header": at_once, "link": at_once, "clock": CLOCK}, self._header),
             # Every part that shows a figure, from one reading: metrics, advice, workers,
             # devices (a new sample at once too), the GPUs' title. The tick too: "no step
             # for 14 s" counts on while no step comes; the status: an ended run's figures
@@ -141,19 +144,19 @@ class Repainter:
             Painter(
                 "figures",
                 {"metrics": now, "attempts": now, "workers": now, "devices": now,
-                 "status": now, "tick": CLOCK},
+                 "status": at_once, "tick": CLOCK},
                 self._figures,
             ),
             Painter("gpus", {"gpu_history": history}, self._gpus),
             Painter("plots", {"plots": history}, self._plots),
             Painter("history", {"history": slow}, self._history),
             # An attempt ending at once; its running figures slowly.
-            Painter("attempts", {"status": now, "attempts": slow}, self._attempts),
-            Painter("crash", {"status": now}, self._crash),
+            Painter("attempts", {"status": at_once, "attempts": slow}, self._attempts),
+            Painter("crash", {"status": at_once}, self._crash),
             # A scaling probe's table: a count's end at once, its running figures slowly.
-            Painter("scaling", {"scaling": now, "status": now, "attempts": slow},
+            Painter("scaling", {"scaling": now, "status": at_once, "attempts": slow},
                     self._scaling),
-            Painter("pending", {"pending": now, "link": now}, self.app.show_pending),
+            Painter("pending", {"pending": at_once, "link": at_once}, self.app.show_pending),
         ]
 
     def add(self, painter: Painter) -> None:

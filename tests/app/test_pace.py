@@ -135,8 +135,14 @@ async def test_the_app_slows_its_figures_over_budget_and_says_so(monkeypatch):
         paced = repainter.pace.interval_s
         assert paced > painters.READ_INTERVAL_S
         assert figures.areas["metrics"].every_s == paced
-        # The clock's rate and the slow views' are their own.
+        # The clock's rate and the slow views' are their own; what a person did or must see
+        # at once (a key's pending change, the link, the run's status) is never slowed.
         assert figures.areas["tick"] is painters.CLOCK
+        assert figures.areas["status"].every_s == painters.RENDER_INTERVAL_S
+        pending = next(p for p in repainter.schedule.painters if p.name == "pending")
+        header = next(p for p in repainter.schedule.painters if p.name == "header")
+        assert {r.every_s for r in (*pending.areas.values(), header.areas["header"],
+                                    header.areas["link"])} == {painters.RENDER_INTERVAL_S}
         await waiter.until(lambda: "↻" in app.query_one(HeaderBar).plain, "the paced mark")
         assert f"↻{paced:.1f}s" in app.query_one(HeaderBar).plain
         assert "step" in app.query_one(MetricsPanel).plain
