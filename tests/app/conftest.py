@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -47,10 +48,13 @@ async def settle(app: GpuwatchApp, link: ReplayLink, pilot: Any) -> None:
 class Waiter:
     """Waits until a condition on the app holds, re-checked as each message is dispatched.
 
-    Pass `waiter.hook` as run_test's message_hook. No fixed pauses and no polling
-    interval: the test wakes on the message after which the condition holds, or fails
-    naming what it waited for once the deadline passes.
+    Pass `waiter.hook` as run_test's message_hook. No fixed pauses: the test wakes on the
+    message after which the condition holds, or fails naming what it waited for once the
+    deadline passes. A change made by a timer's callback (a repaint) may be followed by no
+    message at all, so the condition is also looked at every CHECK_EVERY_S.
     """
+
+    CHECK_EVERY_S = 0.05
 
     def __init__(self) -> None:
         self._waiting: list[tuple[Callable[[], bool], asyncio.Event]] = []
@@ -67,10 +71,14 @@ class Waiter:
             return
         entry = (condition, asyncio.Event())
         self._waiting.append(entry)
+        deadline = asyncio.get_running_loop().time() + timeout_s
         try:
-            await asyncio.wait_for(entry[1].wait(), timeout_s)
-        except TimeoutError:
-            pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+            while not entry[1].is_set() and not condition():
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(entry[1].wait(), min(left, self.CHECK_EVERY_S))
         finally:
             self._waiting.remove(entry)
 
