@@ -102,9 +102,6 @@ KNOWN_CYCLE_EDGES = {
     ("gpuwatch.app.painters", "gpuwatch.app.app"),  # being broken in the app refactor
     # Also there when the check came in (a type-only import back into the module that
     # imports this one, or a function-local import back into the CLI); not yet broken:
-    ("trainer_runtime.hook.fit", "trainer_runtime.hook.watch"),
-    ("trainer_runtime.hook.keras_patches", "trainer_runtime.hook.watch"),
-    ("trainer_runtime.hook.loops", "trainer_runtime.hook.watch"),
     ("gpuwatch.resume", "gpuwatch.cli"),
 }
 
