@@ -1,6 +1,7 @@
 """A scaling probe's attempts (``gpuwatch scale``): one fresh attempt per device count, in turn.
 
-Part of the Supervisor (core.py). The plan (``protocol.Scale``: the counts, weak or
+Part of the Supervisor (core.py), which it reaches only through ``ScalingRun``: it does
+not import core.py (core.py imports it). The plan (``protocol.Scale``: the counts, weak or
 strong, the steps) comes from the command line in ``scale.json``; each count's settings
 from ``gpuwatch.scaling.plan_configs``, the same rule the command line checked them with.
 Each attempt is started as a relaunch is (the commands' lock, a new trainer process,
@@ -21,15 +22,14 @@ import json
 import logging
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from gpuwatch.config import ConfigError, visible_gpus
 from gpuwatch.scaling import REASON, make_plan, plan_configs
+from gpuwatch.supervisor.commands import Commands
+from gpuwatch.supervisor.exit_policy import ExitPolicy
 from trainer_runtime.protocol import TERMINAL_STATUSES, Scale
 from trainer_runtime.schema import RunConfig
-
-if TYPE_CHECKING:
-    from gpuwatch.supervisor.core import Supervisor
 
 log = logging.getLogger("gpuwatch.supervisor")
 
@@ -66,10 +66,27 @@ def read_plan(path: Path, config: RunConfig) -> tuple[Scale, list[tuple[int, Run
     return plan, plan_configs(config, plan, gpus)
 
 
+class ScalingRun(Protocol):
+    """What the scaling probe needs of the supervisor."""
+
+    status: str
+    stop_requested: bool
+    exiting: bool
+    commands: Commands
+    exit_policy: ExitPolicy
+
+    @property
+    def trainer_running(self) -> bool: ...
+
+    async def start_attempt(self, config: RunConfig, *, fresh: bool, reason: str) -> int: ...
+
+    def set_status(self, status: str, **fields: Any) -> None: ...
+
+
 class ScaleProbe:
     """Runs the plan's attempts one after another for the Supervisor that holds it."""
 
-    def __init__(self, run: Supervisor, plan: Scale, configs: list[tuple[int, RunConfig]]
+    def __init__(self, run: ScalingRun, plan: Scale, configs: list[tuple[int, RunConfig]]
                  ) -> None:
         self.run = run
         self.plan = plan

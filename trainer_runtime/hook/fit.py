@@ -27,7 +27,7 @@ import tensorflow as tf
 from keras.src.backend.tensorflow.trainer import reduce_per_replica
 
 if TYPE_CHECKING:
-    from trainer_runtime.hook.watch import Watch
+    from trainer_runtime.hook.watching import FitWatch
 
 # Per step, in order: stamp before the fetch, batch in hand, step ended, the loss
 # tracker's total and count after the step, the learning rate the step used (-1: none
@@ -56,7 +56,7 @@ def _flat(batch: Any) -> list[tf.Tensor]:
     return [x for x in tf.nest.flatten(batch, expand_composites=True) if tf.is_tensor(x)]
 
 
-def train_function(watch: Watch, model: Any) -> Any:
+def train_function(watch: FitWatch, model: Any) -> Any:
     """The function fit calls with each execution's iterator: it returns the last step's
     logs, as Keras' does, and reports each step to watch."""
     strategy = model.distribute_strategy
@@ -130,7 +130,7 @@ def train_function(watch: Watch, model: Any) -> Any:
 class _Reader:
     """Turns each execution's stamps into steps: its time, wait, examples and loss."""
 
-    def __init__(self, watch: Watch) -> None:
+    def __init__(self, watch: FitWatch) -> None:
         self.watch = watch
         self.iterator: Any = None
         self.total = 0.0
@@ -169,7 +169,7 @@ def _host_learning_rate(model: Any) -> float | None:
         return None
 
 
-def with_callback(watch: Watch, model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+def with_callback(watch: FitWatch, model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
                   ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """fit's arguments with a per-batch callback added (callbacks is its 6th parameter):
     the fallback outside the tested Keras range."""

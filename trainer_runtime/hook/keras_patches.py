@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from trainer_runtime.hook.patching import DETERMINISM, deterministic, one_line, wrap
 
 if TYPE_CHECKING:
-    from trainer_runtime.hook.watch import Watch
+    from trainer_runtime.hook.watching import KerasWatch
 
 # Keras versions whose TensorFlow trainer builds its train function as watched here
 # (``TensorFlowTrainer._make_function``: an inner tf.function of strategy.run and an
@@ -41,7 +41,7 @@ def _untested(version: str) -> str:
             f"{high_major}.{high_minor}")
 
 
-def patch_optimizer(watch: Watch, module: ModuleType) -> None:
+def patch_optimizer(watch: KerasWatch, module: ModuleType) -> None:
     def apply(original: Callable[..., Any], optimizer: Any, grads: Any,
               trainable_variables: Any = None, *args: Any, **kwargs: Any) -> Any:
         watch.applies += 1
@@ -55,7 +55,7 @@ def patch_optimizer(watch: Watch, module: ModuleType) -> None:
     wrap(module.BaseOptimizer, "apply", apply)
 
 
-def patch_trainer(watch: Watch, module: ModuleType) -> None:
+def patch_trainer(watch: KerasWatch, module: ModuleType) -> None:
     from keras.src.version import __version__
 
     from trainer_runtime.hook import fit as fit_hook

@@ -28,7 +28,7 @@ from trainer_runtime.hook.patching import (
 )
 
 if TYPE_CHECKING:
-    from trainer_runtime.hook.watch import Watch
+    from trainer_runtime.hook.watching import LoopsWatch
 
 TRACED = "strategy.run (tf.function)"
 EAGER = "strategy.run (eager)"
@@ -38,7 +38,7 @@ _NO_STAMP = -1.0  # a stamp or count the graph could not take
 class CustomLoops:
     """The custom-loop side of one watched process: the step it is timing."""
 
-    def __init__(self, watch: Watch) -> None:
+    def __init__(self, watch: LoopsWatch) -> None:
         self.watch = watch
         self.last_end: float | None = None  # when the last step ended (time.time())
         self.eager_wait_s = 0.0  # eager loops: time in `next` since the last step

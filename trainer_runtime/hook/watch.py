@@ -12,9 +12,9 @@ classes, only what a training loop goes through:
 
 Watch, here, is what they share: the settings, the telemetry, the hook event (what
 is watched, or why not) and the steps, sent as the runtime's own frames (hello, step,
-done) over the telemetry fd. Nothing here changes what the script computes; every
-patch falls back to the original call if anything of its own fails, and the hook
-event says so.
+done) over the telemetry fd. The patches know it by watching.py's Protocols and never
+import this module. Nothing here changes what the script computes; every patch falls
+back to the original call if anything of its own fails, and the hook event says so.
 """
 
 from __future__ import annotations

@@ -1,0 +1,75 @@
+"""What each of the hook's patches needs of the Watch (watch.py), as Protocols.
+
+watch.py makes the Watch and hands it to the patches (keras_patches.py, loops.py; fit.py
+through keras_patches.py); they know it only by these, so none of them imports watch.py:
+the dependency runs one way, watch -> patches -> this. mypy checks the real Watch against
+them where watch.py hands it over. Typing only: nothing here runs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+
+class FitWatch(Protocol):
+    """What fit.py's train function and per-batch callback need: the epoch, and each step."""
+
+    epoch: int
+
+    def report(self, *, step_time_ms: float, input_wait_ms: float | None, examples: int,
+               loss: float | None, lr: float | None, end: float) -> None: ...
+
+
+class PendingSteps(Protocol):
+    """The custom loops' step that waits for its loss (loops.CustomLoops)."""
+
+    def flush_pending(self) -> None: ...
+
+
+class KerasWatch(FitWatch, Protocol):
+    """What keras_patches.py needs (and fit.py, which it hands the Watch to)."""
+
+    keras_version: str
+    keras_depth: int
+    applies: int
+    param_count: int
+    stopped: bool
+    on_max_steps: Callable[[], None] | None
+
+    @property
+    def loops(self) -> PendingSteps: ...
+
+    def set_loop(self, loop: str, input_wait: str = "", message: str = "") -> None: ...
+
+    def note_strategy(self, strategy: Any) -> None: ...
+
+    def count_params(self, variables: Sequence[Any]) -> None: ...
+
+    def send_hook(self) -> None: ...
+
+
+class LoopsWatch(Protocol):
+    """What loops.py's CustomLoops needs."""
+
+    tf: Any
+    prefetch: Any
+    emitter: Any
+    lock: threading.Lock
+    message: str
+    keras_depth: int
+    applies: int
+    stopped: bool
+
+    @property
+    def own_process(self) -> bool: ...
+
+    def set_loop(self, loop: str, input_wait: str = "", message: str = "") -> None: ...
+
+    def note_strategy(self, strategy: Any) -> None: ...
+
+    def send_hook(self) -> None: ...
+
+    def report(self, *, step_time_ms: float, input_wait_ms: float | None, examples: int,
+               loss: float | None, lr: float | None, end: float) -> None: ...
