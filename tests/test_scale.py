@@ -202,6 +202,7 @@ def alone_rate(count: int, steps: int) -> float:
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # 5 rounds of 4 real trainings: near the global 300 s on a busy box
 def test_the_probes_figures_match_separate_headless_runs_within_10_percent(home: Path) -> None:
     """Each count's examples/s from the probe against `gpuwatch train --headless` with the
     same settings, both the median of the attempt's steps after warm-up.
