@@ -186,10 +186,13 @@ class Repainter:
         self._timer = self.app.set_timer(max(0.0, due - time.monotonic()), self._on_timer)
 
     def tick(self) -> None:
-        """The clock moved on (once a second): the elapsed time, and how long no step came
-        ("tick": unlike "clock", it does not ride along with every repaint). And the pace:
-        the CPU this process took over the last seconds, against its budget."""
-        self.schedule.note(("clock", "tick"))
+        """The clock moved on (once a second): the elapsed time, and, while no step comes,
+        how long ("tick": the figures count "no step for 14 s" on; while steps come they
+        repaint with them, not with the clock). And the pace: the CPU this process took
+        over the last seconds, against its budget."""
+        self.schedule.note(("clock",))
+        if self.app.state.no_step_for_s(self.app.clock()) is not None:
+            self.schedule.note(("tick",))
         wall, cpu = self.pace_clocks
         if self.pace.observe(wall(), cpu()):
             self._set_pace(self.pace.interval_s)

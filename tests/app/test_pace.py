@@ -186,3 +186,32 @@ def test_the_cli_dashboard_has_the_budget(monkeypatch, tmp_path):
     link, _ = make_app("cpu_one_attempt.jsonl")[1], None
     assert app_package.run_dashboard(tmp_path, "1124-abcd", link=link) == "detach"
     assert made[0]["cpu_budget_pct"] == CPU_BUDGET_PCT == 2.0
+
+
+async def test_the_clocks_tick_repaints_the_figures_only_while_no_step_comes():
+    """While steps come the figures repaint with them, not once more a second with the
+    clock; once no step has come for a while, each tick counts "no step for N s" on."""
+    from .conftest import load_events
+
+    events = load_events("gpu_running.jsonl")
+    last_t = max(float(e.get("t") or 0.0) for e in events)
+    now = [last_t]
+    app, link = make_app("gpu_running.jsonl")
+    app.clock = lambda: now[0]
+    async with app.run_test(size=SIZE) as pilot:
+        await link.wait_idle()
+        await pilot.pause()
+        app.refresh_view(flush=True)
+        figures = next(p for p in app.repainter.schedule.painters if p.name == "figures")
+        painted = []
+        paint = figures.paint
+        figures.paint = lambda: (painted.append(now[0]), paint())[1]
+        for _ in range(2):
+            app.repainter.tick()
+            await pilot.pause(1.2)  # the clock's rate: any repaint it causes comes by now
+        assert painted == [] and "no step for" not in app.query_one(MetricsPanel).plain
+        now[0] = last_t + 120.0
+        app.repainter.tick()
+        await pilot.pause(1.2)  # the clock's rate: a repaint within a second
+        assert painted, "no repaint once no step came"
+        assert "no step for 120 s" in app.query_one(MetricsPanel).plain
