@@ -31,6 +31,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from gpuwatch.advisor import Reading, reading
@@ -119,22 +120,31 @@ class Repainter:
         # budget of a core (None: no budget, as in tests that time repaints).
         self.pace = Pace(render_interval_s, cpu_budget_pct, floor_s=READ_INTERVAL_S)
         self.pace_clocks = (time.monotonic, time.process_time)  # wall and this process's CPU
-        self._now = Rate(render_interval_s)
         self.schedule = RepaintSchedule(self._painters())
+        # Each paced area's own rate (the figures', the histories', the slow views'): the
+        # pace lengthens it to the pace's interval, never shortens it.
+        self._base_rates = {
+            (painter.name, area): rate
+            for painter in self.schedule.painters
+            for area, rate in painter.areas.items()
+            if rate.paced
+        }
         self.passes = 0  # repaints that painted something
         self._timer: Timer | None = None
         self._timer_at = 0.0
         self._reading: Reading | None = None  # the figures on screen
 
     def _painters(self) -> list[Painter]:
-        now = self._now  # figures a person reads as they change (at the pace)
+        # Figures a person reads as they change; the pace (and only it) slows them, and the
+        # views below, while the dashboard would take more than its budget of a core.
+        now = Rate(self.render_interval_s, paced=True)
         # What a person did or must see at once (a key's pending change, the link, the run's
         # status): never slowed by the pace.
         at_once = Rate(self.render_interval_s)
-        slow = Rate(max(self.render_interval_s, SLOW_REPAINT_S), late_s=SLOW_LATE_S)
+        slow = Rate(max(self.render_interval_s, SLOW_REPAINT_S), late_s=SLOW_LATE_S, paced=True)
         # Joining a repaint of the figures too: a timer of its own would repaint the
         # screen once more each second, out of step with the batches.
-        history = Rate(self.history_interval_s, late_s=SLOW_LATE_S)
+        history = Rate(self.history_interval_s, late_s=SLOW_LATE_S, paced=True)
         return [
             Painter("header", {"header": at_once, "link": at_once, "clock": CLOCK}, self._header),
             # Every part that shows a figure, from one reading: metrics, advice, workers,
@@ -199,13 +209,19 @@ class Repainter:
         self.schedule_paint()
 
     def _set_pace(self, interval_s: float) -> None:
-        """Figures repaint at most every interval_s from now on (the header says so)."""
-        old, new = self._now, Rate(interval_s)
+        """The figures (and the histories, the slow views) repaint at most every
+        interval_s from now on, or at their own rate where that is longer; back at the
+        base pace, at their own rates again. The header says so."""
+        base = not self.pace.paced
         for painter in self.schedule.painters:
-            if any(rate is old for rate in painter.areas.values()):
-                painter.areas = {area: new if rate is old else rate
-                                 for area, rate in painter.areas.items()}
-        self._now = new
+            own = {area: self._base_rates.get((painter.name, area)) for area in painter.areas}
+            if any(own.values()):
+                painter.areas = {
+                    area: rate if (mine := own[area]) is None
+                    else mine if base or mine.every_s >= interval_s
+                    else replace(mine, every_s=interval_s)
+                    for area, rate in painter.areas.items()
+                }
         self.schedule.note(("header",))
 
     def restart_pace(self) -> None:

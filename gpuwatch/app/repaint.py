@@ -24,6 +24,7 @@ class Rate:
 
     every_s: float  # at least this long after the part's last repaint
     late_s: float = 0.0  # and it may wait this much longer for a repaint of other parts
+    paced: bool = False  # lengthened while the dashboard is over its CPU budget (Pace)
 
 
 @dataclass

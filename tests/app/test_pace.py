@@ -135,6 +135,11 @@ async def test_the_app_slows_its_figures_over_budget_and_says_so(monkeypatch):
         paced = repainter.pace.interval_s
         assert paced > painters.READ_INTERVAL_S
         assert figures.areas["metrics"].every_s == paced
+        # The views that move slow down too, where the pace is slower than their own rate.
+        gpus = next(p for p in repainter.schedule.painters if p.name == "gpus")
+        history = next(p for p in repainter.schedule.painters if p.name == "history")
+        assert gpus.areas["gpu_history"].every_s == max(painters.HISTORY_INTERVAL_S, paced)
+        assert history.areas["history"].every_s == max(painters.SLOW_REPAINT_S, paced)
         # The clock's rate and the slow views' are their own; what a person did or must see
         # at once (a key's pending change, the link, the run's status) is never slowed.
         assert figures.areas["tick"] is painters.CLOCK
@@ -151,6 +156,8 @@ async def test_the_app_slows_its_figures_over_budget_and_says_so(monkeypatch):
             clocks.tick()
             repainter.tick()
         assert figures.areas["metrics"].every_s == painters.RENDER_INTERVAL_S
+        assert gpus.areas["gpu_history"].every_s == painters.HISTORY_INTERVAL_S
+        assert history.areas["history"].every_s == painters.SLOW_REPAINT_S
         await waiter.until(lambda: "↻" not in app.query_one(HeaderBar).plain, "unpaced")
 
 
