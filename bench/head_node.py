@@ -10,9 +10,10 @@ AF_UNIX socket, as bench_dashboard.py has it) publishes a recorded events.jsonl,
 events before --from-t at once (the run so far, folded on attach) and the rest at the
 pace they were recorded, their times moved to now; the real dashboard
 (`gpuwatch.app.run_dashboard`) follows it on a pseudo-terminal, first at 80x24, then
-at 160x48, and its CPU time is counted over each half.
+at 160x48, and its CPU time is counted over each half, after WARMUP_S in which its
+pace settles (a dashboard over its CPU budget repaints less often: gpuwatch/app/repaint.py).
 
-    .venv/bin/python bench/head_node.py EVENTS.jsonl [--seconds 40]
+    .venv/bin/python bench/head_node.py EVENTS.jsonl [--seconds 60]
 """
 
 from __future__ import annotations
@@ -50,7 +51,9 @@ from trainer_runtime.protocol import (  # noqa: E402
     parse_event,
 )
 
-WARMUP_S = 5.0
+# Before measuring: the dashboard's first paint, the record's fold, and its pace settling
+# (gpuwatch/app/repaint.py: Pace), as in a dashboard minutes old.
+WARMUP_S = 20.0
 
 
 def cpu_seconds(proc: psutil.Process) -> float:
@@ -93,14 +96,15 @@ def read_record(record: Path) -> list[dict[str, Any]]:
 
 
 async def replay(frames: list[dict[str, Any]], from_t: float | None, seconds: float,
-                 sizes: list[tuple[int, int]], profile: str | None = None) -> list[float]:
+                 sizes: list[tuple[int, int]], profile: str | None = None,
+                 warmup_s: float = WARMUP_S) -> list[float]:
     """CPU % of a core of the dashboard at each size, each over seconds / len(sizes)."""
     run_id = next(f["run_id"] for f in frames if f.get("type") == "run")
     if from_t is None:  # the run settled: 10 s after its last worker said hello
         from_t = max(f["t"] for f in frames if f.get("type") == "hello") + 10.0
     head = [f for f in frames if f["t"] < from_t]
     rest = [f for f in frames if f["t"] >= from_t]
-    needed_s = WARMUP_S + seconds + 1.0
+    needed_s = warmup_s + seconds + 1.0
     if not rest or rest[-1]["t"] - from_t < needed_s:
         raise SystemExit(f"the record has under {needed_s:.0f} s of events after --from-t")
     with tempfile.TemporaryDirectory(prefix="gpuwatch-head-") as tmp:
@@ -150,7 +154,7 @@ async def replay(frames: list[dict[str, Any]], from_t: float | None, seconds: fl
             # The run's later events from the moment of the attach, at their pace.
             shift = time.time() - from_t
             feeder = asyncio.create_task(feed())
-            await asyncio.sleep(WARMUP_S)
+            await asyncio.sleep(warmup_s)
             figures = []
             for index, (width, height) in enumerate(sizes):
                 if index:
@@ -162,7 +166,8 @@ async def replay(frames: list[dict[str, Any]], from_t: float | None, seconds: fl
                 before, start = cpu_seconds(proc), time.monotonic()
                 if profile:  # py-spy the dashboard over this half (raw, collapsed stacks)
                     spy = await asyncio.create_subprocess_exec(
-                        "py-spy", "record", "-d", str(int(seconds / len(sizes))), "-f", "raw",
+                        "py-spy", "record", "--nonblocking", "-d",
+                        str(int(seconds / len(sizes))), "-f", "raw",
                         "-o", f"{profile}-{width}x{height}.txt", "-p", str(child.pid),
                         stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
                 await asyncio.sleep(seconds / len(sizes))
@@ -193,7 +198,7 @@ def main() -> int:
     parser.add_argument("record", type=Path, help="an events.jsonl")
     parser.add_argument("--from-t", type=float,
                         help="attach here (default: 10 s after the last hello)")
-    parser.add_argument("--seconds", type=float, default=40.0)
+    parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--profile", help="py-spy each half to PROFILE-WxH.txt (needs py-spy)")
     args = parser.parse_args()
     small, big = asyncio.run(replay(read_record(args.record), args.from_t, args.seconds,

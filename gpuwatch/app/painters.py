@@ -67,7 +67,8 @@ SLOW_REPAINT_S = 2.0
 SLOW_LATE_S = 0.5
 # The elapsed clock (whole seconds): repainted with any repaint at most every half
 # second, and by the tick within a second; so it never skips a second.
-CLOCK = Rate(0.5, late_s=0.5)
+# While the dashboard is paced (over its CPU budget) the clock too repaints at the pace.
+CLOCK = Rate(0.5, late_s=0.5, paced=True)
 # The per-GPU history and the plots: at most once a second.
 HISTORY_INTERVAL_S = 1.0
 # A part due this soon paints with the others now: fewer, fuller repaints.

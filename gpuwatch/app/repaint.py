@@ -105,9 +105,11 @@ class RepaintSchedule:
 CPU_BUDGET_PCT = 2.0
 # Over this share of the budget it slows down; under LOW_SHARE it speeds up again.
 HIGH_SHARE, LOW_SHARE = 0.85, 0.55
-# Each step of the interval, and its longest: about the refresh of top or nvitop.
+# Each step of the interval (up to MAX_PACE_STEP when far over), and its longest: about
+# the refresh of top, btop or nvitop.
 PACE_STEP = 1.25
-MAX_INTERVAL_S = 2.0
+MAX_PACE_STEP = 2.0
+MAX_INTERVAL_S = 3.0
 # CPU is judged over this many seconds, and not before the app has run this long (its
 # start-up, the first paint and the record's fold are not what a repaint costs).
 PACE_WINDOW_S = 6.0
@@ -119,7 +121,8 @@ class Pace:
 
     Fed the process's CPU seconds once a second (``observe``); past PACE_WINDOW_S it
     compares the share of a core taken over the last window with the budget, lengthens
-    the interval by PACE_STEP while over HIGH_SHARE of it (up to MAX_INTERVAL_S; from
+    the interval by PACE_STEP (by up to MAX_PACE_STEP, as far as the share is over)
+    while over HIGH_SHARE of it (up to MAX_INTERVAL_S; from
     ``floor_s``, what the base interval comes to where the reads are paced) and shortens
     it again while under LOW_SHARE (back to the base). Plain Python: tested with made-up
     clocks.
@@ -162,9 +165,11 @@ class Pace:
         pct = 100.0 * (cpu_s - first_cpu) / (now_s - first_s)
         self.last_pct = pct
         before = self.interval_s
-        if pct > self.budget_pct * HIGH_SHARE:
-            longer = max(self.interval_s, self.floor_s) * PACE_STEP
-            self.interval_s = min(MAX_INTERVAL_S, longer)
+        high = self.budget_pct * HIGH_SHARE
+        if pct > high:
+            # Far over, a longer step: the cost of repaints goes as 1 / the interval.
+            step = min(MAX_PACE_STEP, max(PACE_STEP, pct / high))
+            self.interval_s = min(MAX_INTERVAL_S, max(self.interval_s, self.floor_s) * step)
         elif pct < self.budget_pct * LOW_SHARE and self.paced:
             shorter = self.interval_s / PACE_STEP
             self.interval_s = shorter if shorter > self.floor_s * 1.01 else self.base_s

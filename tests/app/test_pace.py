@@ -12,6 +12,7 @@ from gpuwatch.app.repaint import (
     HIGH_SHARE,
     LOW_SHARE,
     MAX_INTERVAL_S,
+    MAX_PACE_STEP,
     PACE_STEP,
     PACE_WINDOW_S,
     Pace,
@@ -54,12 +55,19 @@ def test_over_budget_it_slows_from_the_paced_reads_up_to_the_longest():
     pace = Pace(BASE, BUDGET, floor_s=FLOOR)
     _, intervals = feed(pace, 120, 10.0)
     changes = [b for a, b in zip([BASE, *intervals], intervals, strict=False) if a != b]
-    # The first step starts from what the base comes to with reads every FLOOR s.
-    assert changes[0] == pytest.approx(FLOOR * PACE_STEP)
-    assert all(b == pytest.approx(min(MAX_INTERVAL_S, a * PACE_STEP))
+    # The first step starts from what the base comes to with reads every FLOOR s; 10 % of
+    # a core is far over the budget: each step is the longest one.
+    assert changes[0] == pytest.approx(FLOOR * MAX_PACE_STEP)
+    assert all(b == pytest.approx(min(MAX_INTERVAL_S, a * MAX_PACE_STEP))
                for a, b in itertools.pairwise(changes))
     assert intervals[-1] == MAX_INTERVAL_S and pace.paced
     assert pace.last_pct == pytest.approx(10.0)
+
+
+def test_just_over_the_budget_it_takes_the_shortest_step():
+    pace = Pace(BASE, BUDGET, floor_s=FLOOR)
+    _, intervals = feed(pace, int(PACE_WINDOW_S) + 1, BUDGET * HIGH_SHARE * 1.05)
+    assert intervals[-1] == pytest.approx(FLOOR * PACE_STEP)
 
 
 def test_within_the_band_it_holds_and_under_it_returns_to_the_base():
@@ -90,9 +98,9 @@ def test_each_judgement_is_of_the_pace_it_ran_at():
     against the new one (no run-away lengthening from one burst)."""
     pace = Pace(BASE, BUDGET, floor_s=FLOOR)
     clocks, _ = feed(pace, int(PACE_WINDOW_S) + 1, 20.0)  # one long burst: one step
-    assert pace.interval_s == pytest.approx(FLOOR * PACE_STEP)
+    assert pace.interval_s == pytest.approx(FLOOR * MAX_PACE_STEP)
     _, intervals = feed(pace, 2, 0.1, clocks)  # quiet at once: too soon to judge
-    assert intervals == [pytest.approx(FLOOR * PACE_STEP)] * 2
+    assert intervals == [pytest.approx(FLOOR * MAX_PACE_STEP)] * 2
 
 
 def test_the_header_says_the_figures_are_paced_and_drops_it_with_the_elapsed_time():
@@ -140,9 +148,10 @@ async def test_the_app_slows_its_figures_over_budget_and_says_so(monkeypatch):
         history = next(p for p in repainter.schedule.painters if p.name == "history")
         assert gpus.areas["gpu_history"].every_s == max(painters.HISTORY_INTERVAL_S, paced)
         assert history.areas["history"].every_s == max(painters.SLOW_REPAINT_S, paced)
-        # The clock's rate and the slow views' are their own; what a person did or must see
-        # at once (a key's pending change, the link, the run's status) is never slowed.
-        assert figures.areas["tick"] is painters.CLOCK
+        # The clock goes at the pace too (the header's elapsed time moves every `paced`
+        # seconds); what a person did or must see at once (a key's pending change, the
+        # link, the run's status) is never slowed.
+        assert figures.areas["tick"].every_s == paced
         assert figures.areas["status"].every_s == painters.RENDER_INTERVAL_S
         pending = next(p for p in repainter.schedule.painters if p.name == "pending")
         header = next(p for p in repainter.schedule.painters if p.name == "header")
