@@ -72,7 +72,7 @@ from gpuwatch.runstate import RunState  # noqa: E402
 STRAGGLER = 17
 # The head-node replay: the dashboard's pace settles in this long, then each size is
 # measured for half of HEAD_SECONDS.
-HEAD_SETTLE_S = 20.0
+HEAD_SETTLE_S = 30.0
 HEAD_SECONDS = 60.0
 SSH_STAND_IN = """#!/bin/sh
 # ssh -T [options] -o BatchMode=yes -- HOST COMMAND: run COMMAND here, as sshd would.

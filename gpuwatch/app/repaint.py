@@ -103,8 +103,8 @@ class RepaintSchedule:
 # The dashboard's share of one core it holds itself under: a monitor must not compete
 # with the job it watches (a 64-host run's record, a 160x48 terminal).
 CPU_BUDGET_PCT = 2.0
-# Over this share of the budget it slows down; under LOW_SHARE it speeds up again.
-HIGH_SHARE, LOW_SHARE = 0.85, 0.55
+# Over the budget (HIGH_SHARE of it) it slows down; under LOW_SHARE it speeds up again.
+HIGH_SHARE, LOW_SHARE = 1.0, 0.75
 # Each step of the interval (up to MAX_PACE_STEP when far over), and its longest: about
 # the refresh of top, btop or nvitop.
 PACE_STEP = 1.25
@@ -113,6 +113,9 @@ MAX_INTERVAL_S = 3.0
 # CPU is judged over this many seconds, and not before the app has run this long (its
 # start-up, the first paint and the record's fold are not what a repaint costs).
 PACE_WINDOW_S = 6.0
+# Judgements (one a second, each of the last PACE_WINDOW_S) in a row over the budget
+# before it slows down.
+OVER_JUDGEMENTS = 3
 
 
 class Pace:
@@ -138,6 +141,7 @@ class Pace:
         self._seen: list[tuple[float, float]] = []  # (monotonic s, CPU s), the window's
         self._since_s: float | None = None  # when the window last started afresh
         self.last_pct: float | None = None  # the share of a core over the last window
+        self._over = 0  # judgements in a row over the budget
 
     @property
     def paced(self) -> bool:
@@ -166,7 +170,11 @@ class Pace:
         self.last_pct = pct
         before = self.interval_s
         high = self.budget_pct * HIGH_SHARE
-        if pct > high:
+        # Over for OVER_JUDGEMENTS in a row: a window that a moment's load on the box tips
+        # over is not what the dashboard costs.
+        self._over = self._over + 1 if pct > high else 0
+        if self._over >= OVER_JUDGEMENTS:
+            self._over = 0
             # Far over, a longer step: the cost of repaints goes as 1 / the interval.
             step = min(MAX_PACE_STEP, max(PACE_STEP, pct / high))
             self.interval_s = min(MAX_INTERVAL_S, max(self.interval_s, self.floor_s) * step)
@@ -177,4 +185,5 @@ class Pace:
             return False
         # What the last window cost was at the old pace: judge the new one on its own.
         self._seen = [(now_s, cpu_s)]
+        self._over = 0
         return True

@@ -13,6 +13,7 @@ from gpuwatch.app.repaint import (
     LOW_SHARE,
     MAX_INTERVAL_S,
     MAX_PACE_STEP,
+    OVER_JUDGEMENTS,
     PACE_STEP,
     PACE_WINDOW_S,
     Pace,
@@ -66,8 +67,19 @@ def test_over_budget_it_slows_from_the_paced_reads_up_to_the_longest():
 
 def test_just_over_the_budget_it_takes_the_shortest_step():
     pace = Pace(BASE, BUDGET, floor_s=FLOOR)
-    _, intervals = feed(pace, int(PACE_WINDOW_S) + 1, BUDGET * HIGH_SHARE * 1.05)
+    _, intervals = feed(pace, int(PACE_WINDOW_S) + OVER_JUDGEMENTS, BUDGET * HIGH_SHARE * 1.05)
     assert intervals[-1] == pytest.approx(FLOOR * PACE_STEP)
+
+
+def test_one_judgement_over_the_budget_changes_nothing():
+    """Over for fewer than OVER_JUDGEMENTS in a row (a window tipped over by noise), then
+    back under: the pace stays."""
+    pace = Pace(BASE, BUDGET, floor_s=FLOOR)
+    clocks, _ = feed(pace, int(PACE_WINDOW_S), BUDGET * 0.9)
+    for _ in range(5):  # each over-budget second is followed by one well under it
+        clocks, over = feed(pace, 1, BUDGET * 1.5, clocks)
+        clocks, under = feed(pace, 1, BUDGET * 0.3, clocks)
+        assert over + under == [BASE, BASE]
 
 
 def test_within_the_band_it_holds_and_under_it_returns_to_the_base():
@@ -97,7 +109,7 @@ def test_each_judgement_is_of_the_pace_it_ran_at():
     """After a change the window starts afresh: what the old pace cost is not held
     against the new one (no run-away lengthening from one burst)."""
     pace = Pace(BASE, BUDGET, floor_s=FLOOR)
-    clocks, _ = feed(pace, int(PACE_WINDOW_S) + 1, 20.0)  # one long burst: one step
+    clocks, _ = feed(pace, int(PACE_WINDOW_S) + OVER_JUDGEMENTS, 20.0)  # a burst: one step
     assert pace.interval_s == pytest.approx(FLOOR * MAX_PACE_STEP)
     _, intervals = feed(pace, 2, 0.1, clocks)  # quiet at once: too soon to judge
     assert intervals == [pytest.approx(FLOOR * MAX_PACE_STEP)] * 2
