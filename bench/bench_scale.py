@@ -70,10 +70,10 @@ from gpuwatch.client import RunClient  # noqa: E402
 from gpuwatch.runstate import RunState  # noqa: E402
 
 STRAGGLER = 17
-# The head-node replay: the dashboard's pace settles in this long, then each size is
+# The head-node replay: at each size the dashboard's pace settles in this long, then it is
 # measured for half of HEAD_SECONDS.
-HEAD_SETTLE_S = 30.0
-HEAD_SECONDS = 60.0
+HEAD_SETTLE_S = 25.0
+HEAD_SECONDS = 40.0
 SSH_STAND_IN = """#!/bin/sh
 # ssh -T [options] -o BatchMode=yes -- HOST COMMAND: run COMMAND here, as sshd would.
 while [ "$1" != "--" ]; do shift; done

@@ -10,8 +10,8 @@ AF_UNIX socket, as bench_dashboard.py has it) publishes a recorded events.jsonl,
 events before --from-t at once (the run so far, folded on attach) and the rest at the
 pace they were recorded, their times moved to now; the real dashboard
 (`gpuwatch.app.run_dashboard`) follows it on a pseudo-terminal, first at 80x24, then
-at 160x48, and its CPU time is counted over each half, after WARMUP_S in which its
-pace settles (a dashboard over its CPU budget repaints less often: gpuwatch/app/repaint.py).
+at 160x48, and its CPU time is counted over each half, each after WARMUP_S in which
+its pace settles (a dashboard over its CPU budget repaints less often: gpuwatch/app/repaint.py).
 
     .venv/bin/python bench/head_node.py EVENTS.jsonl [--seconds 60]
 """
@@ -104,7 +104,7 @@ async def replay(frames: list[dict[str, Any]], from_t: float | None, seconds: fl
         from_t = max(f["t"] for f in frames if f.get("type") == "hello") + 10.0
     head = [f for f in frames if f["t"] < from_t]
     rest = [f for f in frames if f["t"] >= from_t]
-    needed_s = warmup_s + seconds + 1.0
+    needed_s = warmup_s * len(sizes) + seconds + 1.0
     if not rest or rest[-1]["t"] - from_t < needed_s:
         raise SystemExit(f"the record has under {needed_s:.0f} s of events after --from-t")
     with tempfile.TemporaryDirectory(prefix="gpuwatch-head-") as tmp:
@@ -162,7 +162,7 @@ async def replay(frames: list[dict[str, Any]], from_t: float | None, seconds: fl
                                 struct.pack("HHHH", height, width, 0, 0))
                     os.killpg(child.pid, signal.SIGWINCH)
                     screen = Screen(width, height)
-                    await asyncio.sleep(1.0)  # the new layout's first paint
+                    await asyncio.sleep(warmup_s)  # the new layout: its pace settles again
                 before, start = cpu_seconds(proc), time.monotonic()
                 if profile:  # py-spy the dashboard over this half (raw, collapsed stacks)
                     spy = await asyncio.create_subprocess_exec(
