@@ -210,15 +210,14 @@ def settings() -> dict[str, Any]:
     }
 
 
-class Feed:
-    """Steps at STEPS_PER_S and an 8-GPU sample each second, recorded and published."""
+class StandIn:
+    """A supervisor's side of a run's socket for a bench: the real EventLog and ClientHub,
+    answering `subscribe` (and refusing anything else); events published as recorded."""
 
-    def __init__(self, run_dir: Path, socket_path: Path, seed: int, steps_per_s: float) -> None:
-        self.steps_per_s = steps_per_s
+    def __init__(self, run_dir: Path, socket_path: Path, run_id: str) -> None:
+        self.run_id = run_id
         self.events = EventLog(run_dir)
         self.hub = ClientHub(socket_path, self.events, self.answer)
-        self.random = random.Random(seed)
-        self.sent_at: list[float] = []  # monotonic time each step was published, by step - 1
         self.subscribed = asyncio.Event()
 
     async def answer(self, frame: dict[str, Any], client: Client) -> bytes:
@@ -229,12 +228,22 @@ class Feed:
         if isinstance(command, Subscribe):
             next_seq = self.hub.subscribe(client, command.from_seq)
             self.subscribed.set()
-            return encode("ack", id=command.id, next_seq=next_seq, run_id=RUN_ID)
+            return encode("ack", id=command.id, next_seq=next_seq, run_id=self.run_id)
         return encode("err", id=command.id, message=f"the bench does not {command.TYPE}")
 
-    def record(self, event: Any) -> None:
-        seq, _t, data = self.events.append(event)
+    def record(self, event: Any, t: float | None = None) -> None:
+        seq, _t, data = self.events.append(event, t=t)
         self.hub.publish(seq, data)
+
+
+class Feed(StandIn):
+    """Steps at STEPS_PER_S and an 8-GPU sample each second, recorded and published."""
+
+    def __init__(self, run_dir: Path, socket_path: Path, seed: int, steps_per_s: float) -> None:
+        super().__init__(run_dir, socket_path, RUN_ID)
+        self.steps_per_s = steps_per_s
+        self.random = random.Random(seed)
+        self.sent_at: list[float] = []  # monotonic time each step was published, by step - 1
 
     def start_run(self) -> None:
         config = settings()

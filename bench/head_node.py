@@ -39,56 +39,18 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_dashboard import DASHBOARD, Screen  # noqa: E402
+from bench_dashboard import DASHBOARD, Screen, StandIn, cpu_seconds  # noqa: E402
 
-from gpuwatch.supervisor.eventlog import EventLog  # noqa: E402
-from gpuwatch.supervisor.hub import Client, ClientHub  # noqa: E402
-from trainer_runtime.protocol import (  # noqa: E402
-    InvalidCommand,
-    Subscribe,
-    encode,
-    parse_command,
-    parse_event,
-)
+from trainer_runtime.protocol import parse_event  # noqa: E402
 
 # Before measuring: the dashboard's first paint, the record's fold, and its pace settling
 # (gpuwatch/app/repaint.py: Pace), as in a dashboard minutes old.
 WARMUP_S = 20.0
 
 
-def cpu_seconds(proc: psutil.Process) -> float:
-    total = 0.0
-    for one in [proc, *proc.children(recursive=True)]:
-        with contextlib.suppress(psutil.Error):
-            times = one.cpu_times()
-            total += times.user + times.system
-    return total
-
-
-class StandIn:
-    """The supervisor's side of the socket, for a record: publishes, answers subscribe."""
-
-    def __init__(self, run_dir: Path, socket_path: Path, run_id: str) -> None:
-        self.run_id = run_id
-        self.events = EventLog(run_dir)
-        self.hub = ClientHub(socket_path, self.events, self.answer)
-        self.subscribed = asyncio.Event()
-
-    async def answer(self, frame: dict[str, Any], client: Client) -> bytes:
-        try:
-            command = parse_command(frame)
-        except InvalidCommand as exc:
-            return encode("err", id=exc.command_id, message=str(exc))
-        if isinstance(command, Subscribe):
-            next_seq = self.hub.subscribe(client, command.from_seq)
-            self.subscribed.set()
-            return encode("ack", id=command.id, next_seq=next_seq, run_id=self.run_id)
-        return encode("err", id=command.id, message=f"the bench does not {command.TYPE}")
-
-    def publish(self, frame: dict[str, Any], t: float) -> None:
-        _, event = parse_event(frame)
-        seq, _t, data = self.events.append(event, t=t)
-        self.hub.publish(seq, data)
+def publish(stand_in: StandIn, frame: dict[str, Any], t: float) -> None:
+    """One recorded frame, as its event, at time t."""
+    stand_in.record(parse_event(frame)[1], t)
 
 
 def read_record(record: Path) -> list[dict[str, Any]]:
@@ -115,7 +77,7 @@ async def replay(frames: list[dict[str, Any]], from_t: float | None, seconds: fl
         stand_in = StandIn(run_dir, socket_path, run_id)
         shift = time.time() - from_t
         for frame in head:
-            stand_in.publish(frame, frame["t"] + shift)
+            publish(stand_in, frame, frame["t"] + shift)
         await stand_in.hub.open()
         master, slave = os.openpty()
         width, height = sizes[0]
@@ -146,7 +108,7 @@ async def replay(frames: list[dict[str, Any]], from_t: float | None, seconds: fl
                 wait = (frame["t"] - from_t) - (time.monotonic() - began)
                 if wait > 0:
                     await asyncio.sleep(wait)
-                stand_in.publish(frame, frame["t"] + shift)
+                publish(stand_in, frame, frame["t"] + shift)
 
         feeder: asyncio.Task[None] | None = None
         try:
