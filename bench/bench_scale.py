@@ -11,7 +11,8 @@ trainer's frames, no TensorFlow); each agent samples "its host" with a fake NVML
 agents summarize (past 8 workers), the supervisor records and folds, and the real
 dashboard (`gpuwatch attach`) runs on a pseudo-terminal.
 
-Once every worker has said hello and the run has settled, for --seconds: the bytes
+Once every worker has said hello and the dashboard has run LIVE_SETTLE_S (its pace
+settles), for --seconds: the bytes
 events.jsonl grows by, the CPU seconds of the supervisor and of the dashboard (the
 first half at 80x24, the second at 160x48). Meanwhile worker 17 becomes input-bound
 (its input wait goes from ~1 to ~12 ms of a 25 ms step) at a known time, and a client
@@ -73,6 +74,8 @@ STRAGGLER = 17
 # The head-node replay: at each size the dashboard's pace settles in this long, then it is
 # measured for half of HEAD_SECONDS.
 HEAD_SETTLE_S = 25.0
+# The live dashboard: measured from this long after it started (its pace settled).
+LIVE_SETTLE_S = 30.0
 HEAD_SECONDS = 40.0
 SSH_STAND_IN = """#!/bin/sh
 # ssh -T [options] -o BatchMode=yes -- HOST COMMAND: run COMMAND here, as sshd would.
@@ -287,7 +290,7 @@ def measure(args: argparse.Namespace, env: dict[str, str], config: Path, tmp: Pa
         watcher = Watcher(info.socket_path)
         dashboard = Dashboard(env, info.run_id, 80, 24)
         dashboards.append(dashboard)
-        time.sleep(10.0)  # settle: the dashboard's first paint, the agents' first summaries
+        time.sleep(LIVE_SETTLE_S)  # its first paint, the agents' first summaries, its pace
         if os.environ.get("BENCH_SCALE_PROFILE"):  # py-spy the dashboard meanwhile
             subprocess.Popen(["py-spy", "record", "-d", "20", "-o",
                               os.environ["BENCH_SCALE_PROFILE"], "-f", "raw", "-p",
