@@ -14,7 +14,6 @@ host's run-directory path (issue 21: ``alice@gpu-b`` has another home).
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import signal
@@ -26,7 +25,6 @@ from typing import Any
 import pytest
 
 from gpuwatch import runs
-from gpuwatch.client import RunClient
 from gpuwatch.config import ConfigError
 from gpuwatch.runs import RunError, agent_worker_dir, ensure_private_tree, pid_alive
 from gpuwatch.supervisor.agent import AgentStartError
@@ -35,6 +33,7 @@ from gpuwatch.supervisor.remote import RemoteAgent
 from tests.conftest import gpuwatch, wait_for
 from tests.test_multiworker_live import CONFIG, contiguous, last_step, of, the_run, trainer_pids
 from tests.test_remote_agent import Collected, agent_env
+from tests.test_resume_attach import supervisor_gone
 from trainer_runtime.schema import RunConfig
 
 from .support.sshd import Account, SshServer, second_account, sshd_two_accounts  # noqa: F401
@@ -235,13 +234,12 @@ def test_a_worker_of_another_account_keeps_its_files_in_its_own_home_and_trains(
     checkpoints = [e["step"] for e in of(run_dir, "checkpoint", worker=0, attempt=1)]
     assert checkpoints
 
-    # A relaunch resumes both; worker 1 from its own scratch copy there.
-    async def relaunch() -> None:
-        async with RunClient(runs.socket_path_for(info.run_id, home)) as client:
-            reply = await client.command("relaunch")
-            assert reply["type"] == "ack", reply
-
-    asyncio.run(relaunch())
+    # Nobody follows the run, so its supervisor exits once it has ended (a `relaunch` sent
+    # to it then races that exit): `gpuwatch resume` goes on with it, as a person would.
+    # Both workers resume; worker 1 from its own scratch copy there.
+    wait_for(lambda: supervisor_gone(run_dir), 30, "the ended run's supervisor to exit")
+    resumed = gpuwatch("resume", info.run_id, "--detach")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     wait_for(lambda: min(last_step(run_dir, w, 2) for w in (0, 1)) >= checkpoints[-2:][0] + 5,
              240, "attempt 2 to train on both workers")
     resumes = {e["worker"]: e for e in of(run_dir, "resume", attempt=2)}
