@@ -364,7 +364,8 @@ def measure(args: argparse.Namespace, env: dict[str, str], config: Path, tmp: Pa
     head_small, head_big = asyncio.run(head_node.replay(
         record, from_t, HEAD_SECONDS, [(80, 24), (160, 48)], warmup_s=HEAD_SETTLE_S))
     print(f"dashboard beside the simulated cluster: {dash_small:.2f}% at 80x24, "
-          f"{dash_big:.2f}% at 160x48 (its first {args.seconds:.0f} s); as on a head node: "
+          f"{dash_big:.2f}% at 160x48 (settled {LIVE_SETTLE_S:.0f} s, then "
+          f"{args.seconds:.0f} s); as on a head node: "
           f"{head_small:.2f}% at 80x24, {head_big:.2f}% at 160x48")
     print(f"result: workers={args.workers} events_kib_per_s={kib_per_s:.1f} "
           f"supervisor_cpu_pct={supervisor_pct:.1f} "
