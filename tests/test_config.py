@@ -410,6 +410,29 @@ def test_factory_form(tmp_path: Path) -> None:
     )
 
 
+FACTORY_CHARS = "abcXY_.:019 -\n\t$;/"
+
+
+@HYPOTHESIS
+@given(spec=st.text(alphabet=FACTORY_CHARS, max_size=30))
+@example(spec="pkg.nets:build\n")
+@example(spec="pkg.nets:build ")
+def test_any_factory_text_is_a_whole_module_colon_function_or_refused(spec: str) -> None:
+    """A factory is imported by name: the schema takes only 'package.module:function',
+    whole (no trailing newline, space or other text), or refuses it in one line."""
+    from trainer_runtime.schema import FACTORY_RE
+
+    try:
+        config = RunConfig.model_validate({"model": {"factory": spec}})
+    except Exception as exc:  # pydantic's ValidationError: refused
+        assert "factory" in str(exc)
+        return
+    taken = config.model.factory
+    assert taken == spec and FACTORY_RE.fullmatch(taken)
+    module, _, function = taken.partition(":")
+    assert module and function and not set(taken) & set(" -\n\t$;/")
+
+
 def test_a_factory_with_a_last_newline_is_refused(tmp_path: Path) -> None:
     """The form is the whole text: a regex's "$" would take "pkg.mod:fn\\n"."""
     path = write(tmp_path, 'model:\n  factory: "pkg.nets:build\\n"\n')
