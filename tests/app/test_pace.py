@@ -118,10 +118,10 @@ def test_each_judgement_is_of_the_pace_it_ran_at():
 def test_the_header_says_the_figures_are_paced_and_drops_it_with_the_elapsed_time():
     state = RunState()
     state.run_id, state.status = "1124-abcd", "running"
-    assert "↻" not in header_text(state, 0.0, 80).plain
-    assert "↻1.2s" in header_text(state, 0.0, 80, 1.25).plain
+    assert "refresh " not in header_text(state, 0.0, 80).plain
+    assert "refresh 1.2s" in header_text(state, 0.0, 80, 1.25).plain
     narrow = header_text(state, 0.0, 24, 1.25).plain
-    assert "↻" not in narrow and "running" in narrow
+    assert "refresh " not in narrow and "running" in narrow
 
 
 class FakeClocks:
@@ -169,8 +169,8 @@ async def test_the_app_slows_its_figures_over_budget_and_says_so(monkeypatch):
         header = next(p for p in repainter.schedule.painters if p.name == "header")
         assert {r.every_s for r in (*pending.areas.values(), header.areas["header"],
                                     header.areas["link"])} == {painters.RENDER_INTERVAL_S}
-        await waiter.until(lambda: "↻" in app.query_one(HeaderBar).plain, "the paced mark")
-        assert f"↻{paced:.1f}s" in app.query_one(HeaderBar).plain
+        await waiter.until(lambda: "refresh " in app.query_one(HeaderBar).plain, "the paced mark")
+        assert f"refresh {paced:.1f}s" in app.query_one(HeaderBar).plain
         assert "step" in app.query_one(MetricsPanel).plain
         clocks.pct = 0.1
         for _ in range(200):
@@ -179,7 +179,7 @@ async def test_the_app_slows_its_figures_over_budget_and_says_so(monkeypatch):
         assert figures.areas["metrics"].every_s == painters.RENDER_INTERVAL_S
         assert gpus.areas["gpu_history"].every_s == painters.HISTORY_INTERVAL_S
         assert history.areas["history"].every_s == painters.SLOW_REPAINT_S
-        await waiter.until(lambda: "↻" not in app.query_one(HeaderBar).plain, "unpaced")
+        await waiter.until(lambda: "refresh " not in app.query_one(HeaderBar).plain, "unpaced")
 
 
 async def test_without_a_budget_the_app_never_paces():

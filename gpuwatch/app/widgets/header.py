@@ -46,7 +46,7 @@ def header_text(state: RunState, now: float, width: int, every_s: float | None =
     """The header in `width` cells (0: any): the status and the link's state always whole.
 
     every_s: the figures repaint this seldom (the dashboard keeps within its CPU
-    budget), said after the elapsed time as "↻1.2s", and going with it.
+    budget), said after the elapsed time as "refresh 1.2s", and going with it.
 
     What is less important gives way first, in this order: the "gpuwatch" mark, the name
     (shortened, then dropped), the elapsed time, "attempt" (to "#"), then the run id.
@@ -64,7 +64,7 @@ def header_text(state: RunState, now: float, width: int, every_s: float | None =
     run_id = Text(f" {state.run_id or '…'} ", style="bold reverse")
     elapsed = f"  elapsed {fmt.duration(state.elapsed_s(now))}"
     if every_s is not None:
-        elapsed += f" ↻{every_s:.1f}s"
+        elapsed += f"  refresh {every_s:.1f}s"
     attempt = state.attempt or "-"
     # (the mark, the name: "whole", "cut" (if MIN_NAME_CELLS fit) or "", attempt, elapsed),
     # fullest first.
