@@ -176,7 +176,7 @@ def test_a_plan_that_cannot_run_is_one_line_and_exit_2_before_anything_starts(
 
 # ---- the truth test ------------------------------------------------------------------
 
-TRUTH_STEPS = 200
+TRUTH_STEPS = 100
 TRUTH_ROUNDS = 5
 
 
