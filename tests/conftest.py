@@ -15,6 +15,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# Property tests check what is computed, not how fast: on xdist workers sharing two
+# cores one example may stall past hypothesis's 200 ms deadline or its too-slow check.
+# Speed is measured where it is the point: benchmarks and the `alone` tests.
+settings.register_profile(
+    "gpuwatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("gpuwatch")
+
+# Tests marked `alone` run with no other test under way on any xdist worker.
+pytest_plugins = ["tests.support.alone"]
 
 ROOT = Path(__file__).resolve().parents[1]
 # No spare trainer (gpuwatch/supervisor/spare.py) unless a test asks: each would import
@@ -22,6 +33,16 @@ ROOT = Path(__file__).resolve().parents[1]
 # tests/test_spare.py and the tmux demo test turn it on.
 os.environ.setdefault("GPUWATCH_SPARE_TRAINER", "0")
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many tests run side by side (`-n auto`): one more than the cores, at most 4.
+
+    Most of a slow test's time is spent waiting on the processes it started (a trainer
+    at ~1 core, a supervisor, a terminal): on this project's 2-core CI box 3 workers keep
+    both cores busy, where 2 leave them idle half the time. More than 4 would only
+    queue behind the `alone` tests."""
+    return max(2, min(4, (os.cpu_count() or 1) + 1))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -272,6 +272,7 @@ HOSTILE_FILES: dict[str, Hostile] = {
 }
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("name", list(HOSTILE_FILES))
 def test_hostile_file_fails_or_loads_within_a_second_and_100_mb(tmp_path: Path, name: str) -> None:
     case = HOSTILE_FILES[name]
@@ -292,6 +293,7 @@ def test_hostile_file_fails_or_loads_within_a_second_and_100_mb(tmp_path: Path, 
         assert message.startswith(f"{path}: "), message
 
 
+@pytest.mark.alone
 def test_the_largest_configs_that_load_take_under_a_second_and_load_again_once_written(
     tmp_path: Path,
 ) -> None:
@@ -330,6 +332,7 @@ def flow_laughs(levels: int = 9, width: int = 9) -> str:
     return "[" + ", ".join(items) + "]"
 
 
+@pytest.mark.alone
 def test_set_value_bomb_fails_within_a_second_and_100_mb() -> None:
     text = "model.kwargs=" + flow_laughs()
     result = measure("set", text)
@@ -339,6 +342,7 @@ def test_set_value_bomb_fails_within_a_second_and_100_mb() -> None:
     assert "model.kwargs[4]: has more than 5,000 keys and values once YAML aliases" in message
 
 
+@pytest.mark.alone
 def test_set_value_bomb_fails_the_load_within_a_second(tmp_path: Path) -> None:
     path = tmp_path / "run.yaml"
     path.write_text("name: fine\n")
@@ -357,6 +361,7 @@ def test_set_value_bomb_fails_the_load_within_a_second(tmp_path: Path) -> None:
     ],
     ids=["30000_brackets", "100000_brackets", "30000_items", "self_alias"],
 )
+@pytest.mark.alone
 def test_hostile_set_values_fail_within_a_second(value: str, needle: str) -> None:
     result = measure("set", f"model.kwargs={value}")
     assert result.outcome == "error"
@@ -393,6 +398,7 @@ def test_set_key_path_longer_than_the_depth_limit() -> None:
         ("million_keys", "relaunch: the mapping of settings has more than 5,000 keys"),
     ],
 )
+@pytest.mark.alone
 def test_hostile_relaunch_settings_fail_within_a_second_and_100_mb(
     settings_name: str, needle: str
 ) -> None:
@@ -514,6 +520,7 @@ def hostile_yaml(draw: st.DrawFn) -> str:
     return text
 
 
+@pytest.mark.alone
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -535,6 +542,7 @@ def test_generated_hostile_yaml_loads_or_fails_in_one_line_within_a_second(
     assert elapsed_s < TIME_LIMIT_S, (elapsed_s, text[:300])
 
 
+@pytest.mark.alone
 def test_a_base_60_key_is_refused_before_it_is_built(tmp_path: Path) -> None:
     path = tmp_path / "key.yaml"
     path.write_text("name: x\n? 1" + ":1" * 40_000 + "\n: 1\n")

@@ -441,6 +441,7 @@ async def drill_once(home: Path, short_dir: Path, repeat: int) -> str | None:
         await end_process(supervisor)
 
 
+@pytest.mark.alone
 async def test_real_clients_get_through_1000_idle_connections_and_a_burst(
     home: Path, short_dir: Path
 ) -> None:

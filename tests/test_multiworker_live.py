@@ -57,6 +57,7 @@ def contiguous(run_dir: Path, worker: int, attempt: int) -> list[int]:
     return [e["step"] for e in of(run_dir, "step", worker=worker, attempt=attempt)]
 
 
+@pytest.mark.alone
 def test_the_multiworker_demo_shows_both_workers_and_names_the_straggler_at_80x24(
     home: Path, tmux_env: dict[str, str]  # noqa: F811
 ) -> None:

@@ -125,6 +125,7 @@ def test_a_sigkilled_trainer_crashes_the_run_and_a_resume_counts_the_lost_steps(
     gone_after_end(run_dir)
 
 
+@pytest.mark.alone
 def test_a_killed_supervisor_takes_its_trainer_down_and_the_lost_run_resumes(
     home: Path,
 ) -> None:

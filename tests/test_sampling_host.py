@@ -169,6 +169,7 @@ def test_sampling_package_imports_without_ui_config_or_tensorflow() -> None:
     assert out.stdout.strip() == ""
 
 
+@pytest.mark.alone
 def test_a_process_sampled_again_at_once_keeps_its_last_figure(child) -> None:
     """cpu_times tick in 10 ms steps: a reading a few ms after the last is no interval."""
     import time

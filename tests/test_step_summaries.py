@@ -252,6 +252,7 @@ def test_other_events_keep_their_order_and_a_new_attempt_warms_up_again() -> Non
     assert sent.events[count:] == [sent.events[-1]] and isinstance(sent.events[-1], Step)
 
 
+@pytest.mark.alone
 def test_a_worker_that_stops_sending_mid_second_is_summarized_by_the_agents_timer(
         tmp_path: Path) -> None:
     # The real agent reading a trainer's socket: 10 steps past warm-up, then silence

@@ -135,6 +135,7 @@ def input_wait_pct(all_events: list[dict[str, Any]], attempt: int) -> float:
     )
 
 
+@pytest.mark.alone
 def test_demo_prefetch_toggle_and_relaunch_cut_the_input_wait(
     home: Path, tmux_env: dict[str, str]
 ) -> None:
@@ -265,6 +266,7 @@ def test_demo_refuses_a_batch_past_its_data_before_relaunch(
     assert gpuwatch("stop", info.run_id).returncode == 0
 
 
+@pytest.mark.alone
 def test_settings_screen_change_applies_live_and_a_full_relaunch_takes_the_spare(
     home: Path, tmux_env: dict[str, str]
 ) -> None:

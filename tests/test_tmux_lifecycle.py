@@ -38,6 +38,7 @@ def spares(run_dir: Path) -> list[str]:
     return [line for line in run_processes(run_dir, set()) if "trainer_runtime.spare" in line]
 
 
+@pytest.mark.alone
 def test_the_dashboard_keeps_a_spare_while_attached_and_nothing_once_it_quits_an_ended_run(
     home: Path, tmux_env: dict[str, str]
 ) -> None:

@@ -8,6 +8,7 @@ import os
 import re
 from typing import ClassVar
 
+import pytest
 from textual.binding import Binding
 from textual.widgets import OptionList
 
@@ -274,6 +275,7 @@ async def test_reconnect_keeps_state_and_counts_no_step_twice():
         assert "input wait 38.0%" in text(app, MetricsPanel)
 
 
+@pytest.mark.alone
 async def test_long_replay_folds_in_batches_not_per_event():
     events = load_events("cpu_one_attempt.jsonl")
     head = [e for e in events if e["type"] != "step" and e["type"] != "sample"]

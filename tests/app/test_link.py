@@ -8,6 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from gpuwatch.app.link import SocketLink
 from gpuwatch.client import BULK_BYTES, RunClient
 from trainer_runtime.protocol import decode, encode
@@ -158,6 +160,7 @@ async def collect(link: SocketLink, total: int) -> list[tuple[float, list[int]]]
     return batches
 
 
+@pytest.mark.alone
 async def test_a_paced_link_reads_a_busy_run_once_per_interval(tmp_path):
     interval, total = 0.2, 60
 

@@ -229,7 +229,7 @@ def _serve(
     if os.geteuid() == 0 and not Path("/run/sshd").is_dir():
         # sshd started as root wants its privilege-separation directory.
         try:
-            Path("/run/sshd").mkdir(mode=0o755)
+            Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # another worker's too
         except OSError as exc:
             pytest.skip(f"sshd as root needs /run/sshd: {exc}")
 

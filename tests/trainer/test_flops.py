@@ -150,6 +150,7 @@ def test_resnet_flops_per_example_match_the_hand_count(strategy: Any, devices: A
     assert counted == pytest.approx(hand, rel=0.05)
 
 
+@pytest.mark.alone
 def test_demo_mlp_count_is_the_hand_count_and_takes_well_under_a_second(
         strategy: Any, devices: Any, caplog: pytest.LogCaptureFixture) -> None:
     import yaml

@@ -39,6 +39,7 @@ def _measure(strategy: Any, devices: Any, latency_ms: float, prefetch: Any,
             float(np.median(step_ms - wait_ms)))
 
 
+@pytest.mark.alone
 def test_read_latency_without_prefetch_is_all_input_wait(strategy: Any, devices: Any) -> None:
     # Compute time C comes from the same run's frames (same load on a noisy
     # box); the latency L is the injected ground truth, not a measurement.
@@ -47,11 +48,13 @@ def test_read_latency_without_prefetch_is_all_input_wait(strategy: Any, devices:
     assert abs(fraction - expected) <= 0.05, (fraction, expected, compute_ms)
 
 
+@pytest.mark.alone
 def test_prefetch_and_parallel_reads_hide_read_latency(strategy: Any, devices: Any) -> None:
     fraction, _ = _measure(strategy, devices, READ_LATENCY_MS, "autotune", "autotune")
     assert fraction < 0.05, fraction
 
 
+@pytest.mark.alone
 def test_decode_cost_adds_input_time(strategy: Any, devices: Any) -> None:
     from trainer_runtime.loop import Trainer
 

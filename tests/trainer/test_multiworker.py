@@ -137,6 +137,7 @@ def _kill_all(workers: list[Worker]) -> None:
             w.proc.wait()
 
 
+@pytest.mark.alone
 def test_three_workers_train_in_lockstep_with_global_examples(tmp_path: Path) -> None:
     # Worker 1 reads from slow storage (serial reads): it waits on input, the others
     # wait for it in the all-reduce.
@@ -241,6 +242,7 @@ def test_a_worker_without_the_chiefs_latest_checkpoint_resumes_all_from_the_one_
     assert second[1].of(protocol.Resume)[0].checkpoint == str(scratch / f"ckpt-{before}")
 
 
+@pytest.mark.alone
 def test_sigkilled_worker_fails_the_others_within_the_collective_timeout(
         tmp_path: Path) -> None:
     config = _config(tmp_path, [{}, {}])

@@ -100,6 +100,7 @@ INPUT_BOUND = {
 }
 
 
+@pytest.mark.alone
 def test_prefetch_switch_applies_live_without_a_new_process(tmp_path: Path) -> None:
     trainer = _start(tmp_path, INPUT_BOUND)
     try:

@@ -59,6 +59,7 @@ def test_fit_steps_carry_the_learning_rate_each_step_used(spe: int) -> None:
         [0.1 * 0.5 ** (s.step - 1) for s in steps], rel=1e-6)
 
 
+@pytest.mark.alone
 def test_fit_steps_add_up_to_the_scripts_own_clock_across_epochs() -> None:
     # Keras spends real time between epochs (a new iterator, callbacks): it lands on each
     # epoch's first step, so the steps of the epochs the script times itself add up to its
@@ -86,6 +87,7 @@ def test_a_custom_loop_reports_every_step_with_the_loss_it_printed(eager: bool) 
     assert ran.hook.input_wait == ""
 
 
+@pytest.mark.alone
 @pytest.mark.parametrize("loop", ["fit", "graph", "eager"])
 def test_a_known_read_latency_shows_as_input_wait(loop: str) -> None:
     # Far above a step's compute here: a few ms traced, some 30 ms eagerly.
@@ -120,6 +122,7 @@ def _bursts_waited(waits: dict[int, float], burst_steps: range) -> int:
     return sum(waits[step] > usual + 20 for step in burst_steps)
 
 
+@pytest.mark.alone
 def test_prefetch_hides_a_bursty_read_and_the_wait_falls() -> None:
     # distribute_datasets_from_function keeps no read-ahead of its own (FACTS.md), so the
     # script waits wherever its reads bunch up: every 32nd per-replica batch costs 128 ms
@@ -144,6 +147,7 @@ def test_prefetch_hides_a_bursty_read_and_the_wait_falls() -> None:
     assert waited["autotune"] <= 2, waited
 
 
+@pytest.mark.alone
 def test_prefetch_cannot_hide_a_read_slower_than_the_step_and_the_figure_says_so() -> None:
     # A 30 ms read against a step of a few ms: with or without prefetch(AUTOTUNE) added
     # to the script's dataset, every step waits for its batch.

@@ -119,6 +119,7 @@ def _quartile(values: list[float]) -> float:
     return statistics.quantiles(values, n=4)[0]
 
 
+@pytest.mark.alone
 def test_all_reduce_time_is_the_same_all_reduce_alone_and_grows_with_the_bytes(
     strategy: Any, devices: Any
 ) -> None:

@@ -1,0 +1,142 @@
+"""Tests that time things run alone, while the rest of the suite runs side by side.
+
+The suite runs on several pytest-xdist workers (pyproject.toml's addopts): most tests
+spend their time waiting on real trainers, supervisors and terminals, so two or three
+run at once on a 2-core box. A test whose assertion is a measured time (a rate against
+a separate run, an injected latency seen on screen, "within 2 s") must not share the
+CPU with another test: it is marked ``@pytest.mark.alone`` and runs with no other test
+under way on any worker.
+
+The rule is a readers-writer lock on two files shared by the workers (flock):
+- every test holds the lock shared while it runs; a module whose fixtures keep a run
+  going between its tests holds it from its first test to its last, so that run never
+  overlaps an `alone` test either;
+- an `alone` test holds it exclusively while its body runs (its set-up and tear-down,
+  which measure nothing, run beside other tests);
+- a worker that wants it exclusively first takes the gate, which every taker passes
+  through: no new test starts while an `alone` test waits for the running ones to end.
+
+Without xdist (one process) nothing is locked: the tests run one at a time anyway.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+SHARED = fcntl.LOCK_SH
+ALONE = fcntl.LOCK_EX
+
+
+def lock_paths(folder: Path) -> tuple[Path, Path]:
+    """The gate and the lock of one test run, in the folder the controller made for it."""
+    return folder / "gate", folder / "lock"
+
+
+class RunLock:
+    """One worker's side of the readers-writer lock."""
+
+    def __init__(self, gate: Path, lock: Path) -> None:
+        self._gate: IO[bytes] = open(gate, "ab")  # noqa: SIM115 - held for the worker's life
+        self._lock: IO[bytes] = open(lock, "ab")  # noqa: SIM115
+        self.held: int | None = None
+
+    def take(self, mode: int) -> None:
+        if self.held == mode:
+            return
+        self.release()
+        fcntl.flock(self._gate, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(self._lock, mode)
+        finally:
+            fcntl.flock(self._gate, fcntl.LOCK_UN)
+        self.held = mode
+
+    def release(self) -> None:
+        if self.held is not None:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self.held = None
+
+    def close(self) -> None:
+        self.release()
+        self._gate.close()
+        self._lock.close()
+
+
+_lock: RunLock | None = None
+_folder: Path | None = None  # the controller's: made at configure, removed at the end
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "alone: asserts a measured time; runs with no other test under way "
+                   "(tests/support/alone.py)")
+    global _lock
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None:  # an xdist worker
+        _lock = RunLock(*lock_paths(Path(workerinput["gpuwatch_lock_folder"])))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """The controller makes the run's lock (once) and hands each worker its folder."""
+    global _folder
+    if _folder is None:
+        _folder = Path(tempfile.mkdtemp(prefix="gpuwatch-tests-"))
+        for path in lock_paths(_folder):
+            path.touch()
+    node.workerinput["gpuwatch_lock_folder"] = str(_folder)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _lock, _folder
+    if _lock is not None:
+        _lock.close()
+        _lock = None
+    if _folder is not None:
+        shutil.rmtree(_folder, ignore_errors=True)
+        _folder = None
+
+
+def _keeps_running(item: pytest.Item) -> bool:
+    """Whether the test's module has fixtures of its own that outlive a test (a live run
+    the module's tests share goes on between them)."""
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(d.scope in ("module", "package") for defs in info.name2fixturedefs.values()
+               for d in defs)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if _lock is None:
+        yield
+        return
+    _lock.take(SHARED)  # set-up and tear-down run beside other tests, `alone` or not
+    yield
+    # A module whose fixtures keep a run going between its tests holds on to the end of
+    # the module, so no `alone` test elsewhere runs beside that run either.
+    same_module = nextitem is not None and getattr(nextitem, "module", None) is getattr(
+        item, "module", None)
+    if not (same_module and _keeps_running(item)):
+        _lock.release()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """An `alone` test's body (what it measures) runs with no other test under way."""
+    if _lock is None or not item.get_closest_marker("alone"):
+        yield
+        return
+    _lock.take(ALONE)
+    try:
+        yield
+    finally:
+        _lock.take(SHARED)
