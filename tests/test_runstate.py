@@ -360,7 +360,8 @@ def test_no_step_for_takes_the_last_steps_time_before_any_is_measured():
     assert state.no_step_for_s(last_t + 15.0) == pytest.approx(15.0)
 
 
-@pytest.mark.parametrize("status", ["starting", "stopping", "relaunching", *sorted(TERMINAL_STATUSES)])
+@pytest.mark.parametrize(
+    "status", ["starting", "stopping", "relaunching", *sorted(TERMINAL_STATUSES)])
 def test_no_step_for_is_only_said_of_a_running_run(status):
     state = running_with_steps(200.0)
     state.apply({"type": "status", "seq": 500, "status": status, "attempt": 1})

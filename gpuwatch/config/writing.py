@@ -33,12 +33,21 @@ def dump_config(config: RunConfig) -> str:
 
 
 def _dump(data: dict[str, Any]) -> str:
-    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, default_flow_style=False)
+    text = _safe_dump(data, default_flow_style=False)
     if len(text.encode("utf-8")) <= MAX_CONFIG_BYTES:
         return text
-    return yaml.safe_dump(
-        data, sort_keys=False, allow_unicode=True, default_flow_style=True, width=_NO_WRAP
-    )
+    return _safe_dump(data, default_flow_style=True, width=_NO_WRAP)
+
+
+def _safe_dump(data: dict[str, Any], **style: Any) -> str:
+    """Non-ASCII text as itself, except where PyYAML would write a NEL (U+0085) raw: it
+    reads a raw NEL inside a quoted string back as a line break (a command argument of
+    one NEL came back as a space), so such a config is written with every non-ASCII
+    character escaped (a NEL as YAML's own escape, backslash N), which reads back exactly."""
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, **style)
+    if "\x85" in text:
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=False, **style)
+    return text
 
 
 def format_override(key: str, value: Any) -> str:
