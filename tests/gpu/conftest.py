@@ -4,7 +4,7 @@ These tests run on a GPU box that has PyTorch and nvidia-smi but maybe neither
 TensorFlow nor Textual: they import only gpuwatch.sampling (nvidia-ml-py and
 psutil), torch and the standard library.
 
-    python -m pytest tests/gpu -m gpu -v -rs
+    python -m pytest -o addopts= tests/gpu -m gpu -v -rs
 """
 
 from __future__ import annotations
