@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,30 +39,29 @@ class Tmux:
         self.server = f"gpuwatch-test-{os.getpid()}"
         self.name = name
         env_args = [arg for key, value in env.items() for arg in ("-e", f"{key}={value}")]
-        self._tmux(
-            "new-session",
-            "-d",
-            "-s",
-            name,
-            "-x",
-            "80",
-            "-y",
-            "24",
-            *env_args,
-            "-c",
-            str(ROOT),
-            command,
-        )
+        new_session = ["new-session", "-d", "-s", name, "-x", "80", "-y", "24", *env_args,
+                       "-c", str(ROOT), command]
+        # Right after the last session is killed the private server is on its way out, and
+        # a new session asked of it then is refused ("server exited unexpectedly"): ask
+        # again, as a person would, until a server of our own takes it.
+        for _ in range(20):
+            started = self._run(*new_session)
+            if started.returncode == 0:
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"tmux new-session {name} failed: {started.stderr.strip()}")
 
-    def _tmux(self, *args: str) -> str:
-        out = subprocess.run(
+    def _run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
             ["tmux", "-L", self.server, *args],
             capture_output=True,
             text=True,
             check=False,
             timeout=30,
         )
-        return out.stdout
+
+    def _tmux(self, *args: str) -> str:
+        return self._run(*args).stdout
 
     def screen(self) -> str:
         return self._tmux("capture-pane", "-p", "-t", self.name)
@@ -81,7 +81,8 @@ class Tmux:
         found = wait_for(
             lambda: regex.search(self.screen()),
             timeout_s,
-            lambda: f"{pattern!r} on screen; last screen:\n{self.screen()}",
+            lambda: f"{pattern!r} on screen; session {self.name} "
+                    f"{'alive' if self.alive() else 'GONE'}; last screen:\n{self.screen()}",
             every_s=0.25,
         )
         assert isinstance(found, re.Match)
