@@ -43,9 +43,9 @@ TINY = ROOT / "tests" / "data" / "tiny.yaml"
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """How many tests run side by side (`-n auto`): one more than the cores, at most 4.
 
-    Most of a slow test's time is spent waiting on the processes it started (a trainer
-    at ~1 core, a supervisor, a terminal): on this project's 2-core CI box 3 workers keep
-    both cores busy, where 2 leave them idle half the time. More than 4 would only
+    Most of a slow test's time is spent waiting on the processes it started (a trainer,
+    a supervisor, a terminal): in one process the slow tests kept this project's 2-core
+    CI box 52 % busy, 3 workers 67 % (docs/benchmarks.md). More than 4 would mostly
     queue behind the `alone` tests."""
     return max(2, min(4, (os.cpu_count() or 1) + 1))
 

@@ -70,7 +70,7 @@ class RunLock:
 
 
 _lock: RunLock | None = None
-_folder: Path | None = None  # the controller's: made at configure, removed at the end
+_folder: Path | None = None  # the controller's: made for the first worker, removed at the end
 
 
 def pytest_configure(config: pytest.Config) -> None:
