@@ -1068,3 +1068,29 @@ def test_any_command_is_written_and_read_back_as_it_was_or_refused_in_one_line(
     again = load_config(path).config
     assert again == config and again.command is not None
     assert again.command.argv == argv and again.command.cwd == "/" + cwd
+
+
+@HYPOTHESIS
+@given(name=ANY_TEXT, key=ANY_TEXT, value=ANY_TEXT)
+@example(name="run\x85", key="k\x85", value="\x85").via("the NEL the command test found")
+def test_any_free_text_in_a_config_is_written_and_read_back_as_it_was_or_refused_in_one_line(
+    tmp_path: Path, name: str, key: str, value: str
+) -> None:
+    """The whole class of the NEL bug: every place a config holds free text (its name, a
+    model's and a data factory's keyword arguments, keys and values), written by
+    dump_config and loaded again."""
+    data = BASE.model_dump(mode="json")
+    data["model"]["kwargs"] = {key: value}
+    data["data"]["kwargs"] = {key: [value, {key: value}]}
+    config = RunConfig.model_validate(data)  # kwargs take any text
+    try:  # a name must be printable on one line: one the schema refuses leaves the base's
+        config = RunConfig.model_validate({**data, "name": name})
+    except ValidationError:
+        pass
+    path = tmp_path / "config.yaml"
+    path.write_text(dump_config(config), encoding="utf-8")
+    try:
+        again = load_config(path).config
+    except ConfigError as err:
+        pytest.fail(f"a config dump_config wrote does not load: {assert_clean(err)}")
+    assert again == config
