@@ -1,7 +1,7 @@
 """The record after a live change matches what the trainers ran, whatever the timing.
 
 A live change is in flight from the relaunch command until every trainer has answered
-(or one exits). The command may be answered before that (``pending``: the wait ran out);
+(or exited). The command may be answered before that (``pending``: the wait ran out);
 the record must still follow the trainers: every step is filed under the attempt whose
 settings the trainer ran for it, a late ``ok`` begins the new attempt, a refusal leaves
 the old one going, and an attempt is recorded before any step filed under it.
@@ -194,6 +194,9 @@ def _check_record(run_dir: Path, trainers: list[Trainer]) -> None:
 @example(script=[("ask", 0, False), ("wait", 0, False), ("answer", 0, False), ("step", 0, False),
                  ("ask", 0, False), ("answer", 0, True), ("answer", 1, True), ("step", 1, False)])
 @example(script=[("ask", 0, False), ("step", 0, False), ("exit", 0, False), ("step", 1, False)])
+# A worker exits unanswered, then another says ok: it switched with the rest, so its steps
+# after are the new attempt's (an exit alone used to settle the change as not applied).
+@example(script=[("ask", 0, False), ("exit", 1, False), ("answer", 0, True), ("step", 0, False)])
 def test_every_step_is_filed_under_the_settings_its_trainer_ran(
     workers: int, script: list[Move]
 ) -> None:

@@ -8,8 +8,8 @@ every worker's ``reconfigured`` is awaited.
 
 The record follows what the trainers run, whenever they answer: all ok, the
 supervisor begins attempt N+1 (before any of its steps: frames of workers that
-switched first are held until then); a refusal, or a trainer that exits before any
-worker applied it, leaves attempt N going (the held frames are attempt N's). The
+switched first are held until then); a refusal, or every trainer answering or
+exiting with none having applied it, leaves attempt N going (the held frames are attempt N's). The
 change stays in flight until then: the command is answered when the trainers answer,
 or after LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S with ``pending: true`` (a late ``ok`` is
 still attempt N+1), and no other live change is sent while one is in flight. The wait
@@ -74,6 +74,7 @@ class LiveChange:
         self.path = path
         self.waiting = set(range(workers))
         self.applied: set[int] = set()  # workers whose trainer said ok
+        self.exited: str | None = None  # the first worker whose trainer exited unanswered
         # Frames of workers that switched while others have not said so yet: recorded
         # after the new attempt's event (or, if the change is refused, as the old one's).
         self.held: list[tuple[int, Event, float | None]] = []
@@ -193,16 +194,21 @@ class LiveChanges:
             self._finish(change, None)
 
     def trainer_exited(self, index: int) -> None:
-        """A trainer that exits before answering settles the change: applied if any worker
-        said it applied it (the workers agree on it, in one collective), else not."""
+        """A trainer that exits before answering: the change is applied if any worker said it
+        applied it (the workers agree on it, in one collective); not applied once no worker
+        is left to answer and none said ok."""
         change = self.change
         if change is None:
             return
+        change.waiting.discard(index)
+        if change.exited is None:
+            change.exited = self.workers.who(index)
         if change.applied:
             self._finish(change, None)
-        else:
-            who = self.workers.who(index)
-            self._finish(change, f"{who}'s trainer exited before applying the change")
+        elif not change.waiting:
+            self._finish(change, f"{change.exited}'s trainer exited before applying the change")
+        # Else the others have yet to answer, and may still say ok: a worker that switched
+        # with the rest and exited before its answer came. Their answer settles it.
 
     def _finish(self, change: LiveChange, outcome: str | None) -> None:
         """Settle change. Applied: the new attempt begins now, before any of its frames (the
