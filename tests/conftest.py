@@ -69,8 +69,13 @@ def wait_for(
     every_s: float = 0.05,
 ) -> Any:
     """Poll until predicate() is truthy; fail naming what we waited for (what() is called
-    then, so it can show the state at the timeout, e.g. the screen)."""
+    then, so it can show the state at the timeout, e.g. the screen).
+
+    The pause starts at every_s and grows by half each time up to POLL_MAX_S (or every_s,
+    if more): a predicate that reads a whole events.jsonl or asks tmux for the screen
+    costs CPU every time, and the suite shares two cores."""
     deadline = time.monotonic() + timeout_s
+    pause, longest = every_s, max(every_s, POLL_MAX_S)
     while True:
         value = predicate()
         if value:
@@ -78,7 +83,12 @@ def wait_for(
         if time.monotonic() > deadline:
             said = what() if callable(what) else what
             pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {said}")
-        time.sleep(every_s)
+        time.sleep(pause)
+        pause = min(pause * 1.5, longest)
+
+
+# The longest pause between two looks of wait_for.
+POLL_MAX_S = 0.25
 
 
 @pytest.fixture

@@ -177,7 +177,7 @@ def test_a_plan_that_cannot_run_is_one_line_and_exit_2_before_anything_starts(
 # ---- the truth test ------------------------------------------------------------------
 
 TRUTH_STEPS = 100
-TRUTH_ROUNDS = 3
+TRUTH_ROUNDS = 2
 
 
 def probe_rates(steps: int) -> dict[int, float]:
@@ -203,7 +203,7 @@ def alone_rate(count: int, steps: int) -> float:
 
 @pytest.mark.alone
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # 3 rounds of 4 real trainings, and the wait for the others to end
+@pytest.mark.timeout(600)  # 2 rounds of 4 real trainings, and the wait for the others to end
 def test_the_probes_figures_match_separate_headless_runs_within_10_percent(home: Path) -> None:
     """Each count's examples/s from the probe against `gpuwatch train --headless` with the
     same settings, both the median of the attempt's steps after warm-up.
@@ -212,7 +212,9 @@ def test_the_probes_figures_match_separate_headless_runs_within_10_percent(home:
     meanwhile. The box is still noisy (single runs of the same settings minutes apart
     differ by up to 30 % on a shared 2-core box): each round runs the probe and the two
     separate runs back to back, in alternating order (probe first, then last), and the
-    bound is on the median over TRUTH_ROUNDS rounds of each round's probe / separate run."""
+    bound is on the geometric mean over TRUTH_ROUNDS rounds of each round's probe /
+    separate run. Measured alone on a quiet box (4 rounds, 2026-11-24), one round's ratio
+    ranged 0.917-1.050 at 1 replica and 0.991-1.070 at 2; the mean of two rounds, 0.96-1.03."""
     ratios: dict[int, list[float]] = {1: [], 2: []}
     seen: list[dict[str, Any]] = []
     for round_index in range(TRUTH_ROUNDS):
@@ -230,7 +232,7 @@ def test_the_probes_figures_match_separate_headless_runs_within_10_percent(home:
     report = json.dumps({"rounds": seen, "ratios": ratios})
     print(report)
     for count in (1, 2):
-        ratio = statistics.median(ratios[count])
+        ratio = statistics.geometric_mean(ratios[count])
         assert 0.9 <= ratio <= 1.1, f"{count} replicas: probe/alone = {ratio:.3f}: {report}"
     for run_dir in (home / "runs").iterdir():
         nothing_left(run_dir)

@@ -32,7 +32,8 @@ from gpuwatch import runs
 from tests.conftest import _kill_everything_under, wait_for
 from tests.test_supervisor import start_run
 
-pytestmark = pytest.mark.slow
+# live_run (module scope) trains between the tests: tests/support/alone.py holds on.
+pytestmark = [pytest.mark.slow, pytest.mark.keeps_running]
 
 # The schema's upper bound: 25,000 steps of tiny.yaml, far past what a test runs.
 KEEP_EVERY_CHECKPOINT = 1000

@@ -252,8 +252,9 @@ def test_demo_refuses_a_batch_past_its_data_before_relaunch(
     wait_for(
         lambda: "train.global_batch_size: 32768 is more than data.examples 16384"
         in toast_text(term.screen()),
-        10,
-        f"the refusal on screen:\n{term.screen()}",
+        30,  # a shared box: once, under full load, it was not there within 10 s
+        lambda: f"the refusal on screen:\n{term.screen()}",
+        every_s=0.25,
     )
     assert "pending (live): batch 256→16384" in term.screen(), "the refused press changed nothing"
     term.press("r")

@@ -9,8 +9,8 @@ under way on any worker.
 
 The rule is a readers-writer lock on two files shared by the workers (flock):
 - every test holds the lock shared while it runs; a module whose fixtures keep a run
-  going between its tests holds it from its first test to its last, so that run never
-  overlaps an `alone` test either;
+  going between its tests (marked ``keeps_running``) holds it from its first test to its
+  last, so that run never overlaps an `alone` test either;
 - an `alone` test holds it exclusively while its body runs (its set-up and tear-down,
   which measure nothing, run beside other tests);
 - a worker that wants it exclusively first takes the gate, which every taker passes
@@ -77,6 +77,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "alone: asserts a measured time; runs with no other test under way "
                    "(tests/support/alone.py)")
+    config.addinivalue_line(
+        "markers", "keeps_running: the module's fixtures keep a run going between its tests; "
+                   "it holds the suite's lock shared from its first test to its last "
+                   "(tests/support/alone.py)")
     global _lock
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:  # an xdist worker
@@ -105,13 +109,11 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 
 def _keeps_running(item: pytest.Item) -> bool:
-    """Whether the test's module has fixtures of its own that outlive a test (a live run
-    the module's tests share goes on between them)."""
-    info = getattr(item, "_fixtureinfo", None)
-    if info is None:
-        return False
-    return any(d.scope in ("module", "package") for defs in info.name2fixturedefs.values()
-               for d in defs)
+    """Whether the test's module keeps a run going between its tests (a live run its tests
+    share, in a module-scoped fixture): it says so with ``pytestmark = pytest.mark.keeps_running``.
+    A module fixture that only holds data (a reference run's record, a probe's report)
+    needs no mark: nothing of it runs between the tests."""
+    return item.get_closest_marker("keeps_running") is not None
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
