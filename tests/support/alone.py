@@ -8,9 +8,9 @@ CPU with another test: it is marked ``@pytest.mark.alone`` and runs with no othe
 under way on any worker.
 
 The rule is a readers-writer lock on two files shared by the workers (flock):
-- every test holds the lock shared while it runs; a module whose fixtures keep a run
-  going between its tests (marked ``keeps_running``) holds it from its first test to its
-  last, so that run never overlaps an `alone` test either;
+- every test holds the lock shared while it runs; a module or class whose fixtures keep
+  a run going between its tests (marked ``keeps_running``) holds it from its first test
+  to its last, so that run never overlaps an `alone` test either;
 - an `alone` test holds it exclusively while its body runs (its set-up and tear-down,
   which measure nothing, run beside other tests);
 - a worker that wants it exclusively first takes the gate, which every taker passes
@@ -78,9 +78,9 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "alone: asserts a measured time; runs with no other test under way "
                    "(tests/support/alone.py)")
     config.addinivalue_line(
-        "markers", "keeps_running: the module's fixtures keep a run going between its tests; "
-                   "it holds the suite's lock shared from its first test to its last "
-                   "(tests/support/alone.py)")
+        "markers", "keeps_running: the module's (or class's) fixtures keep a run going "
+                   "between its tests; it holds the suite's lock shared from its first "
+                   "test to its last (tests/support/alone.py)")
     global _lock
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:  # an xdist worker
@@ -108,12 +108,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         _folder = None
 
 
-def _keeps_running(item: pytest.Item) -> bool:
-    """Whether the test's module keeps a run going between its tests (a live run its tests
-    share, in a module-scoped fixture): it says so with ``pytestmark = pytest.mark.keeps_running``.
-    A module fixture that only holds data (a reference run's record, a probe's report)
-    needs no mark: nothing of it runs between the tests."""
-    return item.get_closest_marker("keeps_running") is not None
+def _run_keeper(item: pytest.Item) -> object | None:
+    """The module or class whose fixtures keep a run going between its tests (a live run
+    they share, in a module- or class-scoped fixture), which says so with the mark
+    ``keeps_running``; None if none. A fixture that only holds data (a reference run's
+    record, a probe's report) needs no mark: nothing of it runs between the tests."""
+    for node, _mark in item.iter_markers_with_node("keeps_running"):
+        return node
+    return None
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
@@ -123,11 +125,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return
     _lock.take(SHARED)  # set-up and tear-down run beside other tests, `alone` or not
     yield
-    # A module whose fixtures keep a run going between its tests holds on to the end of
-    # the module, so no `alone` test elsewhere runs beside that run either.
-    same_module = nextitem is not None and getattr(nextitem, "module", None) is getattr(
-        item, "module", None)
-    if not (same_module and _keeps_running(item)):
+    # A module (or class) whose fixtures keep a run going between its tests holds on to
+    # its last test, so no `alone` test elsewhere runs beside that run either.
+    keeper = _run_keeper(item)
+    if keeper is None or nextitem is None or _run_keeper(nextitem) is not keeper:
         _lock.release()
 
 
