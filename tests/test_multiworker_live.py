@@ -27,6 +27,7 @@ from gpuwatch import runs
 from gpuwatch.client import RunClient
 from gpuwatch.runs import pid_alive
 from tests.conftest import ROOT, gpuwatch, wait_for
+from tests.support.attached import Attached
 from tests.support.run_record import events, last_step, of  # noqa: F401
 from tests.test_tmux import Tmux, gpuwatch_command, tmux_env  # noqa: F401 - the fixture
 
@@ -119,6 +120,9 @@ def test_killing_one_worker_crashes_the_run_naming_it_and_a_relaunch_resumes_all
     run_dir = info.run_dir
     pids = trainer_pids(run_dir, 1)
     assert set(pids) == {0, 1}
+    # A dashboard stays attached: it keeps the crashed run's supervisor up for `r` (with
+    # nobody attached it leaves 1 s after the last trainer, and `gpuwatch resume` it is).
+    dashboard = Attached(runs.socket_path_for(info.run_id, home))
     killed_at = time.monotonic()
     os.kill(pids[1], signal.SIGKILL)
     wait_for(lambda: runs.read_run_info(run_dir).status == "crashed", TIMEOUT_S + 10,
@@ -138,6 +142,7 @@ def test_killing_one_worker_crashes_the_run_naming_it_and_a_relaunch_resumes_all
             assert reply["type"] == "ack", reply
 
     asyncio.run(relaunch())
+    dashboard.close()
     wait_for(lambda: min(last_step(run_dir, w, 2) for w in (0, 1)) >= checkpoints[-1] + 5, 180,
              "attempt 2 to train on both workers")
     resumes = of(run_dir, "resume", attempt=2)
