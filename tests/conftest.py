@@ -91,15 +91,34 @@ def wait_for(
 POLL_MAX_S = 0.25
 
 
+def _home_env(path: Path) -> dict[str, str]:
+    """What a test's gpuwatch home sets: the home, a detach of its own, a 20 s stop grace."""
+    return {"GPUWATCH_HOME": str(path), "GPUWATCH_DETACH": "setsid",
+            "GPUWATCH_STOP_GRACE_S": "20"}
+
+
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     path = tmp_path / "gpuwatch-home"
     path.mkdir()
-    monkeypatch.setenv("GPUWATCH_HOME", str(path))
-    monkeypatch.setenv("GPUWATCH_DETACH", "setsid")
-    monkeypatch.setenv("GPUWATCH_STOP_GRACE_S", "20")
+    for key, value in _home_env(path).items():
+        monkeypatch.setenv(key, value)
     yield path
     _kill_everything_under(path)
+
+
+@contextlib.contextmanager
+def shared_home(path: Path) -> Iterator[Path]:
+    """`home` for a module- or class-scoped fixture whose run its tests share: set while
+    the block runs, and every process under it ended when it leaves."""
+    path.mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in _home_env(path).items():
+            patch.setenv(key, value)
+        try:
+            yield path
+        finally:
+            _kill_everything_under(path)
 
 
 def _kill_everything_under(home: Path) -> None:

@@ -22,7 +22,7 @@ import pytest
 from gpuwatch import runs
 from gpuwatch.client import CommandError, ConnectionLost, RunClient
 from gpuwatch.supervisor import peer_allowed, peer_credentials
-from tests.conftest import ROOT, TINY, _kill_everything_under, gpuwatch, run_async, wait_for
+from tests.conftest import ROOT, TINY, gpuwatch, run_async, shared_home, wait_for
 from tests.support.attached import Attached
 
 pytestmark = pytest.mark.slow
@@ -81,16 +81,8 @@ def process_exists(pid: int) -> bool:
 def shared_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[runs.RunInfo]:
     """One tiny run for the tests that only read it or send it what it refuses: started
     once, going on between them, stopped after the last."""
-    home = tmp_path_factory.mktemp("shared") / "gpuwatch-home"
-    home.mkdir()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GPUWATCH_HOME", str(home))
-        patch.setenv("GPUWATCH_DETACH", "setsid")
-        patch.setenv("GPUWATCH_STOP_GRACE_S", "20")
-        try:
-            yield start_run()
-        finally:
-            _kill_everything_under(home)
+    with shared_home(tmp_path_factory.mktemp("shared") / "gpuwatch-home"):
+        yield start_run()
 
 
 @pytest.mark.keeps_running

@@ -29,7 +29,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuwatch import runs
-from tests.conftest import _kill_everything_under, wait_for
+from tests.conftest import shared_home, wait_for
 from tests.test_supervisor import start_run
 
 # live_run (module scope) trains between the tests: tests/support/alone.py holds on.
@@ -123,24 +123,16 @@ class LiveRun:
 
 @pytest.fixture(scope="module")
 def live_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveRun]:
-    home = tmp_path_factory.mktemp("wire") / "gpuwatch-home"
-    home.mkdir()
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GPUWATCH_HOME", str(home))
-        patch.setenv("GPUWATCH_DETACH", "setsid")
-        patch.setenv("GPUWATCH_STOP_GRACE_S", "20")
-        try:
-            info = start_run("--set", f"checkpoint.keep={KEEP_EVERY_CHECKPOINT}")
-            assert info.socket_path is not None
-            run = LiveRun(info, str(info.socket_path), info.run_dir / "checkpoints")
-            wait_for(
-                lambda: ask_status(run)["status"] == "running" and checkpoint_files(run),
-                180,
-                "the run to be training with a first checkpoint written",
-            )
-            yield run
-        finally:
-            _kill_everything_under(home)
+    with shared_home(tmp_path_factory.mktemp("wire") / "gpuwatch-home"):
+        info = start_run("--set", f"checkpoint.keep={KEEP_EVERY_CHECKPOINT}")
+        assert info.socket_path is not None
+        run = LiveRun(info, str(info.socket_path), info.run_dir / "checkpoints")
+        wait_for(
+            lambda: ask_status(run)["status"] == "running" and checkpoint_files(run),
+            180,
+            "the run to be training with a first checkpoint written",
+        )
+        yield run
 
 
 def exchange(run: LiveRun, data: bytes, *, answered: bool, timeout_s: float = 30) -> bytes:
