@@ -9,13 +9,13 @@ every worker's ``reconfigured`` is awaited.
 The record follows what the trainers run, whenever they answer: all ok, the
 supervisor begins attempt N+1 (before any of its steps: frames of workers that
 switched first are held until then); a refusal, or every trainer answering or
-exiting with none having applied it, leaves attempt N going (the held frames are attempt N's). The
-change stays in flight until then: the command is answered when the trainers answer,
-or after LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S with ``pending: true`` (a late ``ok`` is
-still attempt N+1), and no other live change is sent while one is in flight. The wait
-holds no lock: a stop (or a full relaunch) goes ahead, and its trainer's exit settles
-the change. The
-trainer has LIVE_TIMEOUT_S to begin the switch (its own deadline: past it, it refuses).
+exiting with none having applied it, leaves attempt N going (the held frames are
+attempt N's). The change stays in flight until then: the command is answered when
+the trainers answer, or after LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S with
+``pending: true`` (a late ``ok`` is still attempt N+1), and no other live change is
+sent while one is in flight. The wait holds no lock: a stop (or a full relaunch)
+goes ahead, and its trainer's exit settles the change. The trainer has
+LIVE_TIMEOUT_S to begin the switch (its own deadline: past it, it refuses).
 """
 
 from __future__ import annotations
