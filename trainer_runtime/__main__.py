@@ -24,7 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from trainer_runtime import protocol
+from trainer_runtime import protocol, scratch
 from trainer_runtime.schema import RunConfig, divisibility_error
 
 # A cluster forms (every worker's TensorFlow server up and registered) within
@@ -95,6 +95,9 @@ def _runtime_message(exc: BaseException) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    # What TensorFlow writes to the temporary directory goes where _exit_now removes it.
+    global _SCRATCH
+    _SCRATCH = scratch.take(os.getpid())
     # A C++ abort or a segfault still leaves a line in trainer.log for the supervisor.
     faulthandler.enable(all_threads=False)
     # Before TensorFlow loads: its C++ INFO/WARNING chatter would bury trainer.log.
@@ -258,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+# This trainer's temporary directory (trainer_runtime.scratch), once main() made it.
+_SCRATCH: str | None = None
+
+
 def _exit_now(code: int) -> None:
     """Exit without interpreter finalisation.
 
@@ -269,6 +276,7 @@ def _exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     logging.shutdown()
+    scratch.remove(_SCRATCH)
     os._exit(code)
 
 

@@ -27,6 +27,7 @@ from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.launcher import AgentStartError, TrainerLauncher
 from gpuwatch.supervisor.summarize import Upward
+from trainer_runtime import scratch
 from trainer_runtime.protocol import (
     LIVE_DEADLINE_S,
     MAX_FRAME_BYTES,
@@ -205,6 +206,8 @@ class LocalAgent:
         returncode = await proc.wait()
         # Whatever it forked (data loaders) goes with it, however it ended.
         signal_group(proc.pid, signal.SIGKILL)
+        # A trainer killed outright could not remove its temporary directory.
+        scratch.sweep(proc.pid)
         # The trainer's last frames may still be in the socket: read them to EOF.
         with contextlib.suppress(Exception):
             await asyncio.wait_for(reader_task, 5.0)
