@@ -41,25 +41,110 @@ TINY = ROOT / "tests" / "data" / "tiny.yaml"
 
 @pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook; the GPU box runs without it
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """How many tests run side by side (`-n auto`): one more than the cores, at most 4.
+    """How many tests run side by side (`-n auto`): two more than the cores, at most 4.
 
     Most of a slow test's time is spent waiting on the processes it started (a trainer,
     a supervisor, a terminal): in one process the slow tests kept this project's 2-core
-    CI box 52 % busy, 3 workers 67 % (docs/benchmarks.md). More than 4 would mostly
-    queue behind the `alone` tests."""
-    return max(2, min(4, (os.cpu_count() or 1) + 1))
+    CI box 52 % busy; 3 workers 76 % (12 min 24 s), 4 workers 80 % (11 min 29 s, the
+    same tests: docs/benchmarks.md). More than 4 would mostly queue behind the `alone`
+    tests."""
+    return max(2, min(4, (os.cpu_count() or 1) + 2))
+
+
+# Each slow module's seconds in a measured run (setup, call and teardown of its tests,
+# summed): the order the slow modules are handed out in. Regenerate with
+# `GPUWATCH_DURATIONS_OUT=tests/durations.json python -m pytest -q`.
+DURATIONS = Path(__file__).parent / "durations.json"
+
+
+def _module_of(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The quick tests first, so a failure there shows within a minute or two: every module
     with a test marked `slow` (real TensorFlow training, real clusters) runs after the
-    modules with none. Whole modules move, in their own order, so a module's fixtures are
-    set up once."""
-    slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
-    first_seen: dict[object, int] = {}
+    modules with none. The slow ones go longest first (tests/durations.json; a module not
+    in it counts as the longest), so no long module starts last while the other workers
+    run out of work. Whole modules move, so a module's fixtures are set up once (xdist
+    hands them out in this order: --no-loadscope-reorder in pyproject.toml)."""
+    import json
+
+    try:
+        seconds: dict[str, float] = json.loads(DURATIONS.read_text())
+    except (OSError, ValueError):
+        seconds = {}
+    slow_modules = {_module_of(item.nodeid) for item in items
+                    if item.get_closest_marker("slow")}
+    first_seen: dict[str, int] = {}
     for item in items:
-        first_seen.setdefault(item.module, len(first_seen))
-    items.sort(key=lambda item: (item.module in slow_modules, first_seen[item.module]))
+        first_seen.setdefault(_module_of(item.nodeid), len(first_seen))
+
+    def key(item: pytest.Item) -> tuple[bool, float, int]:
+        module = _module_of(item.nodeid)
+        slow = module in slow_modules
+        return slow, -seconds.get(module, float("inf")) if slow else 0.0, first_seen[module]
+
+    items.sort(key=key)
+
+
+_durations: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """With GPUWATCH_DURATIONS_OUT set: each module's seconds, for tests/durations.json
+    (on the xdist controller, which gets every worker's reports, or the one process)."""
+    if os.environ.get("GPUWATCH_DURATIONS_OUT"):
+        module = _module_of(report.nodeid)
+        _durations[module] = _durations.get(module, 0.0) + report.duration
+
+
+_SESSION_START = time.time()
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Remove the socket folders this session's homes left in /tmp (see
+    _kill_everything_under; homes a test made by hand, and runs killed mid-socket, leave
+    them too): each made or changed since the session began, with no live socket in it.
+    Once, on the xdist controller (or the one process), after every worker is done."""
+    if hasattr(session.config, "workerinput"):
+        return
+    out = os.environ.get("GPUWATCH_DURATIONS_OUT")
+    if out and _durations:
+        import json
+
+        Path(out).write_text(json.dumps(
+            {module: round(total, 1) for module, total in sorted(_durations.items())},
+            indent=0) + "\n")
+    import glob
+    import shutil
+    import socket
+    import tempfile
+
+    def live(path: str) -> bool:
+        with socket.socket(socket.AF_UNIX) as probe:
+            try:
+                probe.connect(path)
+            except OSError:
+                return False
+            return True
+
+    for folder in glob.glob(f"/tmp/gpuwatch-{os.getuid()}-*"):
+        with contextlib.suppress(OSError):
+            if os.stat(folder).st_mtime < _SESSION_START:
+                continue
+            if not any(live(os.path.join(folder, name)) for name in os.listdir(folder)):
+                shutil.rmtree(folder, ignore_errors=True)
+    # And the temporary directories of trainers the tests killed outright themselves,
+    # with no supervisor to remove them (trainer_runtime/scratch.py), once they are gone.
+    from gpuwatch.runs import pid_alive
+    from trainer_runtime import scratch
+
+    for folder in glob.glob(os.path.join(tempfile.gettempdir(), f"{scratch.PREFIX}*-*")):
+        pid = os.path.basename(folder)[len(scratch.PREFIX):].split("-")[0]
+        with contextlib.suppress(OSError, ValueError):
+            if os.stat(folder).st_mtime >= _SESSION_START and not pid_alive(int(pid)):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def wait_for(
@@ -122,8 +207,13 @@ def shared_home(path: Path) -> Iterator[Path]:
 
 
 def _kill_everything_under(home: Path) -> None:
-    """Stop every supervisor (and its trainer's process group) a test left running."""
+    """Stop every supervisor (and its trainer's process group) a test left running, and
+    remove the home's socket folder where it is not inside the home (a test's home is
+    too long a path for a socket: /tmp/gpuwatch-<uid>-<hash>, gpuwatch/runs.py)."""
     import json
+    import shutil
+
+    from gpuwatch import runs
 
     for info_path in (home / "runs").glob("*/supervisor.json"):
         with contextlib.suppress(OSError, ValueError):
@@ -141,6 +231,9 @@ def _kill_everything_under(home: Path) -> None:
                     time.sleep(0.1)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid_dir.name), signal.SIGKILL)
+    sockets = runs.socket_dir(home)
+    if not sockets.is_relative_to(home.resolve()):
+        shutil.rmtree(sockets, ignore_errors=True)
 
 
 def gpuwatch(
