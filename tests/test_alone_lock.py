@@ -91,13 +91,19 @@ def test_shared(n):
 @pytest.mark.parametrize("n", range(2))
 def test_alone(n):
     record(f"alone{n}")
+
+def test_stretch(run_alone):
+    record("shared-before-stretch")
+    with run_alone():
+        record("alone-stretch")
 '''
 
 
 def test_under_real_xdist_workers_no_alone_test_overlaps_another(tmp_path: Path) -> None:
     """Three real workers over toy tests in three files: the shared ones overlap (the
-    workers ran side by side), no alone one overlaps anything, and the lock's folder is
-    gone at the end."""
+    workers ran side by side), no alone one (a test marked so, two in a row, or a
+    `run_alone` stretch of a test) overlaps anything, and the lock's folder is gone at
+    the end."""
     import json
     import os
     import subprocess
@@ -120,7 +126,7 @@ def test_under_real_xdist_workers_no_alone_test_overlaps_another(tmp_path: Path)
         capture_output=True, text=True, timeout=120, cwd=project, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     spans = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(spans) == 3 * 8
+    assert len(spans) == 3 * 10
 
     def overlap(a: list, b: list) -> bool:
         return a[1] < b[2] and b[1] < a[2]

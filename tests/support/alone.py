@@ -12,7 +12,10 @@ The rule is a readers-writer lock on two files shared by the workers (flock):
   a run going between its tests (marked ``keeps_running``) holds it from its first test
   to its last, so that run never overlaps an `alone` test either;
 - an `alone` test holds it exclusively while its body runs (its set-up and tear-down,
-  which measure nothing, run beside other tests);
+  which measure nothing, run beside other tests; consecutive `alone` tests on a worker
+  hold it from the first body to the last, with no drain between them);
+- a test whose measured part is only a stretch of its body takes it exclusively for that
+  stretch (the fixture ``run_alone``: ``with run_alone(): ...``);
 - a worker that wants it exclusively first takes the gate, which every taker passes
   through: no new test starts while an `alone` test waits for the running ones to end.
 
@@ -21,10 +24,11 @@ Without xdist (one process) nothing is locked: the tests run one at a time anywa
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -118,13 +122,28 @@ def _run_keeper(item: pytest.Item) -> object | None:
     return None
 
 
+def _is_alone(item: pytest.Item | None) -> bool:
+    return item is not None and item.get_closest_marker("alone") is not None
+
+
+# The test after the one under way on this worker (pytest_runtest_protocol's nextitem).
+_next: pytest.Item | None = None
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    global _next
     if _lock is None:
         yield
         return
-    _lock.take(SHARED)  # set-up and tear-down run beside other tests, `alone` or not
+    _next = nextitem
+    # Set-up and tear-down run beside other tests, `alone` or not; an `alone` test right
+    # after another on this worker keeps the lock as it is (no drain between them).
+    if not (_lock.held == ALONE and _is_alone(item)):
+        _lock.take(SHARED)
     yield
+    if _lock.held == ALONE:  # kept for the next test, also `alone`
+        return
     # A module (or class) whose fixtures keep a run going between its tests holds on to
     # its last test, so no `alone` test elsewhere runs beside that run either.
     keeper = _run_keeper(item)
@@ -132,14 +151,40 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _lock.release()
 
 
-@pytest.hookimpl(hookwrapper=True, tryfirst=True)
-def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    """An `alone` test's body (what it measures) runs with no other test under way."""
-    if _lock is None or not item.get_closest_marker("alone"):
+@contextlib.contextmanager
+def _exclusive(*, then_shared: bool = True) -> Iterator[None]:
+    """This worker holds the lock alone while the block runs; after it, shared again (or,
+    then_shared=False, still alone: the next test is `alone` too). Without xdist, nothing."""
+    if _lock is None:
         yield
         return
     _lock.take(ALONE)
     try:
         yield
     finally:
-        _lock.take(SHARED)
+        if then_shared:
+            _lock.take(SHARED)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """An `alone` test's body (what it measures) runs with no other test under way; the
+    next test, if also `alone`, keeps the lock from there (its set-up included)."""
+    if not _is_alone(item):
+        yield
+        return
+    with _exclusive(then_shared=not _is_alone(_next)):
+        yield
+
+
+# What the fixture `run_alone` gives a test: call it for a context manager.
+RunAlone = Callable[[], contextlib.AbstractContextManager[None]]
+
+
+@pytest.fixture
+def run_alone() -> RunAlone:
+    """For a test whose measured part is a stretch of its body (a kill and the seconds
+    until everything is gone, say), not all of it: ``with run_alone(): ...`` runs that
+    stretch with no other test under way, and the rest (starting TensorFlow, resuming,
+    checks on the record) beside other tests. The test is not marked `alone`."""
+    return _exclusive
