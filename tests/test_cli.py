@@ -1,4 +1,8 @@
-"""The gpuwatch command as a person runs it: the demo headless, bad input, ls/logs/attach."""
+"""The gpuwatch command as a person runs it: the demo headless, bad input, ls/logs/attach.
+
+Other runs of the command are checked where they start TensorFlow for more: a crash's
+headless report in tests/test_crash_causes.py; a factory that cannot be imported, and
+`train --detach` then ls, stop by prefix and logs, in tests/test_run_lifecycle_tf.py."""
 
 from __future__ import annotations
 
@@ -63,35 +67,6 @@ def test_demo_runs_headless_for_30_steps_on_two_replicas(home: Path) -> None:
     assert events[-1]["type"] == "status" and events[-1]["status"] == "finished"
 
 
-@pytest.mark.slow
-def test_headless_reports_a_crashed_trainer_with_the_tail_of_its_error(home: Path) -> None:
-    proc = gpuwatch(
-        "train",
-        str(TINY),
-        "--headless",
-        "--set",
-        "model.factory=tests.data.factories:model_that_fails_after",
-        "--set",
-        "model.kwargs={fail_after_steps: 5}",
-    )
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "the trainer crashed" in proc.stderr
-    assert "deliberate failure" in proc.stderr
-    assert "Traceback" not in proc.stdout
-
-
-@pytest.mark.slow
-def test_a_factory_that_cannot_be_imported_is_one_clear_line_and_exit_2(home: Path) -> None:
-    proc = gpuwatch(
-        "train", str(TINY), "--headless", "--set", "model.factory=no_such_pkg.models:build"
-    )
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("gpuwatch: ")]
-    assert "model.factory 'no_such_pkg.models:build'" in line
-    assert "No module named 'no_such_pkg'" in line
-    assert "Traceback" not in proc.stderr
-
-
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -131,20 +106,6 @@ def test_unknown_run_prefix_is_a_clear_error(home: Path) -> None:
         proc = gpuwatch(command, "zzzz")
         assert proc.returncode == 2
         assert "no run matches 'zzzz'" in proc.stderr
-
-
-@pytest.mark.slow
-def test_detach_prints_the_run_id_then_ls_logs_and_stop_by_prefix(home: Path) -> None:
-    run_id = gpuwatch("train", str(TINY), "--detach", check=True).stdout.strip()
-    assert re.fullmatch(r"\d{4}-[a-z2-9]{4}", run_id)
-    listed = gpuwatch("ls", check=True).stdout
-    assert run_id in listed and ("running" in listed or "starting" in listed)
-    stop = gpuwatch("stop", run_id[:7], check=True)
-    assert f"run {run_id} stopped" in stop.stdout
-    logs = gpuwatch("logs", run_id, check=True).stdout
-    assert "attempt 1 starting" in logs
-    rows = [json.loads(line) for line in gpuwatch("ls", "--json", check=True).stdout.splitlines()]
-    assert rows[0]["run_id"] == run_id and rows[0]["status"] == "stopped"
 
 
 def test_help_lists_every_command() -> None:

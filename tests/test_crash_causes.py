@@ -63,8 +63,18 @@ def _crash(*overrides: str) -> tuple[runs.RunInfo, dict[str, object]]:
 
 
 @pytest.mark.slow
-def test_memory_error_while_training_is_named_in_ls(home: Path) -> None:
-    _info, row = _crash("model.factory=tests.data.factories:model_that_runs_out_of_memory")
+def test_memory_error_while_training_ends_headless_with_its_tail_and_is_named_in_ls(
+    home: Path,
+) -> None:
+    proc = gpuwatch("train", str(TINY), "--headless",
+                    "--set", "model.factory=tests.data.factories:model_that_runs_out_of_memory")
+    # Headless reports the crashed trainer with the tail of its error.
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the trainer crashed" in proc.stderr
+    assert "deliberate failure" in proc.stderr
+    assert "Traceback" not in proc.stdout
+    (row,) = [json.loads(line) for line in gpuwatch("ls", "--json", check=True).stdout.splitlines()]
+    assert row["status"] == "crashed"
     assert row["exit_code"] == 1
     # TensorFlow re-raises it as ResourceExhaustedError; the Python cause stays in the line.
     assert str(row["message"]).startswith("exited with code 1: ")

@@ -5,7 +5,8 @@ started by a real supervisor through `gpuwatch`, watched as a person would.
   screen's straggler is the one the trainers measured slower (events.jsonl);
 - the kill drill: SIGKILL one worker's trainer, the run is `crashed` naming it within
   cluster.timeout_s + 10 s, no trainer is left, and a relaunch resumes every worker
-  from the chief's checkpoint with the lost steps counted;
+  from the chief's checkpoint with the lost steps counted; a live change to the resumed
+  workers then switches both after the same update, in the same processes;
 - the ssh launcher against a real sshd on localhost.
 """
 
@@ -113,9 +114,12 @@ def two_local_workers(home: Path, tmp_path: Path, steps: int) -> runs.RunInfo:
     return info
 
 
-def test_killing_one_worker_crashes_the_run_naming_it_and_a_relaunch_resumes_all(
+def test_a_killed_worker_crashes_the_run_naming_it_a_relaunch_resumes_all_and_both_go_live(
     home: Path, tmp_path: Path
 ) -> None:
+    """One drill run: SIGKILL one worker (the run is crashed, naming it), a relaunch
+    resumes every worker from the chief's checkpoint, then a live change to the resumed
+    workers switches both after the same update, in the same processes."""
     info = two_local_workers(home, tmp_path, steps=45)
     run_dir = info.run_dir
     pids = trainer_pids(run_dir, 1)
@@ -136,12 +140,12 @@ def test_killing_one_worker_crashes_the_run_naming_it_and_a_relaunch_resumes_all
     checkpoints = [e["step"] for e in of(run_dir, "checkpoint", worker=0, attempt=1)]
     assert checkpoints, "the chief checkpointed before the kill"
 
-    async def relaunch() -> None:
+    async def command(name: str, **arguments: Any) -> dict[str, Any]:
         async with RunClient(runs.socket_path_for(info.run_id, home)) as client:
-            reply = await client.command("relaunch")
-            assert reply["type"] == "ack", reply
+            return await client.command(name, **arguments)
 
-    asyncio.run(relaunch())
+    reply = asyncio.run(command("relaunch"))
+    assert reply["type"] == "ack", reply
     dashboard.close()
     wait_for(lambda: min(last_step(run_dir, w, 2) for w in (0, 1)) >= checkpoints[-1] + 5, 180,
              "attempt 2 to train on both workers")
@@ -154,43 +158,30 @@ def test_killing_one_worker_crashes_the_run_naming_it_and_a_relaunch_resumes_all
         steps = contiguous(run_dir, worker, 2)
         assert steps[0] == checkpoints[-1] + 1
         assert steps == list(range(steps[0], steps[0] + len(steps)))
-    assert gpuwatch("stop", info.run_id).returncode == 0
     pids2 = trainer_pids(run_dir, 2)
-    wait_for(lambda: not any(pid_alive(pid) for pid in pids2.values()), 60, "stopped")
 
-
-def test_a_live_change_switches_both_workers_after_the_same_update(
-    home: Path, tmp_path: Path
-) -> None:
-    info = two_local_workers(home, tmp_path, steps=20)
-    run_dir = info.run_dir
-    pids = trainer_pids(run_dir, 1)
-
-    async def change() -> dict[str, Any]:
-        async with RunClient(runs.socket_path_for(info.run_id, home)) as client:
-            return await client.command(
-                "relaunch", overrides={"data.prefetch": True, "train.global_batch_size": 128}
-            )
-
-    asked_at = max(last_step(run_dir, w, 1) for w in (0, 1))
-    reply = asyncio.run(change())
-    assert reply["live"] is True and reply["attempt"] == 2
-    wait_for(lambda: min(last_step(run_dir, w, 2) for w in (0, 1)) >= 1, 60,
-             "attempt 2's steps on both workers")
+    # A live change: both workers switch after the same update, in the same processes.
+    asked_at = max(last_step(run_dir, w, 2) for w in (0, 1))
+    reply = asyncio.run(command(
+        "relaunch", overrides={"data.prefetch": True, "train.global_batch_size": 128}))
+    assert reply["live"] is True and reply["attempt"] == 3
+    wait_for(lambda: min(last_step(run_dir, w, 3) for w in (0, 1)) >= 1, 60,
+             "attempt 3's steps on both workers")
     switches = of(run_dir, "reconfigured")
     assert {e["worker"] for e in switches} == {0, 1} and all(e["ok"] for e in switches)
     (switched_at,) = {e["step"] for e in switches}  # the same update on both
     assert switched_at >= asked_at  # chosen ahead of where the workers were
-    (attempt_2,) = of(run_dir, "attempt", attempt=2)
-    assert attempt_2["reason"] == "live"
+    (attempt_3,) = of(run_dir, "attempt", attempt=3)
+    assert attempt_3["reason"] == "live"
     for worker in (0, 1):
-        before = of(run_dir, "step", worker=worker, attempt=1)
-        after = of(run_dir, "step", worker=worker, attempt=2)
+        before = of(run_dir, "step", worker=worker, attempt=2)
+        after = of(run_dir, "step", worker=worker, attempt=3)
         assert before[-1]["step"] == switched_at and after[0]["step"] == switched_at + 1
         assert {e["examples"] for e in before} == {64} and {e["examples"] for e in after} == {128}
-    assert len(of(run_dir, "hello")) == 2  # one per worker: no new process
+    # One hello per worker for attempt 2 and none since: no new process.
+    assert len(of(run_dir, "hello", attempt=2)) == 2 and not of(run_dir, "hello", attempt=3)
     assert gpuwatch("stop", info.run_id).returncode == 0
-    wait_for(lambda: not any(pid_alive(pid) for pid in pids.values()), 60, "stopped")
+    wait_for(lambda: not any(pid_alive(pid) for pid in pids2.values()), 60, "stopped")
 
 
 def test_two_workers_over_ssh_train_and_finish(

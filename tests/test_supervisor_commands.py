@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -165,9 +166,18 @@ def ask_status(run: LiveRun) -> dict[str, Any]:
 
 
 def checkpoint_files(run: LiveRun) -> dict[str, tuple[int, int]]:
-    """ckpt-N.index name -> (size, mtime_ns), for every checkpoint on disk now."""
+    """ckpt-N.index name -> (size, mtime_ns), for every checkpoint written in full now:
+    those the `checkpoint` state file names (TensorFlow rewrites it, atomically, once a
+    save is complete; an index still being merged would look rewritten a moment later)."""
+    try:
+        state = (run.checkpoints / "checkpoint").read_text()
+    except FileNotFoundError:
+        return {}
+    complete = {Path(name).name for name in re.findall(r'_checkpoint_paths?: "([^"]+)"', state)}
     found: dict[str, tuple[int, int]] = {}
     for path in run.checkpoints.glob("ckpt-*.index"):
+        if path.name.removesuffix(".index") not in complete:
+            continue
         try:
             stat = path.stat()
         except FileNotFoundError:

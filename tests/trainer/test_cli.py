@@ -1,4 +1,6 @@
-"""The trainer process as the supervisor runs it: frames, SIGTERM, lost socket, resume."""
+"""The trainer process as the supervisor runs it: frames, SIGTERM, lost socket, --fresh,
+bad config and factory. Its resumes (after a SIGKILL, under a new batch and accumulation)
+are tests/trainer/test_resume_data.py's, which also checks the examples each one reads."""
 
 from __future__ import annotations
 
@@ -99,7 +101,9 @@ class Trainer:
         return [f for f in self.frames if f["type"] == frame_type]
 
 
-def test_sigterm_finishes_step_checkpoints_and_says_done(tmp_path: Path) -> None:
+def test_sigterm_finishes_step_checkpoints_and_says_done_and_fresh_ignores_that_checkpoint(
+    tmp_path: Path,
+) -> None:
     run = Trainer(tmp_path, _config(tmp_path), 1)
     hello = run.wait_frame(lambda f: f["type"] == "hello", "hello")
     assert hello["replicas"] == 2 and hello["device_kind"] == "cpu"
@@ -112,6 +116,12 @@ def test_sigterm_finishes_step_checkpoints_and_says_done(tmp_path: Path) -> None
     steps = [f["step"] for f in run.of("step")]
     assert steps == list(range(1, len(steps) + 1))
 
+    # --fresh starts at step 1 beside the checkpoint the SIGTERM left.
+    second = Trainer(tmp_path, _config(tmp_path), 2, "--max-steps", "3", "--fresh")
+    assert second.finish() == 0
+    assert not second.of("resume")
+    assert [f["step"] for f in second.of("step")] == [1, 2, 3]
+
 
 def test_lost_socket_checkpoints_and_exits(tmp_path: Path) -> None:
     run = Trainer(tmp_path, _config(tmp_path), 1)
@@ -121,49 +131,6 @@ def test_lost_socket_checkpoints_and_exits(tmp_path: Path) -> None:
     assert run.proc.stderr is not None
     assert "done: socket_lost" in run.proc.stderr.read()
     assert list((tmp_path / "checkpoints").glob("ckpt-*.index"))
-
-
-def test_resume_continues_steps_and_loss_with_accumulation_changed(tmp_path: Path) -> None:
-    first = Trainer(tmp_path, _config(tmp_path), 1, "--max-steps", "100")
-    assert first.finish() == 0
-    losses = [f["loss"] for f in first.of("step")]
-    done = first.of("done")[-1]
-    assert (done["reason"], done["step"]) == ("max_steps", 100)
-
-    second = Trainer(tmp_path, _config(tmp_path, "cfg2.json", accumulation_steps=4), 2,
-                     "--max-steps", "110")
-    assert second.finish() == 0
-    resume = second.of("resume")[0]
-    assert resume["from_step"] == 100 and resume["from_micro_step"] == 100
-    assert second.of("hello")[0]["accumulation_steps"] == 4
-    steps = second.of("step")
-    assert [f["step"] for f in steps] == list(range(101, 111))
-    assert steps[0]["micro_step"] == 104
-    recent = losses[-20:]
-    initial = losses[0]
-    assert max(recent) < initial / 2, (initial, recent)
-    assert steps[0]["loss"] <= max(recent) * 1.5, (steps[0]["loss"], recent)
-
-
-def test_fresh_ignores_checkpoints(tmp_path: Path) -> None:
-    first = Trainer(tmp_path, _config(tmp_path), 1, "--max-steps", "20")
-    assert first.finish() == 0
-    second = Trainer(tmp_path, _config(tmp_path), 2, "--max-steps", "3", "--fresh")
-    assert second.finish() == 0
-    assert not second.of("resume")
-    assert [f["step"] for f in second.of("step")] == [1, 2, 3]
-
-
-def test_sigkill_resumes_from_last_checkpoint(tmp_path: Path) -> None:
-    first = Trainer(tmp_path, _config(tmp_path), 1)
-    first.wait_frame(lambda f: f["type"] == "checkpoint" and f["step"] >= 40, "checkpoint 40")
-    os.killpg(first.proc.pid, signal.SIGKILL)
-    first.finish()
-    last_ckpt = first.of("checkpoint")[-1]["step"]
-    second = Trainer(tmp_path, _config(tmp_path), 2, "--max-steps", str(last_ckpt + 2))
-    assert second.finish() == 0
-    assert second.of("resume")[0]["from_step"] == last_ckpt
-    assert [f["step"] for f in second.of("step")] == [last_ckpt + 1, last_ckpt + 2]
 
 
 def test_bad_factory_exits_2_with_one_error_line_and_frame(tmp_path: Path) -> None:

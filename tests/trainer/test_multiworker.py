@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.alone import RunAlone
 from tests.trainer.conftest import assert_breakdown_sums
 from trainer_runtime import protocol
 
@@ -182,36 +183,50 @@ def _finished(workers: list[Worker]) -> list[Worker]:
     return workers
 
 
-def _two_stopped_past_step_15(tmp_path: Path) -> tuple[Path, list[Worker]]:
-    """Two workers trained past step 15, then SIGTERM to worker 1: both exit 0."""
+def test_accumulating_workers_stop_at_one_step_on_sigterm_and_resume_from_chief_or_one_before(
+        tmp_path: Path) -> None:
+    """One run of three attempts, two workers accumulating 2 micro-steps per update and
+    running 3 updates per call: in step; SIGTERM stops both at one step; both resume from
+    the chief's checkpoint of it; then, worker 1 lacking the newest, from the one before."""
     config = _config(tmp_path, [{}, {}])
+    data = json.loads(config.read_text())
+    data["train"].update({"accumulation_steps": 2, "steps_per_execution": 3})
+    config.write_text(json.dumps(data))
+    scratch = tmp_path / "workers" / "1" / "checkpoints"  # worker 1's own copies
+
+    # Attempt 1: two workers trained past step 24, then SIGTERM to worker 1: both stop
+    # after the same step, both exit 0, and that step is checkpointed on both.
     first = _launch(tmp_path, config, 2)
     try:
-        first[1].wait_for(lambda e: isinstance(e, protocol.Step) and e.step >= 15, "step 15")
+        first[1].wait_for(lambda e: isinstance(e, protocol.Step) and e.step >= 24, "step 24")
         os.kill(first[1].proc.pid, signal.SIGTERM)
         codes = [w.finish() for w in first]
     finally:
         _kill_all(first)
     assert codes == [0, 0], [w.log()[-1500:] for w in first]
-    return config, first
-
-
-def test_sigterm_to_one_worker_stops_all_at_one_step_and_all_resume_from_chief(
-        tmp_path: Path) -> None:
-    config, first = _two_stopped_past_step_15(tmp_path)
     for w in first:
         (hello,) = w.of(protocol.Hello)
         assert (hello.replicas, hello.workers) == (2, 2)
+        # 48 examples per update = 2 replicas (one per worker) x 2 micro-steps x 12.
+        assert (hello.accumulation_steps, hello.per_replica_batch) == (2, 12)
     stopped = {w.of(protocol.Done)[-1].step for w in first}
     assert len(stopped) == 1, stopped
     (step,) = stopped
+    assert step >= 24
     for w in first:
         assert w.of(protocol.Done)[-1].reason == "sigterm"
-        assert w.of(protocol.Step)[-1].step == step
+        steps = w.of(protocol.Step)
+        assert [s.step for s in steps] == list(range(1, step + 1))
+        assert [s.micro_step for s in steps] == [2 * s.step for s in steps]
+        assert all(s.examples == 48 for s in steps)
+        assert_breakdown_sums(steps)  # 3 updates per call, 2 micro-steps each
+        losses = [s.loss for s in steps]
+        assert mean(losses[-4:]) < mean(losses[:4]), losses
         assert w.of(protocol.Checkpoint)[-1].step == step
     assert (tmp_path / "checkpoints" / f"ckpt-{step}.index").exists()
-    assert (tmp_path / "workers" / "1" / "checkpoints" / f"ckpt-{step}.index").exists()
+    assert (scratch / f"ckpt-{step}.index").exists()
 
+    # Attempt 2: every worker resumes from the chief's checkpoint of that step.
     second = _finished(_launch(tmp_path, config, 2, "--max-steps", str(step + 3),
                                "--attempt", "2"))
     for w in second:
@@ -219,40 +234,38 @@ def test_sigterm_to_one_worker_stops_all_at_one_step_and_all_resume_from_chief(
         assert (resume.from_step, resume.position, resume.worker) == (step, step * 48, w.index)
         assert resume.checkpoint == str(tmp_path / "checkpoints" / f"ckpt-{step}")
         assert [s.step for s in w.of(protocol.Step)] == [step + 1, step + 2, step + 3]
+        (done,) = w.of(protocol.Done)
+        assert (done.reason, done.step) == ("max_steps", step + 3)
 
-
-def test_a_worker_without_the_chiefs_latest_checkpoint_resumes_all_from_the_one_before(
-        tmp_path: Path) -> None:
-    # A worker on another host reads only its own scratch copies; killed while the chief
-    # saved, it may lack the newest. Every worker then resumes from the chief's newest
-    # step that all of them have (the chief keeps checkpoint.keep = 2), not from nothing.
-    config, first = _two_stopped_past_step_15(tmp_path)
-    saved = [c.step for c in first[1].of(protocol.Checkpoint)]
+    # Attempt 3: a worker on another host reads only its own scratch copies; killed while
+    # the chief saved, it may lack the newest. Every worker then resumes from the chief's
+    # newest step that all of them have (the chief keeps checkpoint.keep = 2), not from
+    # nothing.
+    saved = [c.step for w in (first[1], second[1]) for c in w.of(protocol.Checkpoint)]
     latest, before = saved[-1], saved[-2]
-    scratch = tmp_path / "workers" / "1" / "checkpoints"
     for part in scratch.glob(f"ckpt-{latest}.*"):
         part.unlink()
     elsewhere = tmp_path / "not-shared"  # the chief's directory is not on worker 1's host
-    second = _finished(_launch(tmp_path, config, 2, "--max-steps", str(before + 3),
-                               "--attempt", "2", chief_dir=elsewhere))
-    for w in second:
+    third = _finished(_launch(tmp_path, config, 2, "--max-steps", str(before + 3),
+                              "--attempt", "3", chief_dir=elsewhere))
+    for w in third:
         (resume,) = w.of(protocol.Resume)
         assert (resume.from_step, resume.position) == (before, before * 48)
         assert [s.step for s in w.of(protocol.Step)] == [before + 1, before + 2, before + 3]
-    assert second[1].of(protocol.Resume)[0].checkpoint == str(scratch / f"ckpt-{before}")
+    assert third[1].of(protocol.Resume)[0].checkpoint == str(scratch / f"ckpt-{before}")
 
 
-@pytest.mark.alone
 def test_sigkilled_worker_fails_the_others_within_the_collective_timeout(
-        tmp_path: Path) -> None:
+        tmp_path: Path, run_alone: RunAlone) -> None:
     config = _config(tmp_path, [{}, {}])
     workers = _launch(tmp_path, config, 2, "--max-steps", "100000")
     try:
         workers[0].wait_for(lambda e: isinstance(e, protocol.Step) and e.step >= 5, "step 5")
-        os.killpg(workers[1].proc.pid, signal.SIGKILL)
-        killed = time.monotonic()
-        code = workers[0].finish(TIMEOUT_S + 10)
-        took = time.monotonic() - killed
+        with run_alone():  # from the kill to the survivor's exit: a measured time
+            os.killpg(workers[1].proc.pid, signal.SIGKILL)
+            killed = time.monotonic()
+            code = workers[0].finish(TIMEOUT_S + 10)
+            took = time.monotonic() - killed
     finally:
         _kill_all(workers)
     assert code == 1
@@ -260,31 +273,3 @@ def test_sigkilled_worker_fails_the_others_within_the_collective_timeout(
     assert (error.kind, error.worker) == ("runtime", 0)
     assert took < TIMEOUT_S + 10
     assert not workers[0].of(protocol.Done)
-
-
-def test_accumulation_and_several_updates_per_call_keep_the_workers_in_step(
-    tmp_path: Path,
-) -> None:
-    config = _config(tmp_path, [{}, {}])
-    data = json.loads(config.read_text())
-    data["train"].update({"accumulation_steps": 2, "steps_per_execution": 3})
-    config.write_text(json.dumps(data))
-    workers = _launch(tmp_path, config, 2, "--max-steps", "24")
-    try:
-        codes = [w.finish() for w in workers]
-    finally:
-        _kill_all(workers)
-    assert codes == [0, 0], [w.log()[-1500:] for w in workers]
-    for w in workers:
-        (hello,) = w.of(protocol.Hello)
-        # 48 examples per update = 2 replicas (one per worker) x 2 micro-steps x 12.
-        assert (hello.replicas, hello.accumulation_steps, hello.per_replica_batch) == (2, 2, 12)
-        steps = w.of(protocol.Step)
-        assert [s.step for s in steps] == list(range(1, 25))
-        assert [s.micro_step for s in steps] == [2 * s.step for s in steps]
-        assert all(s.examples == 48 for s in steps)
-        assert_breakdown_sums(steps)  # 3 updates per call, 2 micro-steps each
-        losses = [s.loss for s in steps]
-        assert mean(losses[-4:]) < mean(losses[:4]), losses
-    (done0,), (done1,) = (w.of(protocol.Done) for w in workers)
-    assert done0.step == done1.step == 24

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import socket
+import subprocess
+import sys
+import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from statistics import median
 from typing import Any
@@ -17,10 +24,11 @@ import numpy as np
 import psutil
 import pytest
 
-from tests.trainer.test_multiworker import Worker, _free_ports, _kill_all
+from tests.trainer.test_multiworker import DEADLINE_S, ROOT, Worker, _free_ports, _kill_all
 from trainer_runtime import protocol
 from trainer_runtime.protocol import Hello, Reconfigured, Step
 from trainer_runtime.schema import RunConfig
+from trainer_runtime.spare import READY
 
 pytestmark = pytest.mark.slow
 
@@ -72,6 +80,44 @@ class Trainer(Worker):
         return self.finish()
 
 
+class SpareTrainer(Trainer):
+    """A trainer started as the supervisor starts a spare one (trainer_runtime/spare.py):
+    TensorFlow and the trainer's modules imported, it waits on stdin for the arguments,
+    environment and directory of the trainer to become. An `alone` test starts it in its
+    set-up and calls go() in its body, which so times the training, not the import."""
+
+    def __init__(self, run_dir: Path, config: Path) -> None:
+        self.arrived = []
+        self.index, self.dir = 0, run_dir
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.sock, child = socket.socketpair()
+        self.argv = ["--run-dir", str(run_dir), "--config", str(config),
+                     "--telemetry-fd", str(child.fileno())]
+        self.stderr_path = run_dir / "trainer-test.log"
+        with open(self.stderr_path, "w") as stderr:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "trainer_runtime.spare", "--run-dir", str(run_dir)],
+                stdin=subprocess.PIPE, pass_fds=[child.fileno()], start_new_session=True,
+                env=self.env, stdout=subprocess.DEVNULL, stderr=stderr)
+        child.close()
+        self.events = []
+        self.changed = threading.Condition()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+        deadline = time.monotonic() + DEADLINE_S
+        while READY not in self.log():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the spare trainer is not ready; log: {self.log()[-2000:]}")
+            time.sleep(0.1)
+
+    def go(self) -> None:
+        """Become the trainer: from here it builds the model and trains."""
+        assert self.proc.stdin is not None
+        order = {"argv": self.argv, "env": self.env, "cwd": os.getcwd()}
+        self.proc.stdin.write(json.dumps(order).encode() + b"\n")
+        self.proc.stdin.close()
+
+
 def _settings(base: dict[str, Any], **sections: dict[str, Any]) -> dict[str, Any]:
     merged = json.loads(json.dumps(base))
     for key, value in sections.items():
@@ -100,9 +146,22 @@ INPUT_BOUND = {
 }
 
 
+@pytest.fixture
+def input_bound(tmp_path: Path) -> Iterator[SpareTrainer]:
+    """A trainer for INPUT_BOUND, imported and waiting (the import in the test's set-up)."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    path = run_dir / "cfg.json"
+    path.write_text(json.dumps(INPUT_BOUND))
+    trainer = SpareTrainer(run_dir, path)
+    yield trainer
+    _kill_all([trainer])
+
+
 @pytest.mark.alone
-def test_prefetch_switch_applies_live_without_a_new_process(tmp_path: Path) -> None:
-    trainer = _start(tmp_path, INPUT_BOUND)
+def test_prefetch_switch_applies_live_without_a_new_process(input_bound: SpareTrainer) -> None:
+    trainer = input_bound
+    trainer.go()
     try:
         trainer.step(15)
         sent = trainer.send(1, _settings(INPUT_BOUND, data={"prefetch": 8, "parallel_calls": 8}))
@@ -137,9 +196,25 @@ def test_prefetch_switch_applies_live_without_a_new_process(tmp_path: Path) -> N
     assert all(b.position == a.position + b.examples for a, b in itertools.pairwise(steps))
 
 
-def test_refused_change_keeps_training_on_the_old_settings(tmp_path: Path) -> None:
+@dataclass
+class Refusals:
+    trainer: Trainer
+    odd: Reconfigured
+    model: Reconfigured
+    invalid: Reconfigured
+    late: Reconfigured
+    late_sent: float  # when the late request was sent, and when its answer came
+    late_answered: float
+
+
+@pytest.fixture(scope="module")
+def refusals(tmp_path_factory: pytest.TempPathFactory) -> Refusals:
+    """One trainer, finished, that was asked for changes it must refuse while it trained on:
+    three it cannot take (requests 1 to 3) and two frames that are no request; then one
+    (request 4) due at a step it does not reach within its 1 s deadline. The two tests
+    below read it: one TensorFlow start-up for both."""
     cfg = {**INPUT_BOUND, "data": {**INPUT_BOUND["data"], "read_latency_ms": 0}}
-    trainer = _start(tmp_path, cfg)
+    trainer = _start(tmp_path_factory.mktemp("refusals"), cfg)
     try:
         trainer.step(3)
         # 68 examples do not split over 2 replicas x 4 micro-steps.
@@ -152,16 +227,28 @@ def test_refused_change_keeps_training_on_the_old_settings(tmp_path: Path) -> No
         invalid = trainer.reconfigured(3)
         trainer.sock.sendall(b"not json\n{\"v\":1,\"type\":\"reconfigure\",\"id\":true}\n")
         trainer.step(model.step + 10)
+        # Due only at a step it will not reach for minutes: refused once 1 s has passed.
+        sent = trainer.send(4, _settings(cfg, data={"prefetch": True}), at_step=10**9,
+                            deadline_s=1.0)
+        late = trainer.reconfigured(4)
+        answered = trainer.arrived[trainer.events.index(late)]
+        trainer.step(late.step + 20)
     finally:
         assert trainer.stop() == 0
+    return Refusals(trainer, odd, model, invalid, late, sent, answered)
+
+
+def test_refused_change_keeps_training_on_the_old_settings(refusals: Refusals) -> None:
+    odd, model, invalid = refusals.odd, refusals.model, refusals.invalid
     for event in (odd, model, invalid):
         assert not event.ok
         assert event.message and "\n" not in event.message
     assert "not divisible" in odd.message
     assert "model.hidden_units" in model.message and "relaunch" in model.message
     assert "global_batch_size" in invalid.message
-    steps = trainer.of(Step)
+    steps = refusals.trainer.of(Step)
     assert {s.examples for s in steps} == {64}
+    # Contiguous (for the late refusal's test too: the same run).
     assert [s.step for s in steps] == list(range(1, len(steps) + 1))
 
 
@@ -254,19 +341,35 @@ def _two_workers(tmp_path: Path, base: dict[str, Any]) -> list[Trainer]:
     return [Trainer(i, run_dir, path, ports) for i in range(2)]
 
 
-def test_two_workers_switch_after_the_same_update(tmp_path: Path) -> None:
+@dataclass
+class TwoAsked:
+    workers: list[Trainer]
+    codes: list[int]
+    refused: Reconfigured  # request 4, sent to worker 0 only
+    switched: list[Reconfigured]  # request 9, each worker's answer
+
+
+@pytest.fixture(scope="module")
+def two_asked(tmp_path_factory: pytest.TempPathFactory) -> TwoAsked:
+    """Two workers of one cluster, finished, that were asked twice while they trained: a
+    change that reached worker 0 only (request 4), then one that reached both at different
+    times (request 9). The two tests below read it: two TensorFlow start-ups for both."""
     base = TWO_WORKERS
-    workers = _two_workers(tmp_path, base)
+    workers = _two_workers(tmp_path_factory.mktemp("two-asked"), base)
     new = _settings(base, data={"prefetch": True}, train={"global_batch_size": 96})
     try:
         workers[0].step(5)
+        workers[0].send(4, _settings(base, data={"prefetch": True}), deadline_s=1.0)
+        refused = workers[0].reconfigured(4)
+        for w in workers:
+            w.step(refused.step + 10)
         # The requests reach the workers at different times; both switch together.
         workers[0].send(9, new)
         time.sleep(0.3)
         workers[1].send(9, new)
-        events = [w.reconfigured(9) for w in workers]
+        switched = [w.reconfigured(9) for w in workers]
         for w in workers:
-            w.step(events[0].step + 5)
+            w.step(switched[0].step + 5)
     finally:
         # SIGTERM to the chief: both stop at one step (tests/trainer/test_multiworker.py).
         # Signalling both at different moments races one's exit against the other's
@@ -274,37 +377,33 @@ def test_two_workers_switch_after_the_same_update(tmp_path: Path) -> None:
         workers[0].proc.terminate()
         codes = [w.finish() for w in workers]
         _kill_all(workers)
-    assert codes == [0, 0]
+    return TwoAsked(workers, codes, refused, switched)
+
+
+def test_two_workers_switch_after_the_same_update(two_asked: TwoAsked) -> None:
+    workers, events = two_asked.workers, two_asked.switched
+    # Both exit 0 (after the one-worker refusal too: the same run).
+    assert two_asked.codes == [0, 0]
     assert all(e.ok for e in events), events
     assert events[0].step == events[1].step
     for w in workers:
         steps = w.of(Step)
+        # Contiguous (for the one-worker refusal's test too: the same run).
         assert [s.step for s in steps] == list(range(1, len(steps) + 1))
         assert {s.examples for s in steps if s.step <= events[0].step} == {48}
         assert {s.examples for s in steps if s.step > events[0].step} == {96}
 
 
 def test_a_change_not_reached_within_its_deadline_is_refused_and_never_applied_later(
-    tmp_path: Path,
+    refusals: Refusals,
 ) -> None:
-    cfg = {**INPUT_BOUND, "data": {**INPUT_BOUND["data"], "read_latency_ms": 0}}
-    trainer = _start(tmp_path, cfg)
-    try:
-        trainer.step(3)
-        # Due only at a step it will not reach for minutes: refused once 1 s has passed.
-        sent = trainer.send(1, _settings(cfg, data={"prefetch": True}), at_step=10**9,
-                            deadline_s=1.0)
-        late = trainer.reconfigured(1)
-        answered = trainer.arrived[trainer.events.index(late)]
-        trainer.step(late.step + 20)
-    finally:
-        assert trainer.stop() == 0
+    late, trainer = refusals.late, refusals.trainer
     assert not late.ok and late.changed == []
     assert "not ready for it within its 1 s" in late.message
-    assert answered - sent >= 1.0
-    assert len(trainer.of(Reconfigured)) == 1  # nothing applied after the refusal
-    steps = trainer.of(Step)
-    assert [s.step for s in steps] == list(range(1, len(steps) + 1))
+    assert refusals.late_answered - refusals.late_sent >= 1.0
+    # One answer to each request, the late one's last: nothing applied after the refusal
+    # (its 20 steps after it are contiguous: the test above checks every step).
+    assert [e.id for e in trainer.of(Reconfigured)] == [1, 2, 3, 4]
     assert len(trainer.of(Hello)) == 1
 
 
@@ -353,27 +452,13 @@ def test_a_change_that_fails_while_applying_goes_back_to_the_old_settings(
 
 
 def test_a_change_that_reaches_one_worker_only_is_refused_there_after_its_deadline(
-    tmp_path: Path,
+    two_asked: TwoAsked,
 ) -> None:
-    base = TWO_WORKERS
-    workers = _two_workers(tmp_path, base)
-    try:
-        workers[0].step(5)
-        workers[0].send(4, _settings(base, data={"prefetch": True}), deadline_s=1.0)
-        refused = workers[0].reconfigured(4)
-        for w in workers:
-            w.step(refused.step + 10)
-    finally:
-        for w in workers:
-            w.proc.terminate()
-        codes = [w.finish() for w in workers]
-        _kill_all(workers)
-    assert codes == [0, 0]
+    refused, workers = two_asked.refused, two_asked.workers
     assert not refused.ok and "not ready for it within its 1 s" in refused.message
-    assert workers[1].of(Reconfigured) == []  # it never had the request
-    for w in workers:
-        steps = w.of(Step)
-        assert [s.step for s in steps] == list(range(1, len(steps) + 1))
+    # Worker 1 never had request 4: its one answer is to request 9, which both had.
+    assert [e.id for e in workers[1].of(Reconfigured)] == [9]
+    assert [e.id for e in workers[0].of(Reconfigured)] == [4, 9]
 
 
 def test_reconfigure_frames_round_trip_and_refuse_bad_fields() -> None:

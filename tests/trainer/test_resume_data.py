@@ -57,14 +57,20 @@ def _run(run_dir: Path, config: Path, attempt: int, record: Path, *extra: str) -
         del os.environ[RECORD_IDS_ENV]
 
 
+# The reference run's length: the three attempts of the resume test end at step 90 (batch
+# 64), then go on 20 updates of 128, that is to position 90 * 64 + 20 * 128 = 130 * 64.
+REFERENCE_STEPS = 130
+
+
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, int]:
-    """The ids of an uninterrupted run, 90 updates of 64 (over five epochs of 1000)."""
+    """The ids of an uninterrupted run, 130 updates of 64 (over eight epochs of 1000)."""
     run_dir = tmp_path_factory.mktemp("reference")
-    run = _run(run_dir, _config(run_dir, "cfg.json"), 1, run_dir / "ids", "--max-steps", "90")
+    run = _run(run_dir, _config(run_dir, "cfg.json"), 1, run_dir / "ids",
+               "--max-steps", str(REFERENCE_STEPS))
     assert run.finish() == 0
     ids = _recorded(run_dir / "ids")
-    assert set(range(90 * BATCH)) <= set(ids)
+    assert set(range(REFERENCE_STEPS * BATCH)) <= set(ids)
     # Each epoch is a permutation of all the examples, and epochs differ in order.
     for epoch in range(5):
         assert sorted(ids[p] for p in range(epoch * EXAMPLES, (epoch + 1) * EXAMPLES)) == list(
@@ -73,9 +79,13 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[int, int]:
     return ids
 
 
-def test_sigkill_and_resume_read_the_same_examples_as_an_uninterrupted_run(
+def test_resumes_after_a_sigkill_and_under_new_batch_settings_continue_steps_examples_and_loss(
     tmp_path: Path, reference: dict[int, int]
 ) -> None:
+    """One run, three attempts: SIGKILLed past its checkpoint at step 40; resumed as it was
+    to step 90; resumed again at batch 128 in 2 micro-batches to step 110. Each resume
+    starts at its checkpoint's step, micro-step and example position, reads the examples
+    an uninterrupted run reads there, and keeps the weights (the loss goes on)."""
     config = _config(tmp_path, "cfg.json")
     first = _run(tmp_path, config, 1, tmp_path / "ids1")
     first.wait_frame(lambda f: f["type"] == "step" and f["step"] >= 47, "step 47")
@@ -84,12 +94,15 @@ def test_sigkill_and_resume_read_the_same_examples_as_an_uninterrupted_run(
     checkpoint = first.of("checkpoint")[-1]["step"]
     assert checkpoint >= 40 and first.of("step")[-1]["step"] > checkpoint, "steps were lost"
 
+    # Attempt 2, after the SIGKILL: from the last checkpoint, the same settings.
     second = _run(tmp_path, config, 2, tmp_path / "ids2", "--max-steps", "90")
     assert second.finish() == 0
     resume = second.of("resume")[0]
     assert resume["from_step"] == checkpoint
     assert resume["position"] == checkpoint * BATCH
     assert resume["data_order"] == "continued"
+    done = second.of("done")[-1]
+    assert (done["reason"], done["step"]) == ("max_steps", 90)
 
     before, after = _recorded(tmp_path / "ids1"), _recorded(tmp_path / "ids2")
     assert min(after) == checkpoint * BATCH, "the resume reads from the checkpoint's position"
@@ -97,28 +110,34 @@ def test_sigkill_and_resume_read_the_same_examples_as_an_uninterrupted_run(
     trained += [after[p] for p in range(checkpoint * BATCH, 90 * BATCH)]
     assert trained == [reference[p] for p in range(90 * BATCH)]
     steps = second.of("step")
+    assert [f["step"] for f in steps] == list(range(checkpoint + 1, 91))
     assert steps[0]["position"] == (checkpoint + 1) * BATCH
     assert [f["examples"] for f in steps] == [BATCH] * len(steps)
     assert steps[-1]["epoch"] == 90 * BATCH // EXAMPLES
 
-
-def test_resume_with_another_batch_and_accumulation_continues_at_the_same_example(
-    tmp_path: Path, reference: dict[int, int]
-) -> None:
-    first = _run(tmp_path, _config(tmp_path, "a.json"), 1, tmp_path / "ids1",
-                 "--max-steps", "40")
-    assert first.finish() == 0
+    # Attempt 3: from the checkpoint attempt 2 wrote as it finished, at another batch and
+    # accumulation (2 micro-batches of 64, where attempt 2 had 1 of 64).
     changed = _config(tmp_path, "b.json", batch=128, accumulation=2)
-    second = _run(tmp_path, changed, 2, tmp_path / "ids2", "--max-steps", "60")
-    assert second.finish() == 0
-    resume = second.of("resume")[0]
-    assert (resume["from_step"], resume["position"]) == (40, 40 * BATCH)
-    after = _recorded(tmp_path / "ids2")
-    assert min(after) == 40 * BATCH
-    end = 40 * BATCH + 20 * 128
-    span = range(40 * BATCH, end)
+    third = _run(tmp_path, changed, 3, tmp_path / "ids3", "--max-steps", "110")
+    assert third.finish() == 0
+    resume = third.of("resume")[0]
+    assert (resume["from_step"], resume["position"]) == (90, 90 * BATCH)
+    assert resume["from_micro_step"] == 90
+    assert third.of("hello")[0]["accumulation_steps"] == 2
+    after = _recorded(tmp_path / "ids3")
+    assert min(after) == 90 * BATCH
+    span = range(90 * BATCH, 90 * BATCH + 20 * 128)
+    assert span.stop == REFERENCE_STEPS * BATCH
     assert [after[p] for p in span] == [reference[p] for p in span]
-    assert [f["examples"] for f in second.of("step")] == [128] * 20
+    steps = third.of("step")
+    assert [f["step"] for f in steps] == list(range(91, 111))
+    assert steps[0]["micro_step"] == 92
+    assert [f["examples"] for f in steps] == [128] * 20
+    # The weights came back with the step: the loss had fallen by half and goes on from there.
+    initial = first.of("step")[0]["loss"]
+    recent = [f["loss"] for f in second.of("step")][-20:]
+    assert max(recent) < initial / 2, (initial, recent)
+    assert steps[0]["loss"] <= max(recent) * 1.5, (steps[0]["loss"], recent)
 
 
 def _factory_config(tmp_path: Path, name: str, factory: str, batch: int = BATCH,
@@ -134,10 +153,12 @@ def _factory_config(tmp_path: Path, name: str, factory: str, batch: int = BATCH,
     return path
 
 
-def test_factory_pipeline_resumes_where_its_checkpoint_was_taken(tmp_path: Path) -> None:
+def test_factory_pipeline_resumes_where_its_checkpoint_was_taken_and_restarts_under_a_new_batch(
+    tmp_path: Path,
+) -> None:
     record = tmp_path / "ids"
-    config = _factory_config(tmp_path, "cfg.json", "tests.trainer.plugins:counting_dataset",
-                             record=str(record))
+    factory = "tests.trainer.plugins:counting_dataset"
+    config = _factory_config(tmp_path, "cfg.json", factory, record=str(record))
     first = Trainer(tmp_path, config, 1)
     first.wait_frame(lambda f: f["type"] == "step" and f["step"] >= 25, "step 25")
     os.killpg(first.proc.pid, signal.SIGKILL)
@@ -159,6 +180,14 @@ def test_factory_pipeline_resumes_where_its_checkpoint_was_taken(tmp_path: Path)
         start = 2 * per_replica * checkpoint + pipeline
         assert min(batches) == list(range(start, start + 2 * per_replica, 2)), pipeline
 
+    # Attempt 3 asks for another batch: the pipeline's saved state (2 x 32) cannot serve it.
+    bigger = _factory_config(tmp_path, "b.json", factory, batch=128, record=str(record))
+    third = Trainer(tmp_path, bigger, 3, "--max-steps", str(checkpoint + 7))
+    assert third.finish() == 0
+    resume = third.of("resume")[0]
+    assert resume["data_order"] == "restarted"
+    assert "2 x 32" in resume["data_note"] and "starts over" in resume["data_note"]
+
 
 def test_factory_pipeline_tf_data_cannot_save_says_its_data_order_restarted(
     tmp_path: Path,
@@ -172,20 +201,6 @@ def test_factory_pipeline_tf_data_cannot_save_says_its_data_order_restarted(
     resume = second.of("resume")[0]
     assert resume["data_order"] == "restarted"
     assert "PyFunc is stateful" in resume["data_note"], resume["data_note"]
-
-
-def test_factory_pipeline_under_a_new_batch_says_its_data_order_restarted(
-    tmp_path: Path,
-) -> None:
-    factory = "tests.trainer.plugins:counting_dataset"
-    first = Trainer(tmp_path, _factory_config(tmp_path, "a.json", factory), 1, "--max-steps", "10")
-    assert first.finish() == 0
-    second = Trainer(tmp_path, _factory_config(tmp_path, "b.json", factory, batch=128), 2,
-                     "--max-steps", "12")
-    assert second.finish() == 0
-    resume = second.of("resume")[0]
-    assert resume["data_order"] == "restarted"
-    assert "2 x 32" in resume["data_note"] and "starts over" in resume["data_note"]
 
 
 @pytest.mark.parametrize(

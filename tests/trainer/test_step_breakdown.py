@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -80,10 +81,11 @@ def test_the_parts_fit_in_every_step(strategy: Any, devices: Any, spe: int, k: i
     assert all(s.sync_ms > 0 and s.update_ms > 0 and s.compute_ms > 0 for s in steps)
 
 
-def _alone_ms(strategy: Any, shapes: list[tuple[int, ...]], runs: int) -> list[float]:
+def _all_reduce_alone(strategy: Any, shapes: list[tuple[int, ...]]) -> Callable[[], float]:
     """The same all-reduce (the gradients' shapes, one SUM over the replicas), timed in
     the graph the way the update graph times its own: from the last replica's tensors in
-    hand to the last replica's reduced tensors in hand."""
+    hand to the last replica's reduced tensors in hand. Traced here; each call runs it
+    once and gives its time (ms)."""
     import tensorflow as tf
 
     def replica() -> Any:
@@ -110,7 +112,7 @@ def _alone_ms(strategy: Any, shapes: list[tuple[int, ...]], runs: int) -> list[f
         return (latest[1] - latest[0]) * 1000.0, used
 
     once()  # trace
-    return [float(once()[0]) for _ in range(runs)]
+    return lambda: float(once()[0])
 
 
 def _quartile(values: list[float]) -> float:
@@ -119,10 +121,10 @@ def _quartile(values: list[float]) -> float:
     return statistics.quantiles(values, n=4)[0]
 
 
-@pytest.mark.alone
-def test_all_reduce_time_is_the_same_all_reduce_alone_and_grows_with_the_bytes(
-    strategy: Any, devices: Any
-) -> None:
+@pytest.fixture
+def two_widths(strategy: Any, devices: Any) -> list[Any]:
+    """Two trainers whose gradients differ 2x in bytes, built, traced and warmed up here:
+    set-up, beside other tests, so the `alone` body only measures."""
     from trainer_runtime.loop import Trainer
 
     # A small batch keeps compute small; 2048^2 vs 2896^2 hidden weights: 2.0x the bytes.
@@ -132,17 +134,31 @@ def test_all_reduce_time_is_the_same_all_reduce_alone_and_grows_with_the_bytes(
                           data={"examples": 4096},
                           train={"global_batch_size": 8, "optimizer": "sgd"})
         trainers.append(Trainer(cfg, strategy, devices))
-    ratio = trainers[1].param_bytes / trainers[0].param_bytes
-    assert 1.9 < ratio < 2.1
-    shapes = [[tuple(v.shape) for v in t.model.trainable_variables] for t in trainers]
-    syncs: list[list[float]] = [[], []]
-    alone: list[list[float]] = [[], []]
     for trainer in trainers:
         trainer.run_updates(3)
+    return trainers
+
+
+@pytest.fixture
+def two_widths_alone(strategy: Any, two_widths: list[Any]) -> list[Callable[[], float]]:
+    """Each trainer's all-reduce by itself (_all_reduce_alone), traced in set-up."""
+    return [_all_reduce_alone(strategy, [tuple(v.shape) for v in t.model.trainable_variables])
+            for t in two_widths]
+
+
+@pytest.mark.alone
+def test_all_reduce_time_is_the_same_all_reduce_alone_and_grows_with_the_bytes(
+    two_widths: list[Any], two_widths_alone: list[Callable[[], float]]
+) -> None:
+    trainers = two_widths
+    ratio = trainers[1].param_bytes / trainers[0].param_bytes
+    assert 1.9 < ratio < 2.1
+    syncs: list[list[float]] = [[], []]
+    alone: list[list[float]] = [[], []]
     for _ in range(10):  # in turns, so every figure sees the same machine
         for i, trainer in enumerate(trainers):
             syncs[i] += [s.sync_ms for s in trainer.run_updates(5)]
-            alone[i] += _alone_ms(strategy, shapes[i], 5)
+            alone[i] += [two_widths_alone[i]() for _ in range(5)]
     figures = []
     for i in range(2):
         deciles = statistics.quantiles(alone[i], n=10)
