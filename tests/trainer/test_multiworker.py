@@ -39,10 +39,11 @@ def _free_ports(n: int) -> list[int]:
     return ports
 
 
-def _config(run_dir: Path, workers: list[dict[str, Any]], name: str = "cfg.json") -> Path:
+def _config(run_dir: Path, workers: list[dict[str, Any]], name: str = "cfg.json",
+            **data: Any) -> Path:
     cfg = {
         "model": {"hidden_units": [32]},
-        "data": {"examples": 4096, "input_shape": [16]},
+        "data": {"examples": 4096, "input_shape": [16], **data},
         "train": {"global_batch_size": 48, "learning_rate": 0.02},
         "checkpoint": {"every_steps": 10, "keep": 2},
         "cluster": {"workers": workers, "collective": "ring", "timeout_s": TIMEOUT_S},
@@ -257,7 +258,9 @@ def test_accumulating_workers_stop_at_one_step_on_sigterm_and_resume_from_chief_
 
 def test_sigkilled_worker_fails_the_others_within_the_collective_timeout(
         tmp_path: Path, run_alone: RunAlone) -> None:
-    config = _config(tmp_path, [{}, {}])
+    # Slow reads (mostly asleep): the workers train on while this test waits its turn to
+    # run alone, without taking the CPU from the tests that run meanwhile.
+    config = _config(tmp_path, [{}, {}], read_latency_ms=100)
     workers = _launch(tmp_path, config, 2, "--max-steps", "100000")
     try:
         workers[0].wait_for(lambda e: isinstance(e, protocol.Step) and e.step >= 5, "step 5")
