@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import string
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -171,16 +172,20 @@ def test_any_host_text_is_taken_as_a_plain_host_or_refused_in_one_line(host: str
     try:
         config = RunConfig.model_validate(data)
     except Exception:
-        path = Path("/tmp") / "gpuwatch-host-property.yaml"
-        path.write_text(
-            BASE_TEXT + "cluster:\n  launcher: ssh\n  workers:\n    - " + yaml_text(host) + "\n",
-            encoding="utf-8",
-        )
-        try:
-            load_config(path)
-        except ConfigError as exc:
-            assert_clean(exc)
-            return
+        # A folder of its own each example (hypothesis and a function-scoped tmp_path do
+        # not mix), removed after it: nothing of the test is left in /tmp.
+        with tempfile.TemporaryDirectory(prefix="gpuwatch-host-property-") as folder:
+            path = Path(folder) / "config.yaml"
+            path.write_text(
+                BASE_TEXT + "cluster:\n  launcher: ssh\n  workers:\n    - " + yaml_text(host)
+                + "\n",
+                encoding="utf-8",
+            )
+            try:
+                load_config(path)
+            except ConfigError as exc:
+                assert_clean(exc)
+                return
         raise AssertionError(f"the schema refused {host!r} but loading did not") from None
     assert config.cluster is not None
     taken = config.cluster.workers[0].host
