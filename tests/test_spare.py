@@ -210,8 +210,13 @@ ENV_PROBE = "tests.data.env_probe"
 
 
 def initial_environment(pid: int) -> list[bytes]:
-    """The environment a process was started with (/proc/PID/environ)."""
-    return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    """The environment a process was started with (/proc/PID/environ). Read as soon as
+    the process is spawned it can still be empty: the kernel closes the spawner's
+    close-on-exec pipe (Popen returns) before it has laid out the new program's
+    environment (seen once on a loaded box), so an empty one is read again."""
+    environ = Path(f"/proc/{pid}/environ")
+    content = wait_for(environ.read_bytes, 10, f"pid {pid}'s environment")
+    return content.split(b"\0")
 
 
 async def test_a_waiting_spare_sees_no_accelerator_and_its_claim_restores_the_persons(
