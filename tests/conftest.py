@@ -36,6 +36,14 @@ ROOT = Path(__file__).resolve().parents[1]
 # TensorFlow once more per real run, doubling the suite's CPU on a 2-core CI box.
 # tests/test_spare.py and the tmux demo test turn it on.
 os.environ.setdefault("GPUWATCH_SPARE_TRAINER", "0")
+# Python's own default, as users run it: compiled modules are written to __pycache__ and
+# read back. A box that sets PYTHONDONTWRITEBYTECODE (this development box does) made
+# each of the suite's ~600 processes (CLI calls, supervisors, trainers) compile gpuwatch
+# and trainer_runtime from source again (0.07-0.23 CPU-s each), and each xdist worker
+# rewrite every test module's asserts (collection 10.1 CPU-s, against 5.1 with them
+# cached): some 100 CPU-seconds of a run on two cores.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 TINY = ROOT / "tests" / "data" / "tiny.yaml"
 
 

@@ -297,17 +297,26 @@ def test_settings_screen_change_applies_live_and_a_full_relaunch_takes_the_spare
     home: Path, tmux_env: dict[str, str], run_alone: RunAlone
 ) -> None:
     env = {**tmux_env, "GPUWATCH_SPARE_TRAINER": "1"}
-    term = Tmux("settings", gpuwatch_command("train", "demo/demo.yaml"), env)
+    # The demo reading slowly (60 ms a batch, not its 12): while this test waits its turn
+    # to run alone (tens of seconds in the suite) its trainer mostly sleeps, where at 12 ms
+    # it took a core from the tests it waits for.
+    term = Tmux("settings", gpuwatch_command(
+        "train", "demo/demo.yaml", "--set", "data.read_latency_ms=60"), env)
     term.wait_screen(r"step\s+(?:[2-9]\d|\d{3,})\b", timeout_s=90)
     info = the_run(home)
+    log = info.run_dir / "trainer.log"
     # Measured alone: both attempts' input wait, and the spare's start (it imports
     # TensorFlow at idle CPU priority, which a busy box would starve).
     with run_alone():
-        # e: the settings screen, its first field (read latency, 12 ms in the demo) selected.
+        # The spare first, while attempt 1 mostly sleeps on its reads: at idle priority
+        # it would wait out attempt 2, which keeps the cores busy.
+        wait_for(lambda: "ready for the next attempt" in log.read_text(errors="replace"), 90,
+                 "the spare trainer to be ready")
+        # e: the settings screen, its first field (read latency) selected.
         term.press("e")
         term.wait_screen(r"read_latency_ms", timeout_s=10)
         term.press("2", "Enter")
-        term.wait_screen(r"pending \(live\): read latency ms 12(?:\.0)?→2", timeout_s=10)
+        term.wait_screen(r"pending \(live\): read latency ms 60(?:\.0)?→2", timeout_s=10)
         term.press("r")
         term.wait_screen(r"attempt 2", timeout_s=60)
         wait_for(
@@ -324,10 +333,7 @@ def test_settings_screen_change_applies_live_and_a_full_relaunch_takes_the_spare
         assert attempts[2]["settings"]["data"]["read_latency_ms"] == 2
         assert input_wait_pct(record, 2) < input_wait_pct(record, 1) / 2
 
-        # R: a full relaunch, into the spare trainer that imported TensorFlow meanwhile.
-        log = info.run_dir / "trainer.log"
-        wait_for(lambda: "ready for the next attempt" in log.read_text(errors="replace"), 90,
-                 "the spare trainer to be ready")
+    # R: a full relaunch, into the spare trainer that imported TensorFlow meanwhile.
     spare_pid = int(log.read_text().split("spare trainer pid ")[1].split(":")[0])
     term.press("p")
     term.wait_screen(r"pending \(live\): prefetch", timeout_s=10)

@@ -43,7 +43,11 @@ def test_the_dashboard_keeps_a_spare_while_attached_and_nothing_once_it_quits_an
     home: Path, tmux_env: dict[str, str], run_alone: RunAlone
 ) -> None:
     env = {**tmux_env, "GPUWATCH_SPARE_TRAINER": "1"}
-    term = Tmux("life", gpuwatch_command("train", str(TINY)), env)
+    # Reading 100 ms a batch (tiny's is 10): what is checked is the spare's life, and the
+    # trainer, mostly asleep, leaves the CPU to other tests while this one waits its turns
+    # to run alone.
+    term = Tmux("life", gpuwatch_command("train", str(TINY), "--set", "data.read_latency_ms=100"),
+                env)
     term.wait_screen(r"step\s+(?:[2-9]\d|\d{3,})\b", timeout_s=120)
     run_dir = the_run(home).run_dir
     wait_for(lambda: spares(run_dir), 60, "a spare while the dashboard is attached")
