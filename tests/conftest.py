@@ -72,10 +72,11 @@ def _module_of(nodeid: str) -> str:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The quick tests first, so a failure there shows within a minute or two: every module
     with a test marked `slow` (real TensorFlow training, real clusters) runs after the
-    modules with none. The slow ones go longest first (tests/durations.json; a module not
-    in it counts as the longest), so no long module starts last while the other workers
-    run out of work. Whole modules move, so a module's fixtures are set up once (xdist
-    hands them out in this order: --no-loadscope-reorder in pyproject.toml)."""
+    modules with none; within a module, its `alone` tests last. The slow ones go longest
+    first (tests/durations.json; a module not in it counts as the longest), so no long
+    module starts last while the other workers run out of work. Whole modules move, so a
+    module's fixtures are set up once (xdist hands them out in this order:
+    --no-loadscope-reorder in pyproject.toml)."""
     import json
 
     try:
@@ -88,10 +89,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         first_seen.setdefault(_module_of(item.nodeid), len(first_seen))
 
-    def key(item: pytest.Item) -> tuple[bool, float, int]:
+    def key(item: pytest.Item) -> tuple[bool, float, int, bool]:
         module = _module_of(item.nodeid)
         slow = module in slow_modules
-        return slow, -seconds.get(module, float("inf")) if slow else 0.0, first_seen[module]
+        # A module's `alone` tests last in it, in their order (those in a class stay in
+        # it): run one after another they take the suite's lock once, not once each, and
+        # every taking waits for the tests running elsewhere to end.
+        alone = (item.get_closest_marker("alone") is not None
+                 and getattr(item, "cls", None) is None)
+        return (slow, -seconds.get(module, float("inf")) if slow else 0.0, first_seen[module],
+                alone)
 
     items.sort(key=key)
 

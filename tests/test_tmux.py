@@ -297,11 +297,11 @@ def test_settings_screen_change_applies_live_and_a_full_relaunch_takes_the_spare
     home: Path, tmux_env: dict[str, str], run_alone: RunAlone
 ) -> None:
     env = {**tmux_env, "GPUWATCH_SPARE_TRAINER": "1"}
-    # The demo reading slowly (60 ms a batch, not its 12): while this test waits its turn
+    # The demo reading slowly (200 ms a batch, not its 12): while this test waits its turn
     # to run alone (tens of seconds in the suite) its trainer mostly sleeps, where at 12 ms
     # it took a core from the tests it waits for.
     term = Tmux("settings", gpuwatch_command(
-        "train", "demo/demo.yaml", "--set", "data.read_latency_ms=60"), env)
+        "train", "demo/demo.yaml", "--set", "data.read_latency_ms=200"), env)
     term.wait_screen(r"step\s+(?:[2-9]\d|\d{3,})\b", timeout_s=90)
     info = the_run(home)
     log = info.run_dir / "trainer.log"
@@ -316,7 +316,7 @@ def test_settings_screen_change_applies_live_and_a_full_relaunch_takes_the_spare
         term.press("e")
         term.wait_screen(r"read_latency_ms", timeout_s=10)
         term.press("2", "Enter")
-        term.wait_screen(r"pending \(live\): read latency ms 60(?:\.0)?→2", timeout_s=10)
+        term.wait_screen(r"pending \(live\): read latency ms 200(?:\.0)?→2", timeout_s=10)
         term.press("r")
         term.wait_screen(r"attempt 2", timeout_s=60)
         wait_for(

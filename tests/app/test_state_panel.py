@@ -232,7 +232,7 @@ async def test_line_by_line_strips_equal_a_whole_render(app_class, monkeypatch):
                 )
             panel.set_text(new)
             partial += bool(panel._stale)
-            await pilot.pause()
+            await pilot.pause(0)
             width, height = panel.size
             shown = [panel.render_line(y) for y in range(height)]
             whole = Visual.to_strips(
