@@ -1,9 +1,10 @@
 """`gpuwatch scale` as a person runs it: real supervisors and trainers, checked against the record.
 
-- the demo at 1 and 2 replicas, headless: the last line is the scaling line, and its figures
-  are the record's own (each attempt's median examples/s after warm-up, worked out here
-  from events.jsonl), the attempts are fresh trainers at 1 and 2 replicas, and the run is
-  listed, exportable as a scaling table, and leaves nothing running;
+- the demo at 1 and 2 replicas, headless (the truth test's first probe): the last line is
+  the scaling line, and its figures are the record's own (each attempt's median examples/s
+  after warm-up, worked out here from events.jsonl), the attempts are fresh trainers at 1
+  and 2 replicas, and the run is listed, exportable as a scaling table, and leaves nothing
+  running;
 - a count that crashes: one line naming it, a non-zero exit, no later count, nothing left;
 - a cluster's counts are workers;
 - a plan that cannot run is one line and exit 2 before anything starts;
@@ -18,6 +19,7 @@ import io
 import json
 import re
 import statistics
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ import pytest
 
 from gpuwatch import cli
 from tests.conftest import TINY, gpuwatch
+from tests.support.alone import RunAlone
 from tests.test_run_lifecycle import assert_gone_by, recorded, run_groups
 
 SCALING = re.compile(
@@ -69,17 +72,17 @@ def nothing_left(run_dir: Path) -> None:
     assert_gone_by(run_dir, run_groups(run_dir), time.time() + 10.0, "after the probe")
 
 
-@pytest.mark.slow
-def test_scale_demo_headless_at_1_and_2_replicas(home: Path) -> None:
-    proc = gpuwatch("scale", "demo/demo.yaml", "--replicas", "1,2", "--steps", "15",
-                    "--headless")
+def check_a_headless_probe(proc: subprocess.CompletedProcess[str], run_dir: Path,
+                           steps: int) -> None:
+    """`gpuwatch scale demo/demo.yaml --replicas 1,2 --steps N --headless`, as a person
+    reads it: its scaling line and table, the record behind them, ls and export. (Checked
+    on the truth test's first probe: a probe of its own was two TensorFlow start-ups more.)"""
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = scaling_line(proc.stdout)
     assert (line["unit"], line["counts"], line["mode"]) == ("replicas", [1, 2], "weak")
-    run_dir = the_run(home)
     events = recorded(run_dir)
     # One fresh trainer per count, in order: strategy.replicas 1 then 2, the demo's 128
-    # examples per replica kept (weak), 15 steps each.
+    # examples per replica kept (weak), N steps each.
     attempts = [e for e in events if e["type"] == "attempt"]
     assert [(a["reason"], a["fresh"]) for a in attempts] == [("scale", True)] * 2
     assert [a["settings"]["strategy"]["replicas"] for a in attempts] == [1, 2]
@@ -87,7 +90,8 @@ def test_scale_demo_headless_at_1_and_2_replicas(home: Path) -> None:
     hellos = [e for e in events if e["type"] == "hello"]
     assert [(h["replicas"], h["per_replica_batch"]) for h in hellos] == [(1, 128), (2, 128)]
     assert hellos[0]["pid"] != hellos[1]["pid"]  # a fresh process each
-    assert [e["step"] for e in events if e["type"] == "step"] == [*range(1, 16), *range(1, 16)]
+    assert [e["step"] for e in events if e["type"] == "step"] == [
+        *range(1, steps + 1), *range(1, steps + 1)]
     statuses = [e["status"] for e in events if e["type"] == "status"]
     assert statuses == ["starting", "running", "relaunching", "starting", "running", "finished"]
     # The line's figures are the record's: medians after warm-up, their ratios.
@@ -180,13 +184,23 @@ TRUTH_STEPS = 100
 TRUTH_ROUNDS = 2
 
 
-def probe_rates(steps: int) -> dict[int, float]:
+def probe(steps: int) -> tuple[dict[int, float], subprocess.CompletedProcess[str]]:
+    """The demo's probe at 1 and 2 replicas, headless: each count's rate, and the command."""
     proc = gpuwatch("scale", "demo/demo.yaml", "--replicas", "1,2", "--steps", str(steps),
                     "--headless", timeout_s=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = scaling_line(proc.stdout)
-    return {count: float(rate or 0.0) for count, rate in zip(line["counts"], line["rates"],
-                                                              strict=True)}
+    rates = {count: float(rate or 0.0) for count, rate in zip(line["counts"], line["rates"],
+                                                               strict=True)}
+    return rates, proc
+
+
+def probe_runs(home: Path) -> list[Path]:
+    """The probes' run folders, oldest first (a probe's attempts say "scale")."""
+    found = [run_dir for run_dir in (home / "runs").iterdir()
+             if any(e["type"] == "attempt" and e["reason"] == "scale"
+                    for e in recorded(run_dir))]
+    return sorted(found, key=lambda run_dir: recorded(run_dir)[0]["t"])
 
 
 def alone_rate(count: int, steps: int) -> float:
@@ -201,39 +215,47 @@ def alone_rate(count: int, steps: int) -> float:
     return float(match.group(1))
 
 
-@pytest.mark.alone
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # 2 rounds of 4 real trainings, and the wait for the others to end
-def test_the_probes_figures_match_separate_headless_runs_within_10_percent(home: Path) -> None:
+def test_the_probes_figures_match_separate_headless_runs_within_10_percent(
+    home: Path, run_alone: RunAlone
+) -> None:
     """Each count's examples/s from the probe against `gpuwatch train --headless` with the
     same settings, both the median of the attempt's steps after warm-up.
 
-    It runs `alone` (tests/support/alone.py): no other test is under way on the box
+    The rounds run alone (tests/support/alone.py): no other test is under way on the box
     meanwhile. The box is still noisy (single runs of the same settings minutes apart
     differ by up to 30 % on a shared 2-core box): each round runs the probe and the two
     separate runs back to back, in alternating order (probe first, then last), and the
     bound is on the geometric mean over TRUTH_ROUNDS rounds of each round's probe /
     separate run. Measured alone on a quiet box (4 rounds, 2026-11-24), one round's ratio
-    ranged 0.917-1.050 at 1 replica and 0.991-1.070 at 2; the mean of two rounds, 0.96-1.03."""
+    ranged 0.917-1.050 at 1 replica and 0.991-1.070 at 2; the mean of two rounds, 0.96-1.03.
+    The first probe is then read as a person reads a headless probe (check_a_headless_probe),
+    beside the other tests."""
     ratios: dict[int, list[float]] = {1: [], 2: []}
     seen: list[dict[str, Any]] = []
-    for round_index in range(TRUTH_ROUNDS):
-        order: list[Any] = ["probe", 1, 2] if round_index % 2 == 0 else [2, 1, "probe"]
-        probe: dict[int, float] = {}
-        alone: dict[int, float] = {}
-        for what in order:
-            if what == "probe":
-                probe = probe_rates(TRUTH_STEPS)
-            else:
-                alone[what] = alone_rate(what, TRUTH_STEPS)
-        seen.append({"probe": probe, "alone": alone})
-        for count in (1, 2):
-            ratios[count].append(probe[count] / alone[count])
+    first_probe: subprocess.CompletedProcess[str] | None = None
+    with run_alone():
+        for round_index in range(TRUTH_ROUNDS):
+            order: list[Any] = ["probe", 1, 2] if round_index % 2 == 0 else [2, 1, "probe"]
+            probed: dict[int, float] = {}
+            alone: dict[int, float] = {}
+            for what in order:
+                if what == "probe":
+                    probed, proc = probe(TRUTH_STEPS)
+                    first_probe = first_probe or proc
+                else:
+                    alone[what] = alone_rate(what, TRUTH_STEPS)
+            seen.append({"probe": probed, "alone": alone})
+            for count in (1, 2):
+                ratios[count].append(probed[count] / alone[count])
     report = json.dumps({"rounds": seen, "ratios": ratios})
     print(report)
     for count in (1, 2):
         ratio = statistics.geometric_mean(ratios[count])
         assert 0.9 <= ratio <= 1.1, f"{count} replicas: probe/alone = {ratio:.3f}: {report}"
+    assert first_probe is not None
+    check_a_headless_probe(first_probe, probe_runs(home)[0], TRUTH_STEPS)
     for run_dir in (home / "runs").iterdir():
         nothing_left(run_dir)
 
