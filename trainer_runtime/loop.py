@@ -134,7 +134,11 @@ class PipelineCheckpoint:
         assert self.dir is not None
         return os.path.join(self.dir, f"data-{step}")
 
-    def save(self, step: int, kept: list[str]) -> None:
+    def write(self, step: int) -> None:
+        """Save the iterators as they stand at `step`. Called before the model's checkpoint
+        of that step: a ckpt-<step> on disk then always has its data-<step>, whenever the
+        process is killed (the other order left, after a SIGKILL between the two, a
+        checkpoint whose resume restarted the data order)."""
         if self.dir is None or self.broken:
             return
         try:
@@ -147,6 +151,10 @@ class PipelineCheckpoint:
                 os.path.join(self.dir, WHY_NOT_SAVED), "w", encoding="utf-8"
             ) as fh:
                 fh.write(self.broken)
+
+    def prune(self, kept: list[str]) -> None:
+        """Remove the saved iterators of checkpoints no longer kept (after the model's save)."""
+        if self.dir is None or self.broken:
             return
         keep = {f"data-{path.rsplit('-', 1)[-1]}" for path in kept}
         for name in os.listdir(self.dir):
@@ -465,9 +473,11 @@ class Trainer:
         self._step_var.assign(self.step)
         self._micro_var.assign(self.micro_step)
         self._position_var.assign(self.position)
+        if self._pipeline_ckpt is not None:
+            self._pipeline_ckpt.write(self.step)
         path = self.manager.save(checkpoint_number=self.step)
         if self._pipeline_ckpt is not None:
-            self._pipeline_ckpt.save(self.step, self.manager.checkpoints)
+            self._pipeline_ckpt.prune(self.manager.checkpoints)
         seconds = time.monotonic() - t0
         self.emitter.emit(Checkpoint(attempt=self.attempt, step=self.step,
                                      micro_step=self.micro_step, path=path,

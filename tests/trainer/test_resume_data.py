@@ -237,3 +237,37 @@ def test_a_factory_batch_other_than_asked_exits_2_naming_both(
     assert run.of("error")[0]["kind"] == "factory"
     assert not run.of("step"), "nothing is reported as trained"
     assert not list((tmp_path / "checkpoints").glob("ckpt-*")), "and nothing saved"
+
+
+def test_a_checkpoint_on_disk_always_has_its_pipeline_state(
+    strategy: Any, devices: Any, tmp_path: Path
+) -> None:
+    """A factory pipeline's saved iterators are written before the model's checkpoint of
+    the same step, so a process killed between the two never leaves a ckpt-<step> whose
+    resume restarts the data order (seen in a fresh-clone run, with the other order); the
+    states of checkpoints no longer kept go with them."""
+    from tests.trainer.conftest import make_config
+    from trainer_runtime.loop import Trainer as InProcessTrainer
+
+    cfg = make_config(
+        data={"factory": "tests.trainer.plugins:counting_dataset", "classes": 4},
+        checkpoint={"enabled": True, "every_steps": 10, "keep": 2})
+    trainer = InProcessTrainer(cfg, strategy, devices, run_dir=str(tmp_path))
+    assert trainer.manager is not None
+    data = tmp_path / "checkpoints" / "data"
+    seen: list[tuple[int, bool]] = []
+    save = trainer.manager.save
+
+    def model_save(checkpoint_number: int) -> str:
+        seen.append((checkpoint_number, (data / f"data-{checkpoint_number}.index").exists()))
+        return save(checkpoint_number=checkpoint_number)
+
+    trainer.manager.save = model_save  # type: ignore[method-assign]
+    for _ in range(3):
+        trainer.run_updates(2)
+        trainer.save()
+    assert seen == [(2, True), (4, True), (6, True)]
+    assert sorted(p.name for p in data.glob("data-*.index")) == [
+        "data-4.index", "data-6.index"]
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("ckpt-*.index")) == [
+        "ckpt-4.index", "ckpt-6.index"]
