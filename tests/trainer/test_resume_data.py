@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.test_run_lifecycle_tf import newest_on_disk
 from tests.trainer.test_cli import Trainer
 from trainer_runtime.data import RECORD_IDS_ENV
 
@@ -93,7 +94,7 @@ def test_resumes_after_a_sigkill_and_under_new_batch_settings_continue_steps_exa
     first.finish()
     announced = first.of("checkpoint")[-1]["step"]
     assert announced >= 40 and first.of("step")[-1]["step"] > announced, "steps were lost"
-    on_disk = _newest_on_disk(tmp_path)
+    on_disk = newest_on_disk(tmp_path)
 
     # Attempt 2, after the SIGKILL: from the last checkpoint, the same settings. (The kill
     # may land after a save whose event it cut off: then that newer one, on disk.)
@@ -143,12 +144,6 @@ def test_resumes_after_a_sigkill_and_under_new_batch_settings_continue_steps_exa
     assert steps[0]["loss"] <= max(recent) * 1.5, (steps[0]["loss"], recent)
 
 
-def _newest_on_disk(run_dir: Path) -> int:
-    """The step of the newest checkpoint the trainer finished writing (ckpt-<step>.index)."""
-    index = (run_dir / "checkpoints").glob("ckpt-*.index")
-    return max(int(p.name.split("-")[1].split(".")[0]) for p in index)
-
-
 def _factory_config(tmp_path: Path, name: str, factory: str, batch: int = BATCH,
                     **kwargs: Any) -> Path:
     cfg = {
@@ -178,7 +173,7 @@ def test_factory_pipeline_resumes_where_its_checkpoint_was_taken_and_restarts_un
 
     # The SIGKILL may land after a save whose event it cut off: the resume is from the
     # newest checkpoint on disk, which may be one past the last announced (seen once).
-    on_disk = _newest_on_disk(tmp_path)
+    on_disk = newest_on_disk(tmp_path)
     second = Trainer(tmp_path, config, 2, "--max-steps", str(on_disk + 5))
     assert second.finish() == 0
     resume = second.of("resume")[0]
