@@ -186,7 +186,7 @@ class Agreement:
                                  tf.zeros_like(value))
             return ctx.all_reduce(tf.distribute.ReduceOp.SUM, value)
 
-        @tf.function
+        @tf.function(autograph=False)
         def total(value: Any, chief_only: bool) -> Any:
             out = strategy.run(replica_sum, args=(value, chief_only))
             return strategy.experimental_local_results(out)[0]

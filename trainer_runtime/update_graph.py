@@ -108,7 +108,7 @@ class UpdateGraph:
         self._fns: dict[bool, Any] = {}
         # XLA compiles the per-replica forward/backward only: the optimizer's
         # all-reduce is a merge_call, which cannot live inside an XLA cluster.
-        self._grads_fn: Any = (tf.function(self._grads_eager, jit_compile=True)
+        self._grads_fn: Any = (tf.function(self._grads_eager, jit_compile=True, autograph=False)
                                if jit_compile else None)
         # The all-reduce runs (and is timed) here, not inside the optimizer; split=False
         # leaves it to the optimizer (the fused path: no all-reduce or update time).
@@ -328,20 +328,23 @@ class UpdateGraph:
 
     def _make_fn(self, multi: bool) -> Any:
         if not multi:
-            @tf.function
+            @tf.function(autograph=False)
             def run_one(iterator: Any) -> Any:
                 return tuple(tf.reshape(out, [1])
                              for out in self._one_update(iterator, tf.constant(0.0)))
             return run_one
 
-        @tf.function
+        @tf.function(autograph=False)
         def run_many(iterator: Any, n: tf.Tensor) -> Any:
             # One array per output of _one_update, in its order.
             arrays = tuple(tf.TensorArray(dtype, size=n) for dtype in UPDATE_OUTPUTS)
-            dep = tf.constant(0.0)
-            for i in tf.range(n):
+
+            def body(i: Any, dep: Any, arrays: Any) -> Any:
                 outs = self._one_update(iterator, dep)
                 arrays = tuple(a.write(i, out) for a, out in zip(arrays, outs, strict=True))
-                dep = tf.cast(outs[0], tf.float32)
+                return i + 1, tf.cast(outs[0], tf.float32), arrays
+
+            _, _, arrays = tf.while_loop(lambda i, *_: i < n, body,
+                                         (tf.constant(0), tf.constant(0.0), arrays))
             return tuple(a.stack() for a in arrays)
         return run_many

@@ -62,6 +62,7 @@ def train_function(watch: FitWatch, model: Any) -> Any:
     strategy = model.distribute_strategy
     keras_function = model._make_function(model.train_step)  # train_on_batch's inputs
 
+    @tf.autograph.experimental.do_not_convert
     def one_step(data: Any) -> Any:
         outputs = strategy.run(model.train_step, args=(data,))
         return reduce_per_replica(outputs, strategy, reduction="auto")
@@ -82,6 +83,7 @@ def train_function(watch: FitWatch, model: Any) -> Any:
             total, count = _loss_sums(model)
         return logs, tf.stack([t0, t1, t2, total, count, lr])
 
+    @tf.autograph.experimental.do_not_convert
     def steps(iterator: Any) -> Any:
         # The first step as Keras takes it with steps_per_execution 1 (get_next: at the
         # epoch's end its OutOfRangeError ends the epoch, as Keras' does).
