@@ -50,7 +50,7 @@ def the_run(home: Path) -> Path:
 @pytest.fixture
 def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The temporary directory the run's processes see: TensorFlow writes its autograph
-    modules there while it traces (a few hundred files a run)."""
+    modules there while it traces a person's own functions."""
     path = tmp_path / "tmp"
     path.mkdir()
     monkeypatch.setenv("TMPDIR", str(path))
@@ -179,7 +179,13 @@ def test_a_sigkilled_trainer_crashes_the_run_and_a_resume_counts_the_lost_steps(
              and any(e["step"] >= 32 for e in of(run_dir, "step")), 120,
              "a checkpoint at 25 and step 32")
     (hello,) = of(run_dir, "hello", 1)
-    assert list(private_tmp.glob(f"gpuwatch-trainer-{hello['pid']}-*/__autograph_generated_file*"))
+    # The trainer's own temporary directory (trainer_runtime.scratch). The built-in
+    # update graph and pipeline are plain graph code, not autograph-converted: nothing of
+    # autograph's is in it. What a person's factory would have autograph write there
+    # stands in as a file of our own.
+    (scratch,) = private_tmp.glob(f"gpuwatch-trainer-{hello['pid']}-*")
+    assert not list(scratch.glob("__autograph_generated_file*"))
+    (scratch / "__autograph_generated_file_of_a_factory.py").write_text("pass\n")
     os.kill(hello["pid"], signal.SIGKILL)
     gone_after_end(run_dir)
     assert runs.read_run_info(run_dir).status == "crashed"

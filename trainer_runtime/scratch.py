@@ -1,12 +1,13 @@
 """A trainer's own temporary directory, gone when the trainer is.
 
-TensorFlow writes to the temporary directory as it traces: autograph turns each traced
-Python function into a generated module, ``__autograph_generated_file*.py``, a few per
-function, and removes them at interpreter exit. The trainer skips that exit
-(``__main__._exit_now``: finalisation can hang on TensorFlow's threads), so without
-this every run left a few hundred such files in /tmp. The trainer now takes a directory
-of its own there (``gpuwatch-trainer-<pid>-*``) for everything that goes to the
-temporary directory, and removes it as it exits; the supervisor removes the one a
+TensorFlow writes to the temporary directory as it traces: autograph turns each Python
+function it converts (a person's data factory's map functions; the built-in update graph
+and pipeline are plain graph code, not converted) into a generated module,
+``__autograph_generated_file*.py``, a few per function, and removes them at interpreter
+exit. The trainer skips that exit (``__main__._exit_now``: finalisation can hang on
+TensorFlow's threads), so such files would stay in /tmp for good. The trainer takes a
+directory of its own there (``gpuwatch-trainer-<pid>-*``) for everything that goes to
+the temporary directory, and removes it as it exits; the supervisor removes the one a
 trainer it watched could not (killed by SIGKILL, the OOM killer) once it has reaped it.
 
 Stdlib only: the supervisor imports it too.
