@@ -28,6 +28,9 @@ else:
         "gpuwatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
     settings.load_profile("gpuwatch")
 
+from tests.support.durations import Durations, module_of
+from tests.support.durations import write as write_durations
+
 # Tests marked `alone` run with no other test under way on any xdist worker.
 pytest_plugins = ["tests.support.alone"]
 
@@ -59,16 +62,6 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(2, min(4, (os.cpu_count() or 1) + 2))
 
 
-# Each slow module's seconds in a measured run (setup, call and teardown of its tests,
-# summed): the order the slow modules are handed out in. Regenerate with
-# `GPUWATCH_DURATIONS_OUT=tests/durations.json python -m pytest -q`.
-DURATIONS = Path(__file__).parent / "durations.json"
-
-
-def _module_of(nodeid: str) -> str:
-    return nodeid.split("::", 1)[0]
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The quick tests first, so a failure there shows within a minute or two: every module
     with a test marked `slow` (real TensorFlow training, real clusters) runs after the
@@ -77,28 +70,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     module starts last while the other workers run out of work. Whole modules move, so a
     module's fixtures are set up once (xdist hands them out in this order:
     --no-loadscope-reorder in pyproject.toml)."""
-    import json
-
-    try:
-        seconds: dict[str, float] = json.loads(DURATIONS.read_text())
-    except (OSError, ValueError):
-        seconds = {}
-    slow_modules = {_module_of(item.nodeid) for item in items
+    known = Durations()
+    slow_modules = {module_of(item.nodeid) for item in items
                     if item.get_closest_marker("slow")}
     first_seen: dict[str, int] = {}
     for item in items:
-        first_seen.setdefault(_module_of(item.nodeid), len(first_seen))
+        first_seen.setdefault(module_of(item.nodeid), len(first_seen))
 
     def key(item: pytest.Item) -> tuple[bool, float, int, bool]:
-        module = _module_of(item.nodeid)
+        module = module_of(item.nodeid)
         slow = module in slow_modules
+        seconds = known.module_seconds(module)
         # A module's `alone` tests last in it, in their order (those in a class stay in
         # it): run one after another they take the suite's lock once, not once each, and
         # every taking waits for the tests running elsewhere to end.
         alone = (item.get_closest_marker("alone") is not None
                  and getattr(item, "cls", None) is None)
-        return (slow, -seconds.get(module, float("inf")) if slow else 0.0, first_seen[module],
-                alone)
+        return (slow, -(float("inf") if seconds is None else seconds) if slow else 0.0,
+                first_seen[module], alone)
 
     items.sort(key=key)
 
@@ -107,11 +96,10 @@ _durations: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    """With GPUWATCH_DURATIONS_OUT set: each module's seconds, for tests/durations.json
+    """With GPUWATCH_DURATIONS_OUT set: each test's seconds, for tests/durations.json
     (on the xdist controller, which gets every worker's reports, or the one process)."""
     if os.environ.get("GPUWATCH_DURATIONS_OUT"):
-        module = _module_of(report.nodeid)
-        _durations[module] = _durations.get(module, 0.0) + report.duration
+        _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
 
 
 _SESSION_START = time.time()
@@ -126,11 +114,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     out = os.environ.get("GPUWATCH_DURATIONS_OUT")
     if out and _durations:
-        import json
-
-        Path(out).write_text(json.dumps(
-            {module: round(total, 1) for module, total in sorted(_durations.items())},
-            indent=0) + "\n")
+        write_durations(Path(out), _durations)
     import glob
     import shutil
     import socket
