@@ -6,26 +6,33 @@ on threads: flock locks of separate opens conflict within one process as across 
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
-from tests.support.alone import ALONE, SHARED, RunLock, lock_paths
+from tests.conftest import ROOT
+from tests.support.alone import ALONE, SHARED, RunLock, ends_folder, lock_paths
 
 HOLDS_S = 0.3  # long enough for a wrongly granted lock to be taken: the waits must last it
 
 
-def make_lock(folder: Path) -> RunLock:
+def make_lock(folder: Path, backfill: bool = False) -> RunLock:
     gate, lock = lock_paths(folder)
     gate.touch()
     lock.touch()
-    return RunLock(gate, lock)
+    ends = ends_folder(folder)
+    ends.mkdir(exist_ok=True)
+    return RunLock(gate, lock, ends if backfill else None)
 
 
-def take_in_thread(lock: RunLock, mode: int) -> threading.Event:
+def take_in_thread(lock: RunLock, mode: int, seconds: float | None = None) -> threading.Event:
     taken = threading.Event()
 
     def take() -> None:
-        lock.take(mode)
+        lock.take(mode, seconds)
         taken.set()
 
     threading.Thread(target=take, daemon=True).start()
@@ -55,6 +62,53 @@ def test_alone_waits_for_every_shared_holder_and_shared_waits_for_alone(tmp_path
     assert late_taken.wait(5.0), "the waiting test did not start once alone ended"
     for lock in (reader, writer, late):
         lock.close()
+
+
+def test_while_alone_waits_a_test_predicted_to_end_first_starts_and_no_other_does(
+    tmp_path: Path,
+) -> None:
+    running, drainer, short, long_, unknown = (make_lock(tmp_path, backfill=True)
+                                               for _ in range(5))
+    running.take(SHARED, 30.0)  # predicted to let go in 30 s
+    alone = take_in_thread(drainer, ALONE)
+    assert not alone.wait(HOLDS_S)  # the drain: it holds the gate, waits for `running`
+    # 1 s (x 1.25 + 1 s) ends well before: it starts during the drain.
+    short_taken = take_in_thread(short, SHARED, 1.0)
+    assert short_taken.wait(5.0), "a test that fits did not backfill"
+    assert short.backfills == 1 and not alone.is_set()
+    # 60 s would end after `running`; a test of unknown length cannot tell.
+    long_taken = take_in_thread(long_, SHARED, 60.0)
+    unknown_taken = take_in_thread(unknown, SHARED, None)
+    assert not long_taken.wait(HOLDS_S) and not unknown_taken.is_set()
+    running.release()
+    assert not alone.wait(HOLDS_S), "alone was taken while a backfilled test ran"
+    short.release()
+    assert alone.wait(5.0), "alone was not taken once the running tests let go"
+    assert not long_taken.wait(HOLDS_S) and not unknown_taken.is_set()  # not during the hold
+    drainer.release()
+    assert long_taken.wait(5.0) and unknown_taken.wait(5.0)
+    assert long_.backfills == unknown.backfills == 0
+    for lock in (running, drainer, short, long_, unknown):
+        lock.close()
+    assert list(ends_folder(tmp_path).iterdir()) == [], "a predicted end outlived its hold"
+
+
+def test_no_backfill_beside_a_test_that_cannot_tell_or_has_overrun(tmp_path: Path) -> None:
+    for seconds in (None, 0.0):  # no prediction; predicted to have ended already
+        folder = tmp_path / str(seconds)
+        folder.mkdir()
+        running, drainer, short = (make_lock(folder, backfill=True) for _ in range(3))
+        running.take(SHARED, seconds)
+        alone = take_in_thread(drainer, ALONE)
+        assert not alone.wait(HOLDS_S)
+        short_taken = take_in_thread(short, SHARED, 0.1)
+        assert not short_taken.wait(HOLDS_S), seconds
+        running.release()
+        assert alone.wait(5.0)
+        drainer.release()
+        assert short_taken.wait(5.0) and short.backfills == 0
+        for lock in (running, drainer, short):
+            lock.close()
 
 
 def test_taking_the_held_mode_again_is_a_no_op_and_switching_lets_go_first(
@@ -104,13 +158,6 @@ def test_under_real_xdist_workers_no_alone_test_overlaps_another(tmp_path: Path)
     workers ran side by side), no alone one (a test marked so, two in a row, or a
     `run_alone` stretch of a test) overlaps anything, and the lock's folder is gone at
     the end."""
-    import json
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import ROOT
-
     project = tmp_path / "toy"
     project.mkdir()
     (project / "conftest.py").write_text('pytest_plugins = ["tests.support.alone"]\n')
@@ -137,4 +184,88 @@ def test_under_real_xdist_workers_no_alone_test_overlaps_another(tmp_path: Path)
     clashes = [(a[0], b[0]) for a, b in pairs
                if (a[0].startswith("alone") or b[0].startswith("alone")) and overlap(a, b)]
     assert clashes == []
+    assert not list(temp.glob("gpuwatch-tests-*")), "the lock's folder was left behind"
+
+
+BACKFILL_TOY = {
+    "test_long.py": '''
+from toy import mark, record
+def test_long():
+    mark("long-started")
+    record("long", 4.0)
+''',
+    "test_waits.py": '''
+import pytest
+from toy import record, wait_mark
+def test_first():
+    wait_mark("long-started")
+    record("first", 0.1)
+
+@pytest.mark.alone
+def test_alone():
+    record("alone", 0.3)
+''',
+    "test_quick.py": '''
+import pytest
+from toy import record, wait_mark
+@pytest.mark.parametrize("n", range(12))
+def test_quick(n):
+    wait_mark("long-started")
+    record(f"quick{n}", 0.2)
+''',
+    "toy.py": '''
+import json, os, time
+from pathlib import Path
+def mark(name):
+    Path(os.environ["TOY_LOG"]).with_name(name).touch()
+def wait_mark(name):
+    while not Path(os.environ["TOY_LOG"]).with_name(name).exists():
+        time.sleep(0.02)
+def record(name, seconds):
+    start = time.monotonic()
+    time.sleep(seconds)
+    with open(os.environ["TOY_LOG"], "a") as log:
+        log.write(json.dumps([name, start, time.monotonic()]) + "\\n")
+''',
+}
+
+
+def test_under_real_xdist_workers_short_tests_backfill_the_drain_before_an_alone_one(
+    tmp_path: Path,
+) -> None:
+    """A 4 s test runs on one worker when a test marked `alone` comes up on another: the
+    alone test waits for it (a drain). The third worker's tests of 0.2 s each are
+    predicted (the toy's durations file) to end before it, so they keep starting during
+    the drain instead of waiting for the alone test to end; still nothing overlaps it."""
+    project = tmp_path / "toy"
+    project.mkdir()
+    (project / "conftest.py").write_text('pytest_plugins = ["tests.support.alone"]\n')
+    for name, text in BACKFILL_TOY.items():
+        (project / name).write_text(text)
+    predicted = {"test_long.py": {"test_long": 4.0}, "test_waits.py": {"test_first": 0.1},
+                 "test_quick.py": {f"test_quick[{n}]": 0.2 for n in range(12)}}
+    durations = tmp_path / "durations.json"
+    durations.write_text(json.dumps(predicted))
+    log = tmp_path / "log.jsonl"
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3",
+         "--dist", "loadfile", "--rootdir", str(project), str(project)],
+        env={**os.environ, "TOY_LOG": str(log), "PYTHONPATH": f"{ROOT}{os.pathsep}{project}",
+             "TMPDIR": str(temp), "GPUWATCH_TEST_DURATIONS": str(durations)},
+        capture_output=True, text=True, timeout=120, cwd=project, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    spans = {name: (start, end) for name, start, end in
+             (json.loads(line) for line in log.read_text().splitlines())}
+    assert len(spans) == 15
+    alone = spans["alone"]
+    assert all(end <= alone[0] or start >= alone[1]
+               for name, (start, end) in spans.items() if name != "alone"), spans
+    assert alone[0] >= spans["long"][1], "the alone test did not wait for the long one"
+    # The drain began once `first` ended; without the backfill no test would start
+    # between then (give it 0.3 s) and the alone test's start.
+    during = [name for name, (start, _) in spans.items()
+              if name.startswith("quick") and spans["first"][1] + 0.3 < start < alone[0]]
+    assert len(during) >= 3, (during, spans)
     assert not list(temp.glob("gpuwatch-tests-*")), "the lock's folder was left behind"

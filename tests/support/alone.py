@@ -17,7 +17,13 @@ The rule is a readers-writer lock on two files shared by the workers (flock):
 - a test whose measured part is only a stretch of its body takes it exclusively for that
   stretch (the fixture ``run_alone``: ``with run_alone(): ...``);
 - a worker that wants it exclusively first takes the gate, which every taker passes
-  through: no new test starts while an `alone` test waits for the running ones to end.
+  through: no new test starts while an `alone` test waits for the running ones to end
+  (a drain), with one exception, the backfill (as a batch scheduler backfills a queue):
+  a test predicted to end before the last of the running tests does (their seconds in
+  tests/durations.json, published by each worker as it starts one) starts anyway, so
+  a worker whose test ended early does not sit idle through the drain. A test whose
+  seconds are not known neither backfills nor lets another backfill beside it; a wrong
+  prediction makes the `alone` test wait longer, never run beside another.
 
 Without xdist (one process) nothing is locked: the tests run one at a time anyway.
 """
@@ -26,16 +32,26 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
+from tests.support.durations import Durations
+
 SHARED = fcntl.LOCK_SH
 ALONE = fcntl.LOCK_EX
+
+# A backfill starts only if its predicted seconds, times this and plus that, end before
+# the last running test's predicted end: predictions come from another run on a busy box.
+BACKFILL_SLACK = 1.25
+BACKFILL_MARGIN_S = 1.0
+POLL_S = 0.05  # how often a worker held at the gate looks for a backfill
 
 
 def lock_paths(folder: Path) -> tuple[Path, Path]:
@@ -43,27 +59,96 @@ def lock_paths(folder: Path) -> tuple[Path, Path]:
     return folder / "gate", folder / "lock"
 
 
-class RunLock:
-    """One worker's side of the readers-writer lock."""
+def ends_folder(folder: Path) -> Path:
+    """Where each worker holding the lock shared says when it expects to let go."""
+    return folder / "ends"
 
-    def __init__(self, gate: Path, lock: Path) -> None:
+
+class RunLock:
+    """One worker's side of the readers-writer lock.
+
+    ``ends``: the folder of predicted ends (the backfill); None, no backfill. A worker
+    holding the lock shared keeps a file there, ``end-<pid>``, with the time (time.time())
+    it expects to let go, or ``-`` when it cannot tell.
+    """
+
+    def __init__(self, gate: Path, lock: Path, ends: Path | None = None) -> None:
         self._gate: IO[bytes] = open(gate, "ab")  # noqa: SIM115 - held for the worker's life
         self._lock: IO[bytes] = open(lock, "ab")  # noqa: SIM115
+        self._ends = ends
+        self._mine = ends / f"end-{os.getpid()}-{id(self)}" if ends is not None else None
         self.held: int | None = None
+        self.backfills = 0  # shared holds taken while an `alone` test waited
 
-    def take(self, mode: int) -> None:
+    def take(self, mode: int, seconds: float | None = None) -> None:
+        """Hold the lock in `mode`. Shared, `seconds` is how long the holder expects to
+        keep it (None: it cannot tell): while a drain is under way, a hold predicted to
+        end before the running ones starts at once (the backfill)."""
         if self.held == mode:
             return
         self.release()
-        fcntl.flock(self._gate, fcntl.LOCK_EX)
-        try:
-            fcntl.flock(self._lock, mode)
-        finally:
-            fcntl.flock(self._gate, fcntl.LOCK_UN)
+        if mode == SHARED and seconds is not None and self._ends is not None:
+            self._shared_or_backfill(seconds)
+        else:
+            fcntl.flock(self._gate, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(self._lock, mode)
+            finally:
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
         self.held = mode
+        if mode == SHARED:
+            self.publish(None if seconds is None else time.time() + seconds)
+
+    def _shared_or_backfill(self, seconds: float) -> None:
+        while True:
+            try:
+                fcntl.flock(self._gate, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                # Someone holds the gate: a drain (an `alone` test waits for the running
+                # tests), a taker held by an `alone` test's hold, or one passing through.
+                if self._fits(seconds):
+                    try:  # granted only while no `alone` test holds the lock
+                        fcntl.flock(self._lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                    except BlockingIOError:
+                        pass
+                    else:
+                        self.backfills += 1
+                        return
+                time.sleep(POLL_S)
+                continue
+            try:
+                fcntl.flock(self._lock, fcntl.LOCK_SH)
+            finally:
+                fcntl.flock(self._gate, fcntl.LOCK_UN)
+            return
+
+    def _fits(self, seconds: float) -> bool:
+        """Whether a hold of `seconds` from now ends before the last running one is
+        predicted to; no, if none runs or one cannot tell."""
+        assert self._ends is not None
+        last: float | None = None
+        for path in self._ends.glob("end-*"):
+            if path == self._mine:
+                continue
+            try:
+                end = float(path.read_text())
+            except FileNotFoundError:  # let go since it was listed
+                continue
+            except (OSError, ValueError):  # "-", or caught mid-write: no guess
+                return False
+            last = end if last is None else max(last, end)
+        return last is not None and (
+            time.time() + seconds * BACKFILL_SLACK + BACKFILL_MARGIN_S <= last)
+
+    def publish(self, end: float | None) -> None:
+        """Say when this shared hold is expected to end (None: cannot tell)."""
+        if self._mine is not None:
+            self._mine.write_text("-" if end is None else repr(end))
 
     def release(self) -> None:
         if self.held is not None:
+            if self._mine is not None:
+                self._mine.unlink(missing_ok=True)
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self.held = None
 
@@ -75,6 +160,7 @@ class RunLock:
 
 _lock: RunLock | None = None
 _folder: Path | None = None  # the controller's: made for the first worker, removed at the end
+_durations = Durations()  # each test's predicted seconds (the backfill)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -88,7 +174,8 @@ def pytest_configure(config: pytest.Config) -> None:
     global _lock
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:  # an xdist worker
-        _lock = RunLock(*lock_paths(Path(workerinput["gpuwatch_lock_folder"])))
+        folder = Path(workerinput["gpuwatch_lock_folder"])
+        _lock = RunLock(*lock_paths(folder), ends=ends_folder(folder))
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -99,6 +186,7 @@ def pytest_configure_node(node: Any) -> None:
         _folder = Path(tempfile.mkdtemp(prefix="gpuwatch-tests-"))
         for path in lock_paths(_folder):
             path.touch()
+        ends_folder(_folder).mkdir()
     node.workerinput["gpuwatch_lock_folder"] = str(_folder)
 
 
@@ -126,13 +214,37 @@ def _is_alone(item: pytest.Item | None) -> bool:
     return item is not None and item.get_closest_marker("alone") is not None
 
 
+def _predicted_hold(item: pytest.Item) -> float | None:
+    """How long the worker will hold the lock shared from this test's start, by
+    tests/durations.json: the test's seconds, or, in a module that keeps a run going,
+    those of the rest of the module; None if it cannot tell (a test not in the file, an
+    `alone` test, whose seconds are mostly its body)."""
+    if _is_alone(item):
+        return None
+    keeper = _run_keeper(item)
+    rest = [item]
+    if keeper is not None:
+        items = item.session.items
+        start = items.index(item)
+        rest = [later for later in items[start:] if _run_keeper(later) is keeper]
+    total = 0.0
+    for one in rest:
+        seconds = _durations.test_seconds(one.nodeid)
+        if seconds is None or _is_alone(one):
+            return None
+        total += seconds
+    return total
+
+
 # The test after the one under way on this worker (pytest_runtest_protocol's nextitem).
 _next: pytest.Item | None = None
+# When the test under way on this worker was predicted to end (None: cannot tell).
+_predicted_end: float | None = None
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    global _next
+    global _next, _predicted_end
     if _lock is None:
         yield
         return
@@ -140,7 +252,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     # Set-up and tear-down run beside other tests, `alone` or not; an `alone` test right
     # after another on this worker keeps the lock as it is (no drain between them).
     if not (_lock.held == ALONE and _is_alone(item)):
-        _lock.take(SHARED)
+        if _lock.held == SHARED:  # a module that keeps a run going: already held
+            seconds = _predicted_hold(item)
+            _lock.publish(None if seconds is None else time.time() + seconds)
+        else:
+            seconds = _predicted_hold(item)
+            _lock.take(SHARED, seconds)
+        _predicted_end = None if seconds is None else time.time() + seconds
     yield
     if _lock.held == ALONE:  # kept for the next test, also `alone`
         return
@@ -164,6 +282,8 @@ def _exclusive(*, then_shared: bool = True) -> Iterator[None]:
     finally:
         if then_shared:
             _lock.take(SHARED)
+            # Back to the end predicted when the test started (a `run_alone` stretch).
+            _lock.publish(_predicted_end)
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
