@@ -53,7 +53,7 @@ class Started:
 
     def __init__(self, argv: list[str], *, cwd: Path | None, prefetch: Any,
                  max_steps: int | None, hooked: bool, env: dict[str, str] | None,
-                 timeout_s: float, preload: bool) -> None:
+                 timeout_s: float, preload: bool, wait: bool = True) -> None:
         self.hooked, self.timeout_s, self.preload = hooked, timeout_s, preload
         if preload:
             argv = [argv[0], "-c", PRELOAD.format(ready=READY), *argv[1:]]
@@ -74,10 +74,10 @@ class Started:
                                      start_new_session=True)
         child.close()
         self.early = b""  # what it printed before finish()
-        if preload:
-            self._wait_ready()
+        if preload and wait:
+            self.wait_ready()
 
-    def _wait_ready(self) -> None:
+    def wait_ready(self) -> None:
         """Until the preloaded process has imported TensorFlow and waits for its go."""
         assert self.proc.stdout is not None
         deadline = time.monotonic() + self.timeout_s
@@ -127,12 +127,12 @@ class Started:
 def start_hooked(argv: list[str], *, cwd: Path | None = None, prefetch: Any = False,
                  max_steps: int | None = None, hooked: bool = True,
                  env: dict[str, str] | None = None, timeout_s: float = 240,
-                 preload: bool = False) -> Started:
+                 preload: bool = False, wait: bool = True) -> Started:
     """argv under the hook (hooked=False: the same command without it), started.
-    preload=True: returns once it has imported TensorFlow and Keras; the script itself
-    runs only at finish()."""
+    preload=True: returns once it has imported TensorFlow and Keras (wait=False: at once;
+    wait_ready() waits for that); the script itself runs only at finish()."""
     return Started(argv, cwd=cwd, prefetch=prefetch, max_steps=max_steps, hooked=hooked,
-                   env=env, timeout_s=timeout_s, preload=preload)
+                   env=env, timeout_s=timeout_s, preload=preload, wait=wait)
 
 
 def run_hooked(argv: list[str], **options: Any) -> Hooked:

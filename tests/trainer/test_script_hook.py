@@ -19,15 +19,73 @@ from trainer_runtime import protocol
 
 Preload = Callable[..., Started]
 
+LOOPS = ("fit", "graph", "eager")
+PREFETCHES: tuple[bool | str, ...] = (False, "autotune")
+BURSTY = ("--steps", "128", "--from-function", "--read-ms", "4", "--burst", "32",
+          "--width", "1024", "--batch", "256")
 
-@pytest.fixture
-def preloaded() -> Iterator[Preload]:
-    """Starts a hooked script in the test's set-up: it imports TensorFlow and Keras there
-    (seconds that measure nothing), then waits; the script runs at finish(). An `alone`
-    test's body (tests/support/alone.py) so times the script, not the import."""
+
+def _latency_ms(loop: str) -> float:
+    # Far above a step's compute: a few ms traced; eagerly some 36 ms here, and twice that
+    # on a slower box (the distributed iterator reads the next batch during the step, so
+    # the wait is the latency less the step's compute).
+    return 200.0 if loop == "eager" else 80.0
+
+
+def _slow_reads_argv(loop: str) -> list[str]:
+    latency_ms = _latency_ms(loop)
+    if loop == "fit":
+        return script("fit_mirrored.py", "--dataset", "--epochs", "1", "--examples", "640",
+                      "--read-ms", str(latency_ms))
+    return script("loop_mirrored.py", "--steps", "10", "--read-ms", str(latency_ms),
+                  *(["--eager"] if loop == "eager" else []))
+
+
+# What this module's `alone` tests run preloaded: (test, argv, options).
+ALONE_PRELOADS: list[tuple[str, list[str], dict[str, Any]]] = [
+    ("test_fit_steps_add_up_to_the_scripts_own_clock_across_epochs",
+     script("fit_mirrored.py", "--epochs", "1", "--time-epochs", "6"), {}),
+    *(("test_a_known_read_latency_shows_as_input_wait", _slow_reads_argv(loop), {})
+      for loop in LOOPS),
+    *(("test_prefetch_hides_a_bursty_read_and_the_wait_falls",
+       script("loop_mirrored.py", *BURSTY), {"prefetch": prefetch}) for prefetch in PREFETCHES),
+    *(("test_prefetch_cannot_hide_a_read_slower_than_the_step_and_the_figure_says_so",
+       script("loop_mirrored.py", "--steps", "12", "--read-ms", "30"), {"prefetch": prefetch})
+      for prefetch in PREFETCHES),
+]
+
+
+@pytest.fixture(scope="module")
+def preloaded(request: pytest.FixtureRequest) -> Iterator[Preload]:
+    """Starts a hooked script that imports TensorFlow and Keras (seconds that measure
+    nothing), then waits; the script runs at finish(). An `alone` test's body
+    (tests/support/alone.py) so times the script, not the import.
+
+    The module's `alone` tests run one after another in one hold of the suite's lock,
+    set-ups included: so at the first one's set-up, beside other tests, every script the
+    selected ones run (ALONE_PRELOADS) starts and imports, side by side, and each test
+    takes its own; none imports inside the hold."""
+    selected = {getattr(item, "originalname", item.name) for item in request.session.items
+                if item.module is request.module}
+    pool: list[tuple[list[str], dict[str, Any], Started]] = []
     started: list[Started] = []
 
+    def fill() -> None:
+        for test, argv, options in ALONE_PRELOADS:
+            if test in selected:
+                pool.append((argv, options, start_hooked(argv, preload=True, wait=False,
+                                                         **options)))
+        started.extend(run for _, _, run in pool)
+        for _, _, run in pool:
+            run.wait_ready()
+
     def start(argv: list[str], **options: Any) -> Started:
+        if not started:
+            fill()
+        for index, (pooled_argv, pooled_options, run) in enumerate(pool):
+            if (pooled_argv, pooled_options) == (argv, options):
+                del pool[index]
+                return run
         started.append(start_hooked(argv, preload=True, **options))
         return started[-1]
 
@@ -136,26 +194,14 @@ def test_a_custom_loop_reports_every_step_with_the_loss_it_printed(eager: bool) 
     assert ran.hook.input_wait == ""
 
 
-def _latency_ms(loop: str) -> float:
-    # Far above a step's compute: a few ms traced; eagerly some 36 ms here, and twice that
-    # on a slower box (the distributed iterator reads the next batch during the step, so
-    # the wait is the latency less the step's compute).
-    return 200.0 if loop == "eager" else 80.0
-
-
 @pytest.fixture
 def slow_reads(loop: str, preloaded: Preload) -> Started:
     """The test's loop reading each batch at _latency_ms(loop), preloaded."""
-    latency_ms = _latency_ms(loop)
-    if loop == "fit":
-        return preloaded(script("fit_mirrored.py", "--dataset", "--epochs", "1",
-                                "--examples", "640", "--read-ms", str(latency_ms)))
-    return preloaded(script("loop_mirrored.py", "--steps", "10", "--read-ms", str(latency_ms),
-                            *(["--eager"] if loop == "eager" else [])))
+    return preloaded(_slow_reads_argv(loop))
 
 
 @pytest.mark.alone
-@pytest.mark.parametrize("loop", ["fit", "graph", "eager"])
+@pytest.mark.parametrize("loop", LOOPS)
 def test_a_known_read_latency_shows_as_input_wait(loop: str, slow_reads: Started) -> None:
     latency_ms = _latency_ms(loop)
     ran = slow_reads.finish()
@@ -182,15 +228,10 @@ def _burst_excess(waits: dict[int, float], burst_steps: range) -> list[float]:
     return [waits[step] - usual for step in burst_steps]
 
 
-PREFETCHES: tuple[bool | str, ...] = (False, "autotune")
-
-
 @pytest.fixture
 def bursty_reads(preloaded: Preload) -> dict[object, Started]:
     """The custom loop on reads that bunch up (see the test), without and with prefetch."""
-    bursty = ("--steps", "128", "--from-function", "--read-ms", "4", "--burst", "32",
-              "--width", "1024", "--batch", "256")
-    return {prefetch: preloaded(script("loop_mirrored.py", *bursty), prefetch=prefetch)
+    return {prefetch: preloaded(script("loop_mirrored.py", *BURSTY), prefetch=prefetch)
             for prefetch in PREFETCHES}
 
 
