@@ -11,10 +11,21 @@ import os
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import cast
+
+import pytest
 
 from tests.conftest import ROOT
-from tests.support.alone import ALONE, SHARED, RunLock, ends_folder, lock_paths
+from tests.support.alone import (
+    ALONE,
+    SHARED,
+    RunLock,
+    _keeps_alone,
+    ends_folder,
+    lock_paths,
+)
 
 HOLDS_S = 0.3  # long enough for a wrongly granted lock to be taken: the waits must last it
 
@@ -109,6 +120,27 @@ def test_no_backfill_beside_a_test_that_cannot_tell_or_has_overrun(tmp_path: Pat
         assert short_taken.wait(5.0) and short.backfills == 0
         for lock in (running, drainer, short):
             lock.close()
+
+
+class FakeItem:
+    """What _keeps_alone reads of a pytest item: its module and its `alone` mark."""
+
+    def __init__(self, module: object, alone: bool) -> None:
+        self.module, self.alone = module, alone
+
+    def get_closest_marker(self, name: str) -> object | None:
+        return pytest.mark.alone.mark if name == "alone" and self.alone else None
+
+
+def test_the_lock_is_kept_alone_into_the_next_test_only_within_one_module() -> None:
+    here, there = object(), object()
+    first, second, third = FakeItem(here, True), FakeItem(here, True), FakeItem(here, False)
+    elsewhere = FakeItem(there, True)
+    keeps = cast(Callable[[object, object], bool], _keeps_alone)
+    assert keeps(first, second)
+    assert not keeps(second, third)  # not `alone`
+    assert not keeps(first, elsewhere)  # another module: its set-up may be anything
+    assert not keeps(second, None)
 
 
 def test_taking_the_held_mode_again_is_a_no_op_and_switching_lets_go_first(

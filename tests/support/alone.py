@@ -13,7 +13,8 @@ The rule is a readers-writer lock on two files shared by the workers (flock):
   to its last, so that run never overlaps an `alone` test either;
 - an `alone` test holds it exclusively while its body runs (its set-up and tear-down,
   which measure nothing, run beside other tests; consecutive `alone` tests on a worker
-  hold it from the first body to the last, with no drain between them);
+  hold it from the first body to the last, with no drain between them, when they are in
+  one module);
 - a test whose measured part is only a stretch of its body takes it exclusively for that
   stretch (the fixture ``run_alone``: ``with run_alone(): ...``);
 - a worker that wants it exclusively first takes the gate, which every taker passes
@@ -286,14 +287,26 @@ def _exclusive(*, then_shared: bool = True) -> Iterator[None]:
             _lock.publish(_predicted_end)
 
 
+def _keeps_alone(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
+    """Whether the worker keeps the lock alone from this `alone` test's body to the next
+    test's: the next is `alone` too, in the same module. Its set-up then runs inside the
+    hold, which costs less than a drain when, as in one module, the set-ups are light
+    (tests/trainer/test_script_hook.py preloads its scripts at the first one); the next
+    module's `alone` test may start with anything (a million-event run written in its
+    set-up, 26 s), so it waits its turn like any other."""
+    return (nextitem is not None and _is_alone(nextitem)
+            and getattr(nextitem, "module", None) is getattr(item, "module", None))
+
+
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """An `alone` test's body (what it measures) runs with no other test under way; the
-    next test, if also `alone`, keeps the lock from there (its set-up included)."""
+    next test, if also `alone` and in the same module, keeps the lock from there (its
+    set-up included)."""
     if not _is_alone(item):
         yield
         return
-    with _exclusive(then_shared=not _is_alone(_next)):
+    with _exclusive(then_shared=not _keeps_alone(item, _next)):
         yield
 
 
