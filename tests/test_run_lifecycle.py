@@ -200,12 +200,18 @@ def test_an_ended_run_leaves_no_process(
     mode, status = ENDINGS[ending]
     monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", mode)
     config = cluster_config(tmp_path) if ending == "cluster_worker_killed" else TINY
+    # With a dashboard, the trainer waits until it is attached: under load, a run that ends
+    # at once had ended, and its supervisor's 1 s linger passed, before the test attached.
+    gate = tmp_path / "attached"
+    if how == "dashboard":
+        monkeypatch.setenv("GPUWATCH_FAKE_TRAINER_GATE", str(gate))
     run_dir, follower = start(how, config, fake)
     attached = None
     if how == "dashboard":
         info = runs.read_run_info(run_dir)
         assert info.socket_path is not None
         attached = Attached(info.socket_path)
+        gate.touch()
     try:
         groups = run_groups(run_dir)
         killed_at = end_run(ending, run_dir)

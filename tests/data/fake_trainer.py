@@ -16,6 +16,10 @@ one more step) unless $GPUWATCH_FAKE_RECONFIGURE says "refuse" (ok false, a mess
 "ignore" (no answer) or "late" (ok after 1.5 s: a switch that outlasts a shortened wait).
 Its pid never changes: a live change is the same process.
 
+With $GPUWATCH_FAKE_TRAINER_GATE set to a path, it waits for that path to exist before
+anything else (after launch-<attempt>.json): a test attaches its dashboard first, so a run
+that ends at once cannot end before it.
+
 A cluster's workers may do different things: "hang,1=killed" is hang for every worker
 but worker 1, which is killed. Each run writes its arguments and TF_CONFIG to
 launch-<attempt>.json in its --run-dir, for the tests to read.
@@ -118,6 +122,9 @@ def main() -> int:
     with open(os.path.join(args.run_dir, f"launch-{args.attempt}.json"), "w") as fh:
         json.dump({"argv": sys.argv[1:], "tf_config": os.environ.get("TF_CONFIG"),
                    "pid": os.getpid()}, fh)
+    gate = os.environ.get("GPUWATCH_FAKE_TRAINER_GATE")
+    while gate and not os.path.exists(gate):  # SIGTERM's default action ends it meanwhile
+        time.sleep(0.02)
     sock = socket.socket(fileno=args.telemetry_fd)
     stop = threading.Event()
     if mode == "slow":
