@@ -7,7 +7,7 @@ overrides as `train` does, writes the result to resume.yaml and starts a supervi
 with ``--resume --config resume.yaml``: the same run id, attempt N + 1, from the last
 checkpoint, data position included, recorded in the same events.jsonl. A person's own
 command (gpuwatch run) has no checkpoint of ours: it runs again, from the start, as the
-next attempt, with the settings its hook applies (schema.COMMAND_KEYS) as `--set`.
+next attempt, with the settings its hook applies (changes.COMMAND_KEYS) as `--set`.
 """
 
 from __future__ import annotations

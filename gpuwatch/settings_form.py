@@ -22,7 +22,8 @@ from pydantic import BaseModel, ValidationError
 
 from gpuwatch.config import ConfigError, apply_overrides, check_replicas, parse_override
 from gpuwatch.runstate import effective, format_setting, get_setting, pending_overrides
-from trainer_runtime.schema import LIVE_KEYS, RunConfig
+from trainer_runtime.changes import LIVE_KEYS
+from trainer_runtime.schema import RunConfig
 
 __all__ = ["FORM_KEYS", "GENERAL", "FormRefused", "form_texts", "read_form"]
 

@@ -23,7 +23,8 @@ from gpuwatch.config import (
 from gpuwatch.runstate import pending_applies_live
 from tests.conftest import TINY
 from tests.test_config import fake_nvml
-from trainer_runtime.schema import LIVE_KEYS, RunConfig, StrategyConfig, gpu_shortage, replica_count
+from trainer_runtime.changes import LIVE_KEYS
+from trainer_runtime.schema import RunConfig, StrategyConfig, gpu_shortage, replica_count
 
 
 @pytest.mark.parametrize(

@@ -34,7 +34,7 @@ from gpuwatch.supervisor.exits import TrainerExit, command_exit_status, exit_sta
 from gpuwatch.supervisor.launcher import TrainerLauncher
 from tests.support.command_run import CommandEvents, command_settings
 from tests.support.summary import fold, summary_keys
-from trainer_runtime.schema import ACCUMULATION_REFUSAL, BATCH_REFUSAL
+from trainer_runtime.changes import ACCUMULATION_REFUSAL, BATCH_REFUSAL
 
 TRACEBACK = [
     "Traceback (most recent call last):",

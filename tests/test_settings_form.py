@@ -13,7 +13,8 @@ from gpuwatch.config import ConfigError, load_config
 from gpuwatch.config_words import accepts
 from gpuwatch.runstate import SettingRefused, check_pending, get_setting
 from gpuwatch.settings_form import FORM_KEYS, GENERAL, FormRefused, form_texts, read_form
-from trainer_runtime.schema import LIVE_KEYS, RunConfig
+from trainer_runtime.changes import LIVE_KEYS
+from trainer_runtime.schema import RunConfig
 
 # As an attempt event carries them: the demo's run (a 40 ms read, batch 256), 2 replicas.
 SETTINGS: dict[str, Any] = RunConfig.model_validate(

@@ -1,6 +1,6 @@
 """Live settings in the trainer: a ``reconfigure`` request checked, applied between two updates.
 
-Only ``schema.LIVE_KEYS`` change live (the input pipeline's knobs, the global batch
+Only ``changes.LIVE_KEYS`` change live (the input pipeline's knobs, the global batch
 and accumulation): the input pipeline is rebuilt from the current data position,
 and for a new batch split the accumulators and the update graph too; the model,
 the optimizer, the step and the position carry on. Any other change is refused (it
@@ -23,15 +23,10 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Protocol
 
+from trainer_runtime.changes import LIVE_KEYS, live_changes
 from trainer_runtime.cluster import Agreement
 from trainer_runtime.protocol import Reconfigured
-from trainer_runtime.schema import (
-    LIVE_KEYS,
-    RunConfig,
-    divisibility_error,
-    live_changes,
-    per_replica_batch,
-)
+from trainer_runtime.schema import RunConfig, divisibility_error, per_replica_batch
 from trainer_runtime.telemetry import NullEmitter, ReconfigureRequest, SocketEmitter
 from trainer_runtime.update_graph import UpdateGraph
 

@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from textual.binding import Binding, BindingType
 
-from trainer_runtime.schema import ACCUMULATION_REFUSAL, BATCH_REFUSAL
+from trainer_runtime.changes import ACCUMULATION_REFUSAL, BATCH_REFUSAL
 
 # How the app shows a key ("p", "?", "ctrl+c"): App.get_key_display.
 Display = Callable[[Binding], str]

@@ -19,7 +19,8 @@ from gpuwatch.config.locate import Locator
 from gpuwatch.config.overrides import parse_bounded_override, settle
 from gpuwatch.config.reading import parse_yaml, read_text
 from gpuwatch.config_words import Loc
-from trainer_runtime.schema import RunConfig, command_setting_refusal
+from trainer_runtime.changes import command_setting_refusal
+from trainer_runtime.schema import RunConfig
 
 
 @dataclass(frozen=True)
@@ -79,9 +80,9 @@ def command_config(
 ) -> RunConfig:
     """The config of a person's own command (`gpuwatch run [--name N] [--set K=V] -- ARGV`):
     the command and the directory it runs in, with the few settings a command takes
-    (schema.COMMAND_KEYS) as `--set` and `--name`, validated by the same schema and bounded
+    (changes.COMMAND_KEYS) as `--set` and `--name`, validated by the same schema and bounded
     like a file. ConfigError (one line) if not: a `--set` of any other key names it and
-    says why (schema.command_setting_refusal)."""
+    says why (changes.command_setting_refusal)."""
     shown = "gpuwatch run"
     try:
         check_overrides_length(overrides)
@@ -101,7 +102,7 @@ def command_config(
 
 def refuse_command_keys(keys: Iterable[str], source: str) -> None:
     """ConfigError naming the first of these dotted settings that a person's own command
-    cannot take (schema.command_setting_refusal): "SOURCE: reason" where SOURCE names it
+    cannot take (changes.command_setting_refusal): "SOURCE: reason" where SOURCE names it
     (`--set KEY`), else "SOURCE: KEY: reason"."""
     for key in keys:
         reason = command_setting_refusal(str(key))

@@ -15,8 +15,8 @@ from typing import Any
 from gpuwatch.runstate.settings import ACCUMULATION_KEY, BATCH_KEY, PREFETCH_KEY, get_setting
 from gpuwatch.runstate.steps import WARMUP_STEPS, bus_bandwidth, pace_setter
 from gpuwatch.sketch import MedianSketch
+from trainer_runtime.changes import dotted_settings
 from trainer_runtime.protocol import Breakdown, Hello, Resume, input_wait_pct, per_second
-from trainer_runtime.schema import dotted_settings
 
 
 @dataclass
@@ -168,7 +168,7 @@ def _differ(a: Any, b: Any) -> bool:
 def differing_settings(summaries: Iterable[AttemptSummary]) -> list[str]:
     """The dotted settings whose values differ between these attempts, in the config's order.
 
-    Keys as ``schema.dotted_settings`` splits them (``data.cache``; a deeper value such
+    Keys as ``changes.dotted_settings`` splits them (``data.cache``; a deeper value such
     as the cluster's list of workers is one value); an attempt with no settings known
     is left out.
     """

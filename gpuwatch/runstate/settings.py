@@ -12,13 +12,8 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trainer_runtime.schema import (
-    ACCUMULATION_REFUSAL,
-    BATCH_REFUSAL,
-    live_changes,
-    prefetch_enabled,
-    prefetch_word,
-)
+from trainer_runtime.changes import ACCUMULATION_REFUSAL, BATCH_REFUSAL, live_changes
+from trainer_runtime.schema import prefetch_enabled, prefetch_word
 
 PREFETCH_KEY = "data.prefetch"
 ACCUMULATION_KEY = "train.accumulation_steps"

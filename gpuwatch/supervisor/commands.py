@@ -3,8 +3,8 @@
 `trainer_runtime.protocol.parse_command` is the only way a frame becomes a
 command. A refused one is answered err and changes nothing; a relaunch whose
 settings do not validate is refused before the trainer is touched; one that changes
-only live keys (schema.LIVE_KEYS) of a running trainer is applied in that trainer (never a
-person's own command's: it takes only schema.COMMAND_KEYS, each a relaunch). Relaunch
+only live keys (changes.LIVE_KEYS) of a running trainer is applied in that trainer (never a
+person's own command's: it takes only changes.COMMAND_KEYS, each a relaunch). Relaunch
 and stop take turns (one lock; a live change's wait for its trainers' answer is outside
 it); status and subscribe never wait on them.
 """
@@ -24,6 +24,7 @@ from gpuwatch.config import (
     refuse_command_keys,
 )
 from gpuwatch.supervisor.hub import Client
+from trainer_runtime.changes import live_changes
 from trainer_runtime.protocol import (
     Command,
     InvalidCommand,
@@ -34,7 +35,7 @@ from trainer_runtime.protocol import (
     encode,
     parse_command,
 )
-from trainer_runtime.schema import RunConfig, live_changes
+from trainer_runtime.schema import RunConfig
 
 log = logging.getLogger("gpuwatch.supervisor")
 

@@ -18,7 +18,7 @@ from gpuwatch.app.widgets.panels import (
 )
 from gpuwatch.runstate import NOT_TENSORFLOW
 from tests.support.command_run import CommandEvents
-from trainer_runtime.schema import ACCUMULATION_REFUSAL, BATCH_REFUSAL
+from trainer_runtime.changes import ACCUMULATION_REFUSAL, BATCH_REFUSAL
 
 from .conftest import SIZE, frozen_clock_for, make_app, settle
 

@@ -36,6 +36,7 @@ import sys
 import threading
 import time
 
+from trainer_runtime.changes import live_changes
 from trainer_runtime.protocol import (
     Done,
     Error,
@@ -45,7 +46,6 @@ from trainer_runtime.protocol import (
     Step,
     encode_event,
 )
-from trainer_runtime.schema import live_changes
 
 
 def step(attempt: int, number: int) -> Step:

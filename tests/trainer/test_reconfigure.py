@@ -477,7 +477,7 @@ def test_reconfigure_frames_round_trip_and_refuse_bad_fields() -> None:
 
 
 def test_live_changes_splits_live_and_relaunch_keys() -> None:
-    from trainer_runtime.schema import live_changes
+    from trainer_runtime.changes import live_changes
 
     old = RunConfig()
     new = RunConfig.model_validate({"data": {"prefetch": True}, "model": {"hidden_units": [4]},

@@ -21,7 +21,7 @@ from textual.widgets import Button, Input, Label, Static
 
 from gpuwatch.config_words import accepts
 from gpuwatch.settings_form import FORM_KEYS, GENERAL, FormRefused, form_texts, read_form
-from trainer_runtime.schema import LIVE_KEYS
+from trainer_runtime.changes import LIVE_KEYS
 
 
 def field_id(key: str) -> str:

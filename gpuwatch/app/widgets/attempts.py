@@ -18,7 +18,8 @@ from gpuwatch.runstate import (
     setting_labels,
     setting_text,
 )
-from trainer_runtime.schema import dotted_settings, prefetch_word
+from trainer_runtime.changes import dotted_settings
+from trainer_runtime.schema import prefetch_word
 
 # Settings that differ between attempts: (short name, its value by attempt), in order.
 Differences = list[tuple[str, dict[int, str]]]
