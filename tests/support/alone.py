@@ -69,8 +69,8 @@ class RunLock:
     """One worker's side of the readers-writer lock.
 
     ``ends``: the folder of predicted ends (the backfill); None, no backfill. A worker
-    holding the lock shared keeps a file there, ``end-<pid>``, with the time (time.time())
-    it expects to let go, or ``-`` when it cannot tell.
+    holding the lock shared keeps a file there, ``end-<pid>-<lock>``, with the time
+    (time.time()) it expects to let go, or ``-`` when it cannot tell.
     """
 
     def __init__(self, gate: Path, lock: Path, ends: Path | None = None) -> None:
@@ -253,11 +253,10 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     # Set-up and tear-down run beside other tests, `alone` or not; an `alone` test right
     # after another on this worker keeps the lock as it is (no drain between them).
     if not (_lock.held == ALONE and _is_alone(item)):
+        seconds = _predicted_hold(item)
         if _lock.held == SHARED:  # a module that keeps a run going: already held
-            seconds = _predicted_hold(item)
             _lock.publish(None if seconds is None else time.time() + seconds)
         else:
-            seconds = _predicted_hold(item)
             _lock.take(SHARED, seconds)
         _predicted_end = None if seconds is None else time.time() + seconds
     yield

@@ -21,8 +21,6 @@ Preload = Callable[..., Started]
 
 LOOPS = ("fit", "graph", "eager")
 PREFETCHES: tuple[bool | str, ...] = (False, "autotune")
-BURSTY = ("--steps", "128", "--from-function", "--read-ms", "4", "--burst", "32",
-          "--width", "1024", "--batch", "256")
 
 
 def _latency_ms(loop: str) -> float:
@@ -41,17 +39,20 @@ def _slow_reads_argv(loop: str) -> list[str]:
                   *(["--eager"] if loop == "eager" else []))
 
 
+TIMED_FIT = script("fit_mirrored.py", "--epochs", "1", "--time-epochs", "6")
+BURSTY_READS = script("loop_mirrored.py", "--steps", "128", "--from-function", "--read-ms", "4",
+                      "--burst", "32", "--width", "1024", "--batch", "256")
+SLOWER_READS = script("loop_mirrored.py", "--steps", "12", "--read-ms", "30")
+
 # What this module's `alone` tests run preloaded: (test, argv, options).
 ALONE_PRELOADS: list[tuple[str, list[str], dict[str, Any]]] = [
-    ("test_fit_steps_add_up_to_the_scripts_own_clock_across_epochs",
-     script("fit_mirrored.py", "--epochs", "1", "--time-epochs", "6"), {}),
+    ("test_fit_steps_add_up_to_the_scripts_own_clock_across_epochs", TIMED_FIT, {}),
     *(("test_a_known_read_latency_shows_as_input_wait", _slow_reads_argv(loop), {})
       for loop in LOOPS),
-    *(("test_prefetch_hides_a_bursty_read_and_the_wait_falls",
-       script("loop_mirrored.py", *BURSTY), {"prefetch": prefetch}) for prefetch in PREFETCHES),
+    *(("test_prefetch_hides_a_bursty_read_and_the_wait_falls", BURSTY_READS,
+       {"prefetch": prefetch}) for prefetch in PREFETCHES),
     *(("test_prefetch_cannot_hide_a_read_slower_than_the_step_and_the_figure_says_so",
-       script("loop_mirrored.py", "--steps", "12", "--read-ms", "30"), {"prefetch": prefetch})
-      for prefetch in PREFETCHES),
+       SLOWER_READS, {"prefetch": prefetch}) for prefetch in PREFETCHES),
 ]
 
 
@@ -163,7 +164,7 @@ def test_fit_steps_carry_the_learning_rate_each_step_used(
 
 @pytest.fixture
 def timed_fit(preloaded: Preload) -> Started:
-    return preloaded(script("fit_mirrored.py", "--epochs", "1", "--time-epochs", "6"))
+    return preloaded(TIMED_FIT)
 
 
 @pytest.mark.alone
@@ -231,8 +232,7 @@ def _burst_excess(waits: dict[int, float], burst_steps: range) -> list[float]:
 @pytest.fixture
 def bursty_reads(preloaded: Preload) -> dict[object, Started]:
     """The custom loop on reads that bunch up (see the test), without and with prefetch."""
-    return {prefetch: preloaded(script("loop_mirrored.py", *BURSTY), prefetch=prefetch)
-            for prefetch in PREFETCHES}
+    return {prefetch: preloaded(BURSTY_READS, prefetch=prefetch) for prefetch in PREFETCHES}
 
 
 @pytest.mark.alone
@@ -266,9 +266,7 @@ def test_prefetch_hides_a_bursty_read_and_the_wait_falls(
 @pytest.fixture
 def slower_reads(preloaded: Preload) -> dict[object, Started]:
     """The custom loop reading each batch in 30 ms, without and with prefetch."""
-    return {prefetch: preloaded(script("loop_mirrored.py", "--steps", "12", "--read-ms", "30"),
-                                prefetch=prefetch)
-            for prefetch in PREFETCHES}
+    return {prefetch: preloaded(SLOWER_READS, prefetch=prefetch) for prefetch in PREFETCHES}
 
 
 @pytest.mark.alone
