@@ -33,8 +33,13 @@ def settings_path(info: runs.RunInfo) -> Path:
     return run_dir / "config.yaml"
 
 
-def resume_run(info: runs.RunInfo, overrides: Sequence[str] = ()) -> runs.RunInfo:
+def resume_run(
+    info: runs.RunInfo, overrides: Sequence[str] = (), *, follow: bool = True
+) -> runs.RunInfo:
     """Start the ended run's supervisor again; its info once the socket answers.
+
+    follow: the caller attaches next (the dashboard's `r`, `gpuwatch resume` without
+    --detach), so the supervisor waits for it (starting.start_supervisor).
 
     ResumeError: the run is live (or its supervisor still up); ConfigError: the
     settings or an override are wrong; RuntimeError: the supervisor did not start.
@@ -63,4 +68,5 @@ def resume_run(info: runs.RunInfo, overrides: Sequence[str] = ()) -> runs.RunInf
         path.write_text(dump_config(loaded.config))
     except OSError as exc:
         raise ResumeError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return start_supervisor(info.run_dir, extra=("--resume", "--config", str(path)))
+    return start_supervisor(info.run_dir, extra=("--resume", "--config", str(path)),
+                            follow=follow)

@@ -58,11 +58,13 @@ def detach_method() -> str:
 
 
 def start_supervisor(
-    run_dir: Path, *, fresh: bool = False, extra: Sequence[str] = ()
+    run_dir: Path, *, fresh: bool = False, extra: Sequence[str] = (), follow: bool = False
 ) -> RunInfo:
     """Start the run's supervisor detached from this terminal; wait until its socket answers.
 
-    extra: more arguments for it (a resume's --resume --config FILE)."""
+    extra: more arguments for it (a resume's --resume --config FILE). follow: the caller
+    attaches next (a dashboard, headless): the supervisor waits for it, however soon the
+    run ends (--await-follower)."""
     import subprocess
 
     from gpuwatch import runs
@@ -71,7 +73,8 @@ def start_supervisor(
     env["GPUWATCH_HOME"] = str(run_dir.parent.parent)
     # Factories ("mypkg.models:build") import from where the person ran gpuwatch.
     env["GPUWATCH_USER_CWD"] = os.getcwd()
-    cmd = _supervisor_command(run_dir, fresh=fresh, extra=extra)
+    cmd = _supervisor_command(
+        run_dir, fresh=fresh, extra=[*extra, *(["--await-follower"] if follow else [])])
     method = detach_method()
     log_path = run_dir / "supervisor.log"
     with open(log_path, "ab") as log_file:

@@ -354,6 +354,68 @@ def test_a_relaunch_from_an_attached_dashboard_after_the_end_starts_the_next_att
 
 
 
+def test_a_run_that_crashes_before_its_own_dashboard_attaches_waits_for_it(
+    fake: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`gpuwatch train` starts the supervisor, then attaches its dashboard: on a loaded box
+    the first attempt can crash before that. The supervisor waits for that first follower
+    (--await-follower), so the person reads the crash and `r` relaunches in the same run,
+    and goes LINGER_S after it leaves; a follower that never comes is waited for only
+    FIRST_FOLLOWER_S."""
+    from gpuwatch.starting import start_supervisor
+
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "crash")
+    monkeypatch.setenv("GPUWATCH_FIRST_FOLLOWER_S", "6")
+    started: dict[bool, Path] = {}
+    for follow in (True, False):
+        _run_id, started[follow] = runs.create_run_dir(fake)
+        (started[follow] / "config.yaml").write_text(TINY.read_text())
+        start_supervisor(started[follow], follow=follow)
+    for run_dir in started.values():
+        wait_for(lambda run_dir=run_dir: end_recorded_at(run_dir), 60, "the crash")
+    # Without a follower to wait for, the crash ends the run's processes at once...
+    alone_dir = started[False]
+    assert_gone_by(alone_dir, set(), time.time() + END_TO_GONE_S, "a crash nobody follows")
+    # ... while the one whose dashboard is on its way is still up, past the 1 s linger.
+    run_dir = started[True]
+    ended_at = end_recorded_at(run_dir)
+    assert ended_at is not None
+    time.sleep(max(0.0, ended_at + 2.0 - time.time()))
+    pid = runs.read_supervisor_info(run_dir).get("pid")
+    assert isinstance(pid, int) and runs.supervisor_alive(pid, run_dir), \
+        "it left before its dashboard attached"
+    info = runs.read_run_info(run_dir)
+    assert info.socket_path is not None and info.status == "crashed"
+    dashboard = Attached(info.socket_path)
+    try:
+        wait_for(lambda: dashboard.saw_status("crashed"), 20, "the crash on the dashboard")
+
+        async def relaunch() -> dict[str, Any]:
+            assert info.socket_path is not None
+            async with RunClient(info.socket_path) as client:
+                return await client.command("relaunch", overrides={}, live=True)
+
+        assert asyncio.run(relaunch())["attempt"] == 2
+        wait_for(lambda: len([e for e in recorded(run_dir) if e["type"] == "status"
+                              and e["status"] == "crashed"]) >= 2, 60, "attempt 2's crash")
+        reasons = [e["reason"] for e in recorded(run_dir) if e["type"] == "attempt"]
+        assert reasons == ["start", "relaunch"]
+    finally:
+        left_at = dashboard.close()
+    assert_gone_by(run_dir, set(), left_at + END_TO_GONE_S, "after its dashboard left")
+    # A follower that never comes: waited for FIRST_FOLLOWER_S (6 s here), then gone.
+    _run_id, never_dir = runs.create_run_dir(fake)
+    (never_dir / "config.yaml").write_text(TINY.read_text())
+    start_supervisor(never_dir, follow=True)
+    ended_at = wait_for(lambda: end_recorded_at(never_dir), 60, "the crash")
+    time.sleep(max(0.0, ended_at + 2.0 - time.time()))
+    pid = runs.read_supervisor_info(never_dir).get("pid")
+    assert isinstance(pid, int) and runs.supervisor_alive(pid, never_dir), \
+        "it did not wait for the follower it was told of"
+    assert_gone_by(never_dir, set(), time.time() + 6.0 + END_TO_GONE_S,
+                   "a first follower that never came")
+
+
 async def test_a_relaunch_that_meets_the_supervisor_on_its_way_out_says_how_to_resume(
     tmp_path: Path,
 ) -> None:

@@ -61,7 +61,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     (run_dir / "config.yaml").write_text(dump_config(loaded.config))
     (run_dir / "source.yaml").write_text(loaded.text)
     try:
-        info = start_supervisor(run_dir, fresh=args.fresh)
+        info = start_supervisor(run_dir, fresh=args.fresh, follow=not args.detach)
     except RuntimeError as exc:
         err(str(exc))
         return EXIT_FAILED
@@ -100,7 +100,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _run_id, run_dir = runs.create_run_dir(runs.gpuwatch_home())
     (run_dir / "config.yaml").write_text(dump_config(config))
     try:
-        info = start_supervisor(run_dir)
+        info = start_supervisor(run_dir, follow=not args.detach)
     except RuntimeError as exc:
         err(str(exc))
         return EXIT_FAILED
@@ -161,7 +161,8 @@ def cmd_scale(args: argparse.Namespace) -> int:
     (run_dir / "source.yaml").write_text(loaded.text)
     write_plan(run_dir / PLAN_FILE, plan)
     try:
-        info = start_supervisor(run_dir, fresh=True, extra=("--scale", str(run_dir / PLAN_FILE)))
+        info = start_supervisor(run_dir, fresh=True, extra=("--scale", str(run_dir / PLAN_FILE)),
+                                follow=not args.detach)
     except RuntimeError as exc:
         err(str(exc))
         return EXIT_FAILED
@@ -194,7 +195,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if overrides is None:
         return EXIT_USAGE
     try:
-        resumed = resume_run(info, overrides)
+        resumed = resume_run(info, overrides, follow=not args.detach)
     except (ConfigError, ResumeError) as exc:
         err(str(exc))
         return EXIT_USAGE

@@ -8,7 +8,12 @@ A run's processes live only while it trains, or while a client follows it: once 
 run has ended (finished, stopped, crashed) and no client is subscribed, the
 supervisor exits within LINGER_S (1 s) and the run directory is the whole record. A
 dashboard still attached keeps it up, so the person can read the end and press `r`;
-it exits LINGER_S after the last one leaves. A spare trainer (spare.py) waits only
+it exits LINGER_S after the last one leaves. Started by a command that follows the
+run itself (``--await-follower``: `gpuwatch train` without --detach, whose dashboard or
+headless follower attaches once the supervisor answers), it waits up to
+FIRST_FOLLOWER_S for that first follower, however soon the run ends: a first attempt
+that crashes at once is still there for the person to read and relaunch with `r`, not
+an ended record to resume. A spare trainer (spare.py) waits only
 while a person's dashboard is attached to a live run. `gpuwatch resume` starts a
 supervisor again on the run directory (``--resume``): the next attempt, from the
 last checkpoint. A scaling probe (``--scale``, scale.py) runs one fresh attempt per
@@ -59,6 +64,8 @@ log = logging.getLogger("gpuwatch.supervisor")
 
 # Once the run has ended and no client follows it, exit after this long (seconds).
 LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "1"))
+# Started with --await-follower: how long an ended run waits for its first follower.
+FIRST_FOLLOWER_S = float(os.environ.get("GPUWATCH_FIRST_FOLLOWER_S", "30"))
 # How often the supervisor looks at whether the run has ended with nobody attached.
 LIFE_CHECK_S = 0.25
 
@@ -80,8 +87,11 @@ class Supervisor(Attempts):
         config_path: Path | None = None,
         resume: bool = False,
         scale_path: Path | None = None,
+        await_follower: bool = False,
     ) -> None:
         self.run_dir = run_dir
+        # Whoever started it follows it (a dashboard, headless): wait for its first attach.
+        self.await_follower = await_follower
         self.run_id = run_dir.name
         self.socket_path = socket_path
         self.config_path = config_path or run_dir / "config.yaml"
@@ -315,7 +325,9 @@ class Supervisor(Attempts):
         """The run has ended, no client follows it (for LINGER_S), and no command is
         under way (a relaunch holds the lock from the old attempt's end to the new start),
         nor a scaling probe's next count."""
-        return (self.ended and self.hub.idle_s >= LINGER_S and not self.commands.lock.locked()
+        linger = (FIRST_FOLLOWER_S if self.await_follower and not self.hub.ever_attached
+                  else LINGER_S)
+        return (self.ended and self.hub.idle_s >= linger and not self.commands.lock.locked()
                 and not self.scaling)
 
     def _restore_progress(self) -> None:
@@ -365,6 +377,11 @@ def main(argv: list[str] | None = None) -> int:
         "--scale", type=Path, default=None,
         help="a scaling probe's plan (scale.json): a fresh attempt per device count, in turn",
     )
+    parser.add_argument(
+        "--await-follower", action="store_true",
+        help="whoever started it attaches next (a dashboard, headless): an ended run waits "
+             f"up to {FIRST_FOLLOWER_S:g} s for that first follower",
+    )
     args = parser.parse_args(argv)
     run_dir = args.run_dir.resolve()
     logging.basicConfig(
@@ -381,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
             resume=args.resume,
             scale_path=args.scale.resolve() if args.scale else None,
             trainer_module=os.environ.get("GPUWATCH_TRAINER_MODULE", "trainer_runtime"),
+            await_follower=args.await_follower,
         )
     except ConfigError as exc:
         print(f"gpuwatch supervisor: {exc}", file=sys.stderr)

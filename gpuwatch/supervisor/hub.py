@@ -232,6 +232,7 @@ class ClientHub:
         self.bad_frames = 0
         self.dropped_clients = 0
         self._last_client_seen = time.monotonic()
+        self.ever_attached = False  # whether a client has followed the run yet
         # Called when a client subscribes or a subscribed one goes (the supervisor's
         # life and its spare trainers follow who is attached).
         self.on_attached_change: Callable[[], None] | None = None
@@ -258,6 +259,7 @@ class ClientHub:
 
     def _attached_changed(self) -> None:
         self._last_client_seen = time.monotonic()
+        self.ever_attached = self.ever_attached or self.attached > 0
         if self.on_attached_change is not None:
             try:
                 self.on_attached_change()
