@@ -6,8 +6,10 @@ on threads: flock locks of separate opens conflict within one process as across 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -301,3 +303,81 @@ def test_under_real_xdist_workers_short_tests_backfill_the_drain_before_an_alone
               if name.startswith("quick") and spans["first"][1] + 0.3 < start < alone[0]]
     assert len(during) >= 3, (during, spans)
     assert not list(temp.glob("gpuwatch-tests-*")), "the lock's folder was left behind"
+
+
+# A process that keeps two threads busy until killed; with "spare" in its argv it goes
+# idle itself first, as a spare trainer does (trainer_runtime/spare.py).
+_BUSY = """
+import os, sys, threading, time
+if "trainer_runtime.spare" in sys.argv:
+    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+def spin():
+    while True:
+        time.sleep(0.01)
+threading.Thread(target=spin, daemon=True).start()
+print("ready", flush=True)
+spin()
+"""
+
+
+def _policies(pid: int) -> set[int]:
+    return {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+# Starts _BUSY and exits once it is ready: the busy one is nobody's child here, as a
+# detached supervisor (and its trainers) is no worker's. Prints its pid.
+_ORPHAN = """
+import subprocess, sys
+busy = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]],
+                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                        start_new_session=True)
+assert busy.stdout.readline() == "ready\\n"
+print(busy.pid, flush=True)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def test_a_waiting_tests_processes_go_idle_and_get_their_own_policy_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.support.alone import Quieted, processes_of_the_test
+
+    home = tmp_path / "gpuwatch-home"
+    monkeypatch.setenv("GPUWATCH_HOME", str(home))
+    pids: list[int] = []
+
+    def orphan(*argv: str, home: Path = home) -> int:
+        """A busy process, not this worker's descendant, whose environment names home."""
+        out = subprocess.run([sys.executable, "-c", _ORPHAN, _BUSY, *argv], text=True,
+                             capture_output=True, check=True, timeout=60,
+                             env={**os.environ, "GPUWATCH_HOME": str(home)})
+        pids.append(int(out.stdout))
+        return pids[-1]
+
+    child = subprocess.Popen([sys.executable, "-c", _BUSY], text=True,
+                             stdout=subprocess.PIPE, env={**os.environ, "GPUWATCH_HOME": ""})
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "ready\n"
+        detached = orphan()  # a detached supervisor's trainer, say
+        other = orphan(home=tmp_path / "another-home")  # another test's
+        spare = orphan("trainer_runtime.spare")
+        found = processes_of_the_test()
+        assert {child.pid, detached, spare} <= set(found) and other not in found
+        quieted = Quieted()
+        for pid in (child.pid, detached, spare):
+            assert _policies(pid) == {os.SCHED_IDLE}
+        assert _policies(other) == {os.SCHED_OTHER}
+        # Started while waiting: what the idle one started inherits idle.
+        late = orphan()
+        os.sched_setscheduler(late, os.SCHED_IDLE, os.sched_param(0))
+        quieted.restore()
+        for pid in (child.pid, detached, late):
+            assert _policies(pid) == {os.SCHED_OTHER}
+        assert _policies(spare) == {os.SCHED_IDLE}, "a spare keeps its own idle priority"
+        assert _policies(other) == {os.SCHED_OTHER}
+    finally:
+        child.kill()
+        child.wait()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

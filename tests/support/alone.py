@@ -26,6 +26,13 @@ The rule is a readers-writer lock on two files shared by the workers (flock):
   seconds are not known neither backfills nor lets another backfill beside it; a wrong
   prediction makes the `alone` test wait longer, never run beside another.
 
+While a worker waits to hold the lock alone it holds nothing, and what its test started
+(a trainer training on, a dashboard in tmux, a supervisor) would run beside the `alone`
+test it waits for: so the test's processes (this worker's descendants, and any process
+whose environment names the test's gpuwatch home: detached supervisors, their trainers,
+tmux) wait at idle CPU priority (SCHED_IDLE) and get their own back once the lock is held
+(``Quieted``; a spare trainer's own idle priority is kept).
+
 Without xdist (one process) nothing is locked: the tests run one at a time anyway.
 """
 
@@ -159,6 +166,93 @@ class RunLock:
         self._lock.close()
 
 
+def _parents() -> dict[int, int]:
+    """Every process's parent, from /proc."""
+    parents: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = Path(entry.path, "stat").read_text()
+                parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    return parents
+
+
+def processes_of_the_test() -> list[int]:
+    """The processes of the test under way on this worker: its descendants, and every
+    process whose environment names the test's gpuwatch home (GPUWATCH_HOME, as the
+    `home` fixture sets it): a detached supervisor is no worker's child, nor its trainers."""
+    me = os.getpid()
+    parents = _parents()
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found: set[int] = set()
+    todo = list(children.get(me, []))
+    home = os.environ.get("GPUWATCH_HOME")
+    if home:
+        marker = f"\0GPUWATCH_HOME={home}\0".encode()
+        for pid in parents:
+            with contextlib.suppress(OSError):
+                if pid != me and marker in b"\0" + Path(f"/proc/{pid}/environ").read_bytes():
+                    todo.append(pid)
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return sorted(found)
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        return []
+
+
+def _is_spare(pid: int) -> bool:
+    """A spare trainer (trainer_runtime/spare.py), which keeps itself at idle priority."""
+    with contextlib.suppress(OSError):
+        return b"trainer_runtime.spare" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return False
+
+
+class Quieted:
+    """The test's processes at idle CPU priority (SCHED_IDLE) while its worker waits for
+    the lock, and each thread's own policy back after (``restore``). A thread started
+    meanwhile inherited the idle policy: it takes its process's, as the process had it;
+    a process started meanwhile gets SCHED_OTHER, but a spare trainer, which picks idle
+    itself, is left as it is."""
+
+    def __init__(self) -> None:
+        self.policies: dict[int, dict[int, int]] = {}
+        if not hasattr(os, "SCHED_IDLE"):
+            return
+        for pid in processes_of_the_test():
+            threads = self.policies[pid] = {}
+            for tid in _threads(pid):
+                with contextlib.suppress(OSError):
+                    threads[tid] = os.sched_getscheduler(tid)
+                    os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
+
+    def restore(self) -> None:
+        if not self.policies:
+            return
+        for pid in processes_of_the_test():
+            known = self.policies.get(pid)
+            if known is None and _is_spare(pid):
+                continue
+            for tid in _threads(pid):
+                if known is None:
+                    policy = os.SCHED_OTHER
+                else:
+                    policy = known.get(tid, known.get(pid, os.SCHED_OTHER))
+                with contextlib.suppress(OSError):
+                    if os.sched_getscheduler(tid) != policy:
+                        os.sched_setscheduler(tid, policy, os.sched_param(0))
+        self.policies = {}
+
+
 _lock: RunLock | None = None
 _folder: Path | None = None  # the controller's: made for the first worker, removed at the end
 _durations = Durations()  # each test's predicted seconds (the backfill)
@@ -276,7 +370,11 @@ def _exclusive(*, then_shared: bool = True) -> Iterator[None]:
     if _lock is None:
         yield
         return
-    _lock.take(ALONE)
+    quieted = Quieted()  # what the test started waits at idle priority meanwhile
+    try:
+        _lock.take(ALONE)
+    finally:
+        quieted.restore()
     try:
         yield
     finally:
