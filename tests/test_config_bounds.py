@@ -1,8 +1,11 @@
 """Bounded config loading: no file, `--set` value or relaunch mapping costs over 1 s or 100 MB.
 
-Each hostile input is loaded in a fresh interpreter that reports the wall time of the load
+Each hostile input is loaded in a fresh interpreter that reports the CPU time of the load
 call alone and its peak memory (ru_maxrss) just before and just after, so interpreter
-start-up, imports and building the input are not counted and nothing else is.
+start-up, imports and building the input are not counted and nothing else is. The second
+is CPU time (the process's, which loads on one thread): what the load costs, whatever else
+the box runs meanwhile, so these tests run beside the rest of the suite; its wall time is
+bounded too, loosely (WALL_LIMIT_S), so a load that blocks instead of computing still fails.
 """
 
 from __future__ import annotations
@@ -36,7 +39,10 @@ from tests.conftest import gpuwatch
 from trainer_runtime.schema import RunConfig
 
 ROOT = Path(__file__).resolve().parents[1]
-TIME_LIMIT_S = 1.0
+TIME_LIMIT_S = 1.0  # CPU seconds of the load
+# Wall seconds of the load: only a load that waits on something (it never should) comes
+# near it; a 2-core box shared by the suite's workers stretches 1 CPU-second to a few.
+WALL_LIMIT_S = 10.0
 MEMORY_LIMIT_MB = 100.0
 
 # Runs in a fresh interpreter: builds the input, then measures the one call that loads it.
@@ -89,15 +95,15 @@ def peak_mb():
 
 
 before_mb = peak_mb()
-start = time.perf_counter()
+start, start_cpu = time.perf_counter(), time.process_time()
 try:
     call()
     outcome, message = "loaded", ""
 except ConfigError as err:
     outcome, message = "error", str(err)
-elapsed_s = time.perf_counter() - start
+cpu_s, wall_s = time.process_time() - start_cpu, time.perf_counter() - start
 extra_mb = peak_mb() - before_mb
-print(json.dumps({"outcome": outcome, "message": message, "elapsed_s": elapsed_s,
+print(json.dumps({"outcome": outcome, "message": message, "cpu_s": cpu_s, "wall_s": wall_s,
                   "extra_mb": extra_mb}))
 """
 
@@ -106,12 +112,13 @@ print(json.dumps({"outcome": outcome, "message": message, "elapsed_s": elapsed_s
 class Measured:
     outcome: str  # "loaded" or "error"
     message: str
-    elapsed_s: float
+    cpu_s: float  # the load call's CPU time
+    wall_s: float  # and its wall time
     extra_mb: float
 
 
 def measure(kind: str, arg: str, overrides: tuple[str, ...] = ()) -> Measured:
-    """Load in a fresh interpreter; the time and memory of the load call itself."""
+    """Load in a fresh interpreter; the CPU time, wall time and memory of the load call."""
     proc = subprocess.run(
         [sys.executable, "-c", PROBE],
         input=json.dumps([kind, arg, list(overrides)]),  # stdin: argv has a length limit
@@ -122,7 +129,7 @@ def measure(kind: str, arg: str, overrides: tuple[str, ...] = ()) -> Measured:
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = Measured(**json.loads(proc.stdout.strip().splitlines()[-1]))
-    assert result.elapsed_s < TIME_LIMIT_S, result
+    assert result.cpu_s < TIME_LIMIT_S and result.wall_s < WALL_LIMIT_S, result
     assert result.extra_mb < MEMORY_LIMIT_MB, result
     return result
 
@@ -272,7 +279,6 @@ HOSTILE_FILES: dict[str, Hostile] = {
 }
 
 
-@pytest.mark.alone
 @pytest.mark.parametrize("name", list(HOSTILE_FILES))
 def test_hostile_file_fails_or_loads_within_a_second_and_100_mb(tmp_path: Path, name: str) -> None:
     case = HOSTILE_FILES[name]
@@ -293,7 +299,6 @@ def test_hostile_file_fails_or_loads_within_a_second_and_100_mb(tmp_path: Path, 
         assert message.startswith(f"{path}: "), message
 
 
-@pytest.mark.alone
 def test_the_largest_configs_that_load_take_under_a_second_and_load_again_once_written(
     tmp_path: Path,
 ) -> None:
@@ -332,7 +337,6 @@ def flow_laughs(levels: int = 9, width: int = 9) -> str:
     return "[" + ", ".join(items) + "]"
 
 
-@pytest.mark.alone
 def test_set_value_bomb_fails_within_a_second_and_100_mb() -> None:
     text = "model.kwargs=" + flow_laughs()
     result = measure("set", text)
@@ -342,7 +346,6 @@ def test_set_value_bomb_fails_within_a_second_and_100_mb() -> None:
     assert "model.kwargs[4]: has more than 5,000 keys and values once YAML aliases" in message
 
 
-@pytest.mark.alone
 def test_set_value_bomb_fails_the_load_within_a_second(tmp_path: Path) -> None:
     path = tmp_path / "run.yaml"
     path.write_text("name: fine\n")
@@ -361,7 +364,6 @@ def test_set_value_bomb_fails_the_load_within_a_second(tmp_path: Path) -> None:
     ],
     ids=["30000_brackets", "100000_brackets", "30000_items", "self_alias"],
 )
-@pytest.mark.alone
 def test_hostile_set_values_fail_within_a_second(value: str, needle: str) -> None:
     result = measure("set", f"model.kwargs={value}")
     assert result.outcome == "error"
@@ -398,7 +400,6 @@ def test_set_key_path_longer_than_the_depth_limit() -> None:
         ("million_keys", "relaunch: the mapping of settings has more than 5,000 keys"),
     ],
 )
-@pytest.mark.alone
 def test_hostile_relaunch_settings_fail_within_a_second_and_100_mb(
     settings_name: str, needle: str
 ) -> None:
@@ -520,7 +521,6 @@ def hostile_yaml(draw: st.DrawFn) -> str:
     return text
 
 
-@pytest.mark.alone
 @settings(
     max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -530,22 +530,22 @@ def test_generated_hostile_yaml_loads_or_fails_in_one_line_within_a_second(
 ) -> None:
     path = tmp_path / "hostile.yaml"
     path.write_text(text, encoding="utf-8")
-    start = time.perf_counter()
+    # This thread's CPU time (the load runs on it), and its wall time, loosely.
+    start, start_cpu = time.perf_counter(), time.thread_time()
     try:
         loaded = load_config(path)
     except ConfigError as err:
-        elapsed_s = time.perf_counter() - start
+        cpu_s, wall_s = time.thread_time() - start_cpu, time.perf_counter() - start
         assert one_line(str(err)).startswith(str(path))
     else:
-        elapsed_s = time.perf_counter() - start
+        cpu_s, wall_s = time.thread_time() - start_cpu, time.perf_counter() - start
         assert isinstance(loaded.config, RunConfig)
-    assert elapsed_s < TIME_LIMIT_S, (elapsed_s, text[:300])
+    assert cpu_s < TIME_LIMIT_S and wall_s < WALL_LIMIT_S, (cpu_s, wall_s, text[:300])
 
 
-@pytest.mark.alone
 def test_a_base_60_key_is_refused_before_it_is_built(tmp_path: Path) -> None:
     path = tmp_path / "key.yaml"
     path.write_text("name: x\n? 1" + ":1" * 40_000 + "\n: 1\n")
     result = measure("file", str(path))
-    assert result.outcome == "error" and result.elapsed_s < 1.0, result
+    assert result.outcome == "error" and result.cpu_s < TIME_LIMIT_S, result
     assert "a key is a number written with more than 100 characters" in result.message
