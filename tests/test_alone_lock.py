@@ -305,24 +305,21 @@ def test_under_real_xdist_workers_short_tests_backfill_the_drain_before_an_alone
     assert not list(temp.glob("gpuwatch-tests-*")), "the lock's folder was left behind"
 
 
-# A process that keeps two threads busy until killed; with "spare" in its argv it goes
-# idle itself first, as a spare trainer does (trainer_runtime/spare.py).
+# A process that keeps two threads busy until killed, and starts one more at SIGUSR1; with
+# "trainer_runtime.spare" as its argument it goes idle itself first, as a spare trainer
+# does (trainer_runtime/spare.py).
 _BUSY = """
-import os, sys, threading, time
-if "trainer_runtime.spare" in sys.argv:
+import os, signal, sys, threading, time
+if sys.argv[1:] == ["trainer_runtime.spare"]:
     os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
 def spin():
     while True:
         time.sleep(0.01)
+signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(target=spin, daemon=True).start())
 threading.Thread(target=spin, daemon=True).start()
 print("ready", flush=True)
 spin()
 """
-
-
-def _policies(pid: int) -> set[int]:
-    return {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
-
 
 # Starts _BUSY and exits once it is ready: the busy one is nobody's child here, as a
 # detached supervisor (and its trainers) is no worker's. Prints its pid.
@@ -331,17 +328,30 @@ import subprocess, sys
 busy = subprocess.Popen([sys.executable, "-c", sys.argv[1], *sys.argv[2:]],
                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                         start_new_session=True)
-assert busy.stdout.readline() == "ready\\n"
+if busy.stdout.readline() != "ready\\n":
+    busy.kill()
+    sys.exit("the busy process did not start")
 print(busy.pid, flush=True)
 """
 
 
-@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+def _policies(pid: int) -> set[int]:
+    return {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def _threads(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/task"))
+
+
 def test_a_waiting_tests_processes_go_idle_and_get_their_own_policy_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from tests.support.alone import Quieted, processes_of_the_test
+    from tests.conftest import wait_for
+    from tests.support.alone import Quieted, can_idle_and_back, processes_of_the_test
 
+    if not can_idle_and_back():
+        pytest.skip("this user may not take a thread back from SCHED_IDLE (no CAP_SYS_NICE "
+                    "and RLIMIT_NICE under 20): the lock then quiets nothing")
     home = tmp_path / "gpuwatch-home"
     monkeypatch.setenv("GPUWATCH_HOME", str(home))
     pids: list[int] = []
@@ -367,13 +377,20 @@ def test_a_waiting_tests_processes_go_idle_and_get_their_own_policy_back(
         for pid in (child.pid, detached, spare):
             assert _policies(pid) == {os.SCHED_IDLE}
         assert _policies(other) == {os.SCHED_OTHER}
-        # Started while waiting: what the idle one started inherits idle.
+        # While the worker waits: a thread starts in an idled process (it inherits idle),
+        # a process starts (as if it inherited idle), and a spare starts (idle by choice).
+        threads = _threads(detached)
+        os.kill(detached, signal.SIGUSR1)
+        wait_for(lambda: _threads(detached) > threads, 10, "the new thread")
+        assert _policies(detached) == {os.SCHED_IDLE}
         late = orphan()
         os.sched_setscheduler(late, os.SCHED_IDLE, os.sched_param(0))
+        late_spare = orphan("trainer_runtime.spare")
         quieted.restore()
         for pid in (child.pid, detached, late):
             assert _policies(pid) == {os.SCHED_OTHER}
-        assert _policies(spare) == {os.SCHED_IDLE}, "a spare keeps its own idle priority"
+        for pid in (spare, late_spare):
+            assert _policies(pid) == {os.SCHED_IDLE}, "a spare keeps its own idle priority"
         assert _policies(other) == {os.SCHED_OTHER}
     finally:
         child.kill()

@@ -365,7 +365,8 @@ def test_a_run_that_crashes_before_its_own_dashboard_attaches_waits_for_it(
     from gpuwatch.starting import start_supervisor
 
     monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "crash")
-    monkeypatch.setenv("GPUWATCH_FIRST_FOLLOWER_S", "6")
+    # Counted from the supervisor's start, so with room for a loaded box's waits below.
+    monkeypatch.setenv("GPUWATCH_FIRST_FOLLOWER_S", "20")
     started: dict[bool, Path] = {}
     for follow in (True, False):
         _run_id, started[follow] = runs.create_run_dir(fake)
@@ -403,7 +404,9 @@ def test_a_run_that_crashes_before_its_own_dashboard_attaches_waits_for_it(
     finally:
         left_at = dashboard.close()
     assert_gone_by(run_dir, set(), left_at + END_TO_GONE_S, "after its dashboard left")
-    # A follower that never comes: waited for FIRST_FOLLOWER_S (6 s here), then gone.
+    # A follower that never comes: waited for FIRST_FOLLOWER_S (12 s here, from the
+    # supervisor's start), then gone.
+    monkeypatch.setenv("GPUWATCH_FIRST_FOLLOWER_S", "12")
     _run_id, never_dir = runs.create_run_dir(fake)
     (never_dir / "config.yaml").write_text(TINY.read_text())
     start_supervisor(never_dir, follow=True)
@@ -412,7 +415,7 @@ def test_a_run_that_crashes_before_its_own_dashboard_attaches_waits_for_it(
     pid = runs.read_supervisor_info(never_dir).get("pid")
     assert isinstance(pid, int) and runs.supervisor_alive(pid, never_dir), \
         "it did not wait for the follower it was told of"
-    assert_gone_by(never_dir, set(), time.time() + 6.0 + END_TO_GONE_S,
+    assert_gone_by(never_dir, set(), time.time() + 12.0 + END_TO_GONE_S,
                    "a first follower that never came")
 
 

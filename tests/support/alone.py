@@ -31,7 +31,8 @@ While a worker waits to hold the lock alone it holds nothing, and what its test 
 test it waits for: so the test's processes (this worker's descendants, and any process
 whose environment names the test's gpuwatch home: detached supervisors, their trainers,
 tmux) wait at idle CPU priority (SCHED_IDLE) and get their own back once the lock is held
-(``Quieted``; a spare trainer's own idle priority is kept).
+(``Quieted``; a spare trainer's own idle priority is kept). Only where the user may take a
+thread back from idle (CAP_SYS_NICE, as root has): elsewhere nothing is quieted.
 
 Without xdist (one process) nothing is locked: the tests run one at a time anyway.
 """
@@ -177,6 +178,12 @@ def _parents() -> dict[int, int]:
     return parents
 
 
+# GPUWATCH_HOME as this process was started with it (a shell's, say): not a test's home,
+# so never a reason to count another process as the test's (the workers and the
+# controller have it too). A test's is the one its `home` fixture set since.
+_INHERITED_HOME = os.environ.get("GPUWATCH_HOME")
+
+
 def processes_of_the_test() -> list[int]:
     """The processes of the test under way on this worker: its descendants, and every
     process whose environment names the test's gpuwatch home (GPUWATCH_HOME, as the
@@ -189,7 +196,7 @@ def processes_of_the_test() -> list[int]:
     found: set[int] = set()
     todo = list(children.get(me, []))
     home = os.environ.get("GPUWATCH_HOME")
-    if home:
+    if home and home != _INHERITED_HOME:
         marker = f"\0GPUWATCH_HOME={home}\0".encode()
         for pid in parents:
             with contextlib.suppress(OSError):
@@ -217,16 +224,44 @@ def _is_spare(pid: int) -> bool:
     return False
 
 
+_idle_and_back: bool | None = None
+
+
+def can_idle_and_back() -> bool:
+    """Whether this process may put a thread at SCHED_IDLE and take it back to SCHED_OTHER
+    (the way back needs CAP_SYS_NICE or an RLIMIT_NICE of 20: root here, and in CI). Tried
+    once, in a throwaway child, as trainer_runtime/spare.py does; without it, nothing is
+    quieted (an idled process would stay idle)."""
+    global _idle_and_back
+    if _idle_and_back is None:
+        _idle_and_back = False
+        if hasattr(os, "SCHED_IDLE"):
+            pid = os.fork()
+            if pid == 0:  # the child: try, report by exit code, never return
+                code = 1
+                try:
+                    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+                    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
+                    code = 0
+                except OSError:
+                    pass
+                os._exit(code)
+            _, status = os.waitpid(pid, 0)
+            _idle_and_back = os.waitstatus_to_exitcode(status) == 0
+    return _idle_and_back
+
+
 class Quieted:
     """The test's processes at idle CPU priority (SCHED_IDLE) while its worker waits for
-    the lock, and each thread's own policy back after (``restore``). A thread started
-    meanwhile inherited the idle policy: it takes its process's, as the process had it;
-    a process started meanwhile gets SCHED_OTHER, but a spare trainer, which picks idle
-    itself, is left as it is."""
+    the lock, and each thread's own policy back after (``restore``). Only what is still
+    idle then is touched (a spare that became a trainer meanwhile set its own policy): a
+    thread of its own takes back what it had, one started meanwhile (which inherited the
+    idle policy) its process's, a process started meanwhile SCHED_OTHER, but a spare
+    trainer, which picks idle itself, is left as it is."""
 
     def __init__(self) -> None:
         self.policies: dict[int, dict[int, int]] = {}
-        if not hasattr(os, "SCHED_IDLE"):
+        if not can_idle_and_back():
             return
         for pid in processes_of_the_test():
             threads = self.policies[pid] = {}
@@ -238,7 +273,9 @@ class Quieted:
     def restore(self) -> None:
         if not self.policies:
             return
-        for pid in processes_of_the_test():
+        # Those it idled (found again or not: a reparented one may no longer be), and
+        # those started meanwhile.
+        for pid in sorted(set(self.policies) | set(processes_of_the_test())):
             known = self.policies.get(pid)
             if known is None and _is_spare(pid):
                 continue
@@ -248,7 +285,7 @@ class Quieted:
                 else:
                     policy = known.get(tid, known.get(pid, os.SCHED_OTHER))
                 with contextlib.suppress(OSError):
-                    if os.sched_getscheduler(tid) != policy:
+                    if os.sched_getscheduler(tid) == os.SCHED_IDLE != policy:
                         os.sched_setscheduler(tid, policy, os.sched_param(0))
         self.policies = {}
 
