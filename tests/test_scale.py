@@ -181,7 +181,7 @@ def test_a_plan_that_cannot_run_is_one_line_and_exit_2_before_anything_starts(
 # ---- the truth test ------------------------------------------------------------------
 
 TRUTH_STEPS = 100
-TRUTH_ROUNDS = 2
+TRUTH_ROUNDS = 3
 
 
 def probe(steps: int) -> tuple[dict[int, float], subprocess.CompletedProcess[str]]:
@@ -216,7 +216,7 @@ def alone_rate(count: int, steps: int) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(600)  # 2 rounds of 4 real trainings, and the wait for the others to end
+@pytest.mark.timeout(900)  # 3 rounds of 4 real trainings, and the wait for the others to end
 def test_the_probes_figures_match_separate_headless_runs_within_10_percent(
     home: Path, run_alone: RunAlone
 ) -> None:
@@ -230,6 +230,8 @@ def test_the_probes_figures_match_separate_headless_runs_within_10_percent(
     bound is on the geometric mean over TRUTH_ROUNDS rounds of each round's probe /
     separate run. Measured alone on a quiet box (4 rounds, 2026-11-24), one round's ratio
     ranged 0.917-1.050 at 1 replica and 0.991-1.070 at 2; the mean of two rounds, 0.96-1.03.
+    On a slower, noisier box (2026-11-27) one round's ratio at 2 replicas fell to 0.855 and
+    the mean of two to 0.884, once in six suite runs: so three rounds.
     The first probe is then read as a person reads a headless probe (check_a_headless_probe),
     beside the other tests."""
     ratios: dict[int, list[float]] = {1: [], 2: []}
