@@ -45,7 +45,7 @@ PRELOAD = (
 READY = "ready for the next attempt"
 
 
-def _can_leave_idle() -> bool:
+def can_leave_idle() -> bool:
     """Whether this process could go SCHED_IDLE and back (tried in a throwaway child)."""
     if not hasattr(os, "SCHED_IDLE"):
         return False
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         "--run-dir", default=None, help="the run it waits for (so ps tells whose spare it is)"
     )
     args = parser.parse_args(argv)
-    idle = _can_leave_idle()
+    idle = can_leave_idle()
     if idle:
         _set_policy(os.SCHED_IDLE)
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

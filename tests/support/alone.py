@@ -229,25 +229,14 @@ _idle_and_back: bool | None = None
 
 def can_idle_and_back() -> bool:
     """Whether this process may put a thread at SCHED_IDLE and take it back to SCHED_OTHER
-    (the way back needs CAP_SYS_NICE or an RLIMIT_NICE of 20: root here, and in CI). Tried
-    once, in a throwaway child, as trainer_runtime/spare.py does; without it, nothing is
-    quieted (an idled process would stay idle)."""
+    (the way back needs CAP_SYS_NICE or an RLIMIT_NICE of 20: root here, and in CI), by
+    the spare trainer's own check, once; without it, nothing is quieted (an idled process
+    would stay idle)."""
     global _idle_and_back
     if _idle_and_back is None:
-        _idle_and_back = False
-        if hasattr(os, "SCHED_IDLE"):
-            pid = os.fork()
-            if pid == 0:  # the child: try, report by exit code, never return
-                code = 1
-                try:
-                    os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
-                    os.sched_setscheduler(0, os.SCHED_OTHER, os.sched_param(0))
-                    code = 0
-                except OSError:
-                    pass
-                os._exit(code)
-            _, status = os.waitpid(pid, 0)
-            _idle_and_back = os.waitstatus_to_exitcode(status) == 0
+        from trainer_runtime.spare import can_leave_idle  # stdlib only: no TensorFlow
+
+        _idle_and_back = can_leave_idle()
     return _idle_and_back
 
 
