@@ -27,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from gpuwatch.ports import reserve_ports  # noqa: E402
 from trainer_runtime.protocol import FrameBuffer, Step, parse_event  # noqa: E402
 
 STEPS = 120
@@ -44,11 +45,10 @@ CONFIG = {
 
 
 def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
+    """n different ports outside the ephemeral range, as the supervisor picks them."""
+    socks = reserve_ports(n)
     try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+        return [int(s.getsockname()[1]) for s in socks]
     finally:
         for s in socks:
             s.close()

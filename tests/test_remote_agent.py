@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from gpuwatch.ports import ephemeral_range
 from gpuwatch.supervisor.agent import AgentStartError
 from gpuwatch.supervisor.cluster import srun_prefix, ssh_prefix
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
@@ -26,6 +27,7 @@ from gpuwatch.supervisor.remote import (
     frames_of,
 )
 from tests.support.run_record import alive
+from tests.test_ports import can_bind
 from trainer_runtime.protocol import Event as ProtocolEvent
 from trainer_runtime.protocol import FrameBuffer, ProtocolError, encode
 
@@ -195,9 +197,14 @@ async def test_agent_prepares_starts_and_relays_a_finished_trainer(
     ready = await agent.next("ready")
     assert isinstance(ready["host"], str) and ready["host"]
     assert 0 < ready["port"] < 65536 and ready["pid"] == agent.proc.pid
+    # The port is one no connection is given (gpuwatch/ports.py), held until the start.
+    first, last = ephemeral_range()
+    assert not first <= ready["port"] <= last
+    assert not can_bind(ready["port"]), "the agent holds its port until the start frame"
     launch = {"index": 1, "workers": 2, "env": {"TF_CONFIG": "{}"}}
     agent.send("start", attempt=3, config_text=CONFIG_TEXT, fresh=True, launch=launch)
     started = await agent.next("started")
+    assert can_bind(ready["port"]), "let go for the trainer to bind"
     assert started["attempt"] == 3 and isinstance(started["pid"], int)
     events = [(await agent.next("event"))["frame"] for _ in range(3)]
     assert [(e["type"], e["attempt"], e["worker"]) for e in events] == [

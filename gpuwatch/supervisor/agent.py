@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
+from gpuwatch.ports import reserve_port
 from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.launcher import AgentStartError, TrainerLauncher
@@ -148,14 +149,14 @@ class LocalAgent:
     async def prepare(self) -> tuple[str, int]:
         """The host other workers dial this one's trainer on, and a free port there.
 
-        The port stays bound (not listening) until start(), so the local workers of
-        one attempt never get the same one; the trainer binds it once it is free.
+        The port (gpuwatch/ports.py: outside the kernel's ephemeral range, so no other
+        process's connection takes it meanwhile) stays bound, not listening, until
+        start(): the local workers of one attempt never get the same one, and the
+        trainer binds it once it is free.
         """
         self._release_port()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        self._reserved_port = sock
-        return self.host, sock.getsockname()[1]
+        self._reserved_port = reserve_port()
+        return self.host, int(self._reserved_port.getsockname()[1])
 
     def _release_port(self) -> None:
         if self._reserved_port is not None:

@@ -15,7 +15,6 @@ import os
 import pwd
 import secrets
 import signal
-import socket
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -182,8 +181,10 @@ class _AgentProcess:
                 return
             except OSError:  # the marker only saves a doubled log copy: no marker, no share
                 marker = ""
+            # The port is held here (gpuwatch/ports.py) until the start frame's trainer.
+            _, port = await self.agent.prepare()
             self.send(
-                "ready", host=host_name(), port=free_port(), pid=os.getpid(),
+                "ready", host=host_name(), port=port, pid=os.getpid(),
                 marker=marker, dir=str(self.run_dir),
             )
         elif kind == "start":
@@ -299,13 +300,6 @@ def _account() -> str:
         return pwd.getpwuid(os.getuid()).pw_name
     except KeyError:  # a uid with no name (a container's)
         return f"uid {os.getuid()}"
-
-
-def free_port() -> int:
-    """A TCP port that was free a moment ago (TensorFlow binds it soon after)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return int(sock.getsockname()[1])
 
 
 async def agent_main(run_dir: Path, index: int, trainer_module: str, sample: bool) -> int:

@@ -38,7 +38,7 @@ Link frames (each with "v" and "type"):
               launch ({index, workers, env} or null); reply started or error
     stop      grace_s (float)
   agent -> supervisor
-    ready     host (str), port (int: free when found), pid (int: the agent's),
+    ready     host (str), port (int: held free until start), pid (int: the agent's),
               marker (str: a token written to DIR/.gpuwatch-agent),
               dir (str: the worker's directory there)
     started   attempt (int), pid (int: the trainer's)
@@ -63,7 +63,6 @@ from gpuwatch.supervisor.agent_process import (
     MARKER_NAME,
     MAX_UNSENT_BYTES,
     agent_main,
-    free_port,
     main,
 )
 from gpuwatch.supervisor.agent_process import _AgentProcess as _AgentProcess
@@ -80,7 +79,6 @@ __all__ = [
     "MAX_UNSENT_BYTES",
     "RemoteAgent",
     "agent_main",
-    "free_port",
     "main",
 ]
 

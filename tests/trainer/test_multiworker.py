@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from gpuwatch.ports import reserve_ports
 from tests.support.alone import RunAlone
 from tests.trainer.conftest import assert_breakdown_sums
 from trainer_runtime import protocol
@@ -28,12 +29,10 @@ TIMEOUT_S = 5  # cluster.timeout_s: how long a collective waits for a lost worke
 
 
 def _free_ports(n: int) -> list[int]:
-    socks = []
-    for _ in range(n):
-        sock = socket.socket()
-        sock.bind(("localhost", 0))
-        socks.append(sock)
-    ports = [s.getsockname()[1] for s in socks]
+    """n different ports, as the supervisor picks them (outside the ephemeral range, where
+    another test's connection cannot take one while the trainers import TensorFlow)."""
+    socks = reserve_ports(n)
+    ports = [int(s.getsockname()[1]) for s in socks]
     for sock in socks:
         sock.close()
     return ports

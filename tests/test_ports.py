@@ -1,0 +1,111 @@
+"""gpuwatch/ports.py: a TensorFlow worker's port comes from outside the kernel's ephemeral
+range (where any process's outgoing connection may take it while the trainer imports
+TensorFlow) and is held, bound, until the trainer starts."""
+
+from __future__ import annotations
+
+import random
+import socket
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gpuwatch.ports import (
+    DEFAULT_EPHEMERAL,
+    LOWEST,
+    candidate_ports,
+    ephemeral_range,
+    reserve_port,
+    reserve_ports,
+)
+from gpuwatch.supervisor.agent import LocalAgent
+
+# A reservation left open would be a socket leaked: make it fail here.
+pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
+
+
+def can_bind(port: int) -> bool:
+    """Whether a trainer could bind 0.0.0.0:port now (as TensorFlow's gRPC server does)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        try:
+            probe.bind(("", port))
+        except OSError:
+            return False
+        return True
+
+
+def test_the_range_is_read_from_the_kernel_and_a_bad_file_means_linuxs_default(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ip_local_port_range"
+    path.write_text("40000\t50000\n")
+    assert ephemeral_range(path) == (40000, 50000)
+    for text in ("", "garbage", "50000 40000", "0 70000", "1 2 3"):
+        path.write_text(text)
+        assert ephemeral_range(path) == DEFAULT_EPHEMERAL, text
+    assert ephemeral_range(tmp_path / "missing") == DEFAULT_EPHEMERAL
+
+
+def test_a_reserved_port_is_outside_the_range_and_held_until_closed() -> None:
+    first, last = ephemeral_range()
+    held = reserve_ports(8)
+    try:
+        ports = [int(sock.getsockname()[1]) for sock in held]
+        assert len(set(ports)) == len(ports)
+        for port in ports:
+            assert LOWEST <= port <= 65535 and not first <= port <= last, port
+            assert not can_bind(port), f"port {port} is not held"
+    finally:
+        for sock in held:
+            sock.close()
+    assert any(can_bind(port) for port in ports)
+
+
+def test_a_taken_port_is_never_handed_out_and_with_none_left_the_kernel_picks() -> None:
+    # Only LOWEST lies outside this range: hold it, and the reservation falls back to a
+    # port of the kernel's own choosing rather than one that is in use.
+    ephemeral = (LOWEST + 1, 65535)
+    assert [list(r) for r in candidate_ports(ephemeral)] == [[LOWEST]]
+    first = reserve_port(ephemeral)
+    second = reserve_port(ephemeral)
+    try:
+        ports = {first.getsockname()[1], second.getsockname()[1]}
+        assert len(ports) == 2
+        if LOWEST in ports:  # nothing else on the box held it
+            assert first.getsockname()[1] == LOWEST
+    finally:
+        first.close()
+        second.close()
+
+
+@given(first=st.integers(1, 65535), span=st.integers(0, 65535), seed=st.integers(0, 2**32))
+def test_candidates_never_include_the_ephemeral_range_or_a_low_port(
+    first: int, span: int, seed: int
+) -> None:
+    last = min(65535, first + span)
+    ranges = candidate_ports((first, last))
+    rng = random.Random(seed)
+    for r in ranges:
+        assert len(r) > 0 and r.start >= LOWEST and r.stop <= 65536
+        port = rng.choice(r)
+        assert not first <= port <= last
+
+
+async def test_a_local_worker_holds_its_port_from_prepare_until_its_trainer_starts(
+    tmp_path: Path,
+) -> None:
+    agent = LocalAgent(0, tmp_path, on_frame=lambda *a: None, on_exit=lambda *a: None,
+                       on_sample=lambda *a: None)
+    host, port = await agent.prepare()
+    assert host == "localhost"
+    first, last = ephemeral_range()
+    assert not first <= port <= last
+    assert not can_bind(port)
+    # A second prepare (a relaunch's) lets the old port go and holds a new one.
+    _, again = await agent.prepare()
+    assert not can_bind(again)
+    agent._release_port()  # what start() does first, just before the trainer is launched
+    assert can_bind(again)
+
