@@ -53,9 +53,12 @@ def resume_run(
                 f"run {info.run_id} is {current.status}: it needs no resume "
                 f"(gpuwatch attach {info.run_id} watches it)"
             )
+        # Up after the end for a dashboard: one attached, or the one that started the run
+        # on its way (--await-follower). Attaching and `r` works in either case.
         raise ResumeError(
-            f"run {info.run_id} has ended ({current.status}) but a dashboard is still attached "
-            f"to it: press r there, or detach it first"
+            f"run {info.run_id} has ended ({current.status}) but its supervisor is still up "
+            f"for a dashboard (one attached, or the one that started it): gpuwatch attach "
+            f"{info.run_id} and press r"
         )
     loaded = load_config(settings_path(current), overrides)
     if loaded.config.command is not None:

@@ -387,6 +387,14 @@ def test_a_run_that_crashes_before_its_own_dashboard_attaches_waits_for_it(
         "it left before its dashboard attached"
     info = runs.read_run_info(run_dir)
     assert info.socket_path is not None and info.status == "crashed"
+    # Meanwhile `gpuwatch resume` is refused in one line, naming what works: attach, r.
+    refused = gpuwatch("resume", info.run_id, "--detach")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr == (
+        f"gpuwatch: run {info.run_id} has ended (crashed) but its supervisor is still up for "
+        f"a dashboard (one attached, or the one that started it): gpuwatch attach "
+        f"{info.run_id} and press r\n"
+    )
     dashboard = Attached(info.socket_path)
     try:
         wait_for(lambda: dashboard.saw_status("crashed"), 20, "the crash on the dashboard")
