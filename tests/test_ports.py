@@ -4,6 +4,7 @@ TensorFlow) and is held, bound, until the trainer starts."""
 
 from __future__ import annotations
 
+import json
 import random
 import socket
 from pathlib import Path
@@ -109,3 +110,43 @@ async def test_a_local_worker_holds_its_port_from_prepare_until_its_trainer_star
     agent._release_port()  # what start() does first, just before the trainer is launched
     assert can_bind(again)
 
+
+
+GRPC_FAILED = "Could not start gRPC server"
+
+
+def test_a_server_that_could_not_start_names_this_workers_port() -> None:
+    from trainer_runtime.__main__ import _runtime_message
+
+    tf_config = json.dumps({"cluster": {"worker": ["node-a:23456", "node-b:23457"]},
+                            "task": {"type": "worker", "index": 1}})
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("TF_CONFIG", tf_config)
+        line = _runtime_message(RuntimeError(GRPC_FAILED))
+    assert line == (
+        "RuntimeError: Could not start gRPC server: port 23457 (node-b:23457, this worker's "
+        "in TF_CONFIG) is in use by another program; relaunch (each attempt takes a new port "
+        "unless cluster.ports names one) or free it")
+
+
+@given(st.one_of(st.none(), st.text(max_size=200),
+                 st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                              lambda inner: st.lists(inner, max_size=3)
+                              | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+                              max_leaves=12).map(json.dumps)))
+def test_any_tf_config_gives_one_line_for_a_server_that_could_not_start(
+    tf_config: str | None,
+) -> None:
+    from trainer_runtime.__main__ import _server_not_started
+
+    line = _server_not_started(tf_config)
+    assert line.startswith(GRPC_FAILED) and "\n" not in line and len(line) < 400
+
+
+def test_a_tf_config_address_with_a_line_break_or_of_any_length_stays_one_short_line() -> None:
+    from trainer_runtime.__main__ import _server_not_started
+
+    for address in ("evil\nhost:1", "x" * 5000 + ":1", "   "):
+        tf_config = json.dumps({"cluster": {"worker": [address]}, "task": {"index": 0}})
+        line = _server_not_started(tf_config)
+        assert line.startswith(GRPC_FAILED) and "\n" not in line and len(line) < 400, line

@@ -85,12 +85,33 @@ def _runtime_message(exc: BaseException) -> str:
     """
     text = str(exc)
     head = f"{type(exc).__name__}: "
+    if "Could not start gRPC server" in text:
+        return head + _server_not_started(os.environ.get("TF_CONFIG"))
     causes = [m.strip() for m in _ROOT_CAUSE.findall(text)]
     if "Graph execution error" in text and causes:
         node = re.search(r"Detected at node ([^\s]+)", text)
         where = f" (at node {node.group(1)})" if node else ""
         return (head + causes[-1] + where)[:1000]
     return (head + " ".join(text.split()))[:1000]
+
+
+def _server_not_started(tf_config: str | None) -> str:
+    """TensorFlow's "Could not start gRPC server", with the address it could not listen on
+    (this worker's in TF_CONFIG) and what to do: almost always, another program has the
+    port."""
+    address = None
+    try:
+        spec = json.loads(tf_config or "")
+        address = spec["cluster"]["worker"][spec["task"]["index"]]
+    except (ValueError, KeyError, IndexError, TypeError):
+        pass
+    if not isinstance(address, str) or not address.split():
+        return "Could not start gRPC server (another program holds this worker's port?)"
+    address = " ".join(address.split())[:100]
+    port = address.rpartition(":")[2]
+    return (f"Could not start gRPC server: port {port} ({address}, this worker's in "
+            f"TF_CONFIG) is in use by another program; relaunch (each attempt takes a new "
+            f"port unless cluster.ports names one) or free it")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -275,3 +275,29 @@ def test_sigkilled_worker_fails_the_others_within_the_collective_timeout(
     assert (error.kind, error.worker) == ("runtime", 0)
     assert took < TIMEOUT_S + 10
     assert not workers[0].of(protocol.Done)
+
+
+def test_a_worker_whose_port_another_program_holds_names_the_port_in_one_line(
+        tmp_path: Path) -> None:
+    """cluster.ports pinned to a port in use, or a port taken between the pick and the
+    bind: the worker exits 1 with an error naming the port and what to do, not only
+    TensorFlow's "Could not start gRPC server"."""
+    config = _config(tmp_path, [{}, {}])
+    held = reserve_ports(2)
+    try:
+        ports = [int(sock.getsockname()[1]) for sock in held]
+        held[0].listen()  # another program serving on worker 0's port
+        held[1].close()
+        worker = Worker(0, tmp_path, config, ports)
+        code = worker.finish()
+    finally:
+        for sock in held:
+            sock.close()
+    assert code == 1
+    (error,) = worker.of(protocol.Error)
+    assert (error.kind, error.worker) == ("runtime", 0)
+    assert error.message == (
+        f"UnknownError: Could not start gRPC server: port {ports[0]} (localhost:{ports[0]}, "
+        f"this worker's in TF_CONFIG) is in use by another program; relaunch (each attempt "
+        f"takes a new port unless cluster.ports names one) or free it"), error.message
+    assert not worker.of(protocol.Hello)
