@@ -6,6 +6,7 @@ injected read latency, its final weights without the hook)."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -333,17 +334,29 @@ def test_a_keras_outside_the_tested_range_falls_back_to_a_callback_and_says_so(
     assert [s.loss for s in steps] == pytest.approx(json.loads(losses.read_text()), rel=1e-5)
 
 
-def test_max_steps_ends_fit_and_a_custom_loop_cleanly() -> None:
-    fit = run_hooked(script("fit_mirrored.py", "--epochs", "3"), max_steps=5)
+def test_max_steps_ends_fit_and_a_custom_loop_cleanly(tmp_path: Path) -> None:
+    # Each script's temporary directory is left empty: autograph's generated modules and
+    # their cached bytecode go, even where the traced loop ends from inside its step
+    # (skipping atexit).
+    def private_tmp(name: str) -> tuple[Path, dict[str, str]]:
+        tmp = tmp_path / name
+        tmp.mkdir()
+        return tmp, {**os.environ, "TMPDIR": str(tmp)}
+
+    tmp, env = private_tmp("fit")
+    fit = run_hooked(script("fit_mirrored.py", "--epochs", "3"), max_steps=5, env=env)
     assert fit.returncode == 0 and "trained" in fit.output, fit.output
     assert [s.step for s in fit.steps] == [1, 2, 3, 4, 5]
     assert fit.of(protocol.Done)[-1].reason == "max_steps"
+    assert list(tmp.iterdir()) == [], "left in the temporary directory"
     for eager in (False, True):
+        tmp, env = private_tmp(f"loop-{eager}")
         loop = run_hooked(script("loop_mirrored.py", "--steps", "20",
-                                 *(["--eager"] * eager)), max_steps=3)
+                                 *(["--eager"] * eager)), max_steps=3, env=env)
         assert loop.returncode == 0, loop.output
         assert [s.step for s in loop.steps] == [1, 2, 3]
         assert [d.reason for d in loop.of(protocol.Done)] == ["max_steps"]
+        assert list(tmp.iterdir()) == [], "left in the temporary directory"
 
 
 def test_a_script_that_raises_keeps_its_steps_and_its_traceback() -> None:

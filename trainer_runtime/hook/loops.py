@@ -14,6 +14,8 @@ script ends. While Keras' ``fit`` runs (``watch.keras_depth``), these patches st
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import os
 import time
 from collections.abc import Callable
@@ -46,9 +48,14 @@ class CustomLoops:
         self.run_start: float | None = None  # when the last strategy.run began
         self.eager_wait_seen = False
         self.pending: dict[str, Any] | None = None  # a step waiting for its loss
+        # autograph's generated modules in the temporary directory: removed at exit by its
+        # atexit handlers, which the exit from inside a traced step skips (_end_loop).
+        self.generated: list[str] = []
 
     def install(self, tf: Any) -> None:
         from tensorflow.python.distribute import distribute_lib, input_lib
+
+        self._note_generated_files()
 
         strategy_cls = distribute_lib.StrategyBase
         wrap(strategy_cls, "run", self._run)
@@ -267,8 +274,48 @@ class CustomLoops:
     def _end_loop(self, *, eager: bool) -> None:
         """The loop reached max_steps: end the script. Eagerly, as sys.exit(0) from the
         step would (its finally blocks and atexit run); from inside a traced step there is
-        no way back to the script, so the process exits at once (exit 0)."""
+        no way back to the script, so the process exits at once (exit 0), removing the
+        files autograph's skipped atexit handlers would have."""
         self.watch.emitter.close(2.0)
         if eager:
             raise SystemExit(0)
+        self.remove_generated()
         os._exit(0)
+
+    def remove_generated(self) -> None:
+        """Remove autograph's generated modules and the bytecode Python cached for them
+        (which autograph never removes: /tmp/__pycache__ kept every script's), and that
+        __pycache__ if nothing else is left in it."""
+        caches = set()
+        for path in self.generated:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            with contextlib.suppress(ValueError, NotImplementedError, OSError):
+                cached = importlib.util.cache_from_source(path)
+                os.remove(cached)
+                caches.add(os.path.dirname(cached))
+        for folder in caches:
+            with contextlib.suppress(OSError):
+                os.rmdir(folder)  # only if empty
+        self.generated.clear()
+
+    def _note_generated_files(self) -> None:
+        """Keep the names of the modules autograph writes to the temporary directory
+        (tensorflow.python.autograph.pyct.loader.load_source, which its own load_ast calls
+        by name). Where that private function is not there, nothing is kept."""
+        try:
+            from tensorflow.python.autograph.pyct import loader
+        except ImportError:
+            return
+        original = getattr(loader, "load_source", None)
+        if not callable(original):
+            return
+        generated = self.generated
+
+        def load_source(source: Any, delete_on_exit: bool) -> Any:
+            module, file_name = original(source, delete_on_exit)
+            if delete_on_exit:
+                generated.append(file_name)
+            return module, file_name
+
+        loader.load_source = load_source

@@ -151,6 +151,11 @@ class Watch:
             self.send_hook()
 
     def at_exit(self) -> None:
+        # Registered before TensorFlow's handlers, so run after them: autograph's have
+        # removed its modules, not the bytecode cached for them (the script's; a forked
+        # child's exit leaves them to the script).
+        if self.own_process:
+            self.loops.remove_generated()
         try:
             self.loops.flush_pending()
             if not self.stopped:
