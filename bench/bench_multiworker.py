@@ -46,12 +46,10 @@ CONFIG = {
 
 def free_ports(n: int) -> list[int]:
     """n different ports outside the ephemeral range, as the supervisor picks them."""
-    socks = reserve_ports(n)
-    try:
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    held = reserve_ports(n)
+    for reservation in held:
+        reservation.release()
+    return [reservation.port for reservation in held]
 
 
 def run_cluster(workers: int, tmp: Path) -> float:

@@ -1,6 +1,7 @@
 """gpuwatch/ports.py: a TensorFlow worker's port comes from outside the kernel's ephemeral
 range (where any process's outgoing connection may take it while the trainer imports
-TensorFlow) and is held, bound, until the trainer starts."""
+TensorFlow) and is held, bound, until the trainer starts; the trainer names a port it
+could not listen on."""
 
 from __future__ import annotations
 
@@ -18,23 +19,17 @@ from gpuwatch.ports import (
     LOWEST,
     candidate_ports,
     ephemeral_range,
+    hold,
     reserve_port,
     reserve_ports,
 )
 from gpuwatch.supervisor.agent import LocalAgent
+from tests.support.ports import can_bind
 
-# A reservation left open would be a socket leaked: make it fail here.
-pytestmark = pytest.mark.filterwarnings("error::ResourceWarning")
-
-
-def can_bind(port: int) -> bool:
-    """Whether a trainer could bind 0.0.0.0:port now (as TensorFlow's gRPC server does)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind(("", port))
-        except OSError:
-            return False
-        return True
+# A reservation left unreleased would be a socket leaked: make it fail here (a socket's
+# ResourceWarning comes from its finalizer, which pytest reports as unraisable).
+pytestmark = [pytest.mark.filterwarnings("error::ResourceWarning"),
+              pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")]
 
 
 def test_the_range_is_read_from_the_kernel_and_a_bad_file_means_linuxs_default(
@@ -49,49 +44,72 @@ def test_the_range_is_read_from_the_kernel_and_a_bad_file_means_linuxs_default(
     assert ephemeral_range(tmp_path / "missing") == DEFAULT_EPHEMERAL
 
 
-def test_a_reserved_port_is_outside_the_range_and_held_until_closed() -> None:
+def test_a_reserved_port_is_outside_the_range_and_held_until_released() -> None:
     first, last = ephemeral_range()
     held = reserve_ports(8)
     try:
-        ports = [int(sock.getsockname()[1]) for sock in held]
+        ports = [reservation.port for reservation in held]
         assert len(set(ports)) == len(ports)
         for port in ports:
             assert LOWEST <= port <= 65535 and not first <= port <= last, port
             assert not can_bind(port), f"port {port} is not held"
     finally:
-        for sock in held:
-            sock.close()
+        for reservation in held:
+            reservation.release()
+            reservation.release()  # again: harmless
     assert any(can_bind(port) for port in ports)
 
 
-def test_a_taken_port_is_never_handed_out_and_with_none_left_the_kernel_picks() -> None:
+@pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_INET6], ids=["ipv4", "ipv6"])
+def test_a_port_another_program_holds_on_either_family_is_not_held_again(
+    family: socket.AddressFamily,
+) -> None:
+    with reserve_port() as probe:
+        port = probe.port
+    with socket.socket(family, socket.SOCK_STREAM) as other:
+        if family == socket.AF_INET6:
+            other.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        try:
+            other.bind(("::" if family == socket.AF_INET6 else "", port))
+        except OSError as exc:  # IPv6 switched off here; the IPv4 case still runs
+            pytest.skip(f"cannot listen on {family.name} here: {exc.strerror}")
+        other.listen()
+        assert hold(port) is None, f"port {port} is held by another program on {family.name}"
+    again = hold(port)  # once that program has gone, it is free to hold
+    assert again is not None and again.port == port
+    again.release()
+
+
+def test_a_taken_port_is_never_handed_out_and_with_none_left_the_kernel_picks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     # Only LOWEST lies outside this range: hold it, and the reservation falls back to a
-    # port of the kernel's own choosing rather than one that is in use.
+    # port of the kernel's own choosing, with a warning, rather than one that is in use.
     ephemeral = (LOWEST + 1, 65535)
     assert [list(r) for r in candidate_ports(ephemeral)] == [[LOWEST]]
-    first = reserve_port(ephemeral)
-    second = reserve_port(ephemeral)
-    try:
-        ports = {first.getsockname()[1], second.getsockname()[1]}
-        assert len(ports) == 2
-        if LOWEST in ports:  # nothing else on the box held it
-            assert first.getsockname()[1] == LOWEST
-    finally:
-        first.close()
-        second.close()
+    with reserve_port(ephemeral) as first, reserve_port(ephemeral) as second:
+        assert first.port != second.port
+        if first.port == LOWEST:  # nothing else on the box held it
+            assert "one from the kernel" in caplog.text
+    # No room outside the range at all: the kernel picks, and says so.
+    with reserve_port((1, 65535)) as anywhere:
+        assert 0 < anywhere.port < 65536 and not can_bind(anywhere.port)
 
 
 @given(first=st.integers(1, 65535), span=st.integers(0, 65535), seed=st.integers(0, 2**32))
-def test_candidates_never_include_the_ephemeral_range_or_a_low_port(
+def test_candidates_are_exactly_the_ports_from_lowest_outside_the_ephemeral_range(
     first: int, span: int, seed: int
 ) -> None:
     last = min(65535, first + span)
     ranges = candidate_ports((first, last))
-    rng = random.Random(seed)
     for r in ranges:
         assert len(r) > 0 and r.start >= LOWEST and r.stop <= 65536
-        port = rng.choice(r)
-        assert not first <= port <= last
+        assert r.stop - 1 < first or r.start > last, (r, first, last)
+    covered = sum(len(r) for r in ranges)
+    assert covered == sum(1 for port in range(LOWEST, 65536) if not first <= port <= last)
+    if ranges:
+        port = random.Random(seed).choice(random.Random(seed).choice(ranges))
+        assert port >= LOWEST and not first <= port <= last
 
 
 async def test_a_local_worker_holds_its_port_from_prepare_until_its_trainer_starts(
@@ -106,10 +124,11 @@ async def test_a_local_worker_holds_its_port_from_prepare_until_its_trainer_star
     assert not can_bind(port)
     # A second prepare (a relaunch's) lets the old port go and holds a new one.
     _, again = await agent.prepare()
-    assert not can_bind(again)
-    agent._release_port()  # what start() does first, just before the trainer is launched
+    assert can_bind(port) and not can_bind(again)
+    # A stop before any trainer started (the attempt was stopped, another worker failed)
+    # lets it go too.
+    await agent.stop(1.0)
     assert can_bind(again)
-
 
 
 GRPC_FAILED = "Could not start gRPC server"
@@ -125,8 +144,8 @@ def test_a_server_that_could_not_start_names_this_workers_port() -> None:
         line = _runtime_message(RuntimeError(GRPC_FAILED))
     assert line == (
         "RuntimeError: Could not start gRPC server: port 23457 (node-b:23457, this worker's "
-        "in TF_CONFIG) is in use by another program; relaunch (each attempt takes a new port "
-        "unless cluster.ports names one) or free it")
+        "in TF_CONFIG) is probably in use by another program: free it, or relaunch (each "
+        "attempt takes a new port unless cluster.ports or Slurm's port base fixes it)")
 
 
 @given(st.one_of(st.none(), st.text(max_size=200),

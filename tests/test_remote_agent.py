@@ -26,8 +26,8 @@ from gpuwatch.supervisor.remote import (
     _AgentProcess,
     frames_of,
 )
+from tests.support.ports import can_bind
 from tests.support.run_record import alive
-from tests.test_ports import can_bind
 from trainer_runtime.protocol import Event as ProtocolEvent
 from trainer_runtime.protocol import FrameBuffer, ProtocolError, encode
 

@@ -109,9 +109,12 @@ def _server_not_started(tf_config: str | None) -> str:
         return "Could not start gRPC server (another program holds this worker's port?)"
     address = " ".join(address.split())[:100]
     port = address.rpartition(":")[2]
-    return (f"Could not start gRPC server: port {port} ({address}, this worker's in "
-            f"TF_CONFIG) is in use by another program; relaunch (each attempt takes a new "
-            f"port unless cluster.ports names one) or free it")
+    where = (f"port {port} ({address}, this worker's in TF_CONFIG)"
+             if port.isascii() and port.isdigit()
+             else f"{address} (this worker's address in TF_CONFIG)")
+    return (f"Could not start gRPC server: {where} is probably in use by another program: "
+            f"free it, or relaunch (each attempt takes a new port unless cluster.ports or "
+            f"Slurm's port base fixes it)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
-from gpuwatch.ports import reserve_port
+from gpuwatch.ports import Reservation, reserve_port
 from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.launcher import AgentStartError, TrainerLauncher
@@ -93,7 +93,7 @@ class LocalAgent:
         self.log_path = self.launcher.log_path
         self.sample = sample  # workers on one host: only one of them samples it
         self.host = "localhost"
-        self._reserved_port: socket.socket | None = None
+        self._reserved_port: Reservation | None = None
         # Other local workers on this host: the sampler counts their processes as the run's.
         self.host_peers: list[LocalAgent] = []
         self._on_exit = on_exit
@@ -152,15 +152,17 @@ class LocalAgent:
         The port (gpuwatch/ports.py: outside the kernel's ephemeral range, so no other
         process's connection takes it meanwhile) stays bound, not listening, until
         start(): the local workers of one attempt never get the same one, and the
-        trainer binds it once it is free.
+        trainer binds it once it is free. An attempt that never starts this worker (a
+        stop, another worker's failure) lets it go through release_port() or stop().
         """
-        self._release_port()
+        self.release_port()
         self._reserved_port = reserve_port()
-        return self.host, int(self._reserved_port.getsockname()[1])
+        return self.host, self._reserved_port.port
 
-    def _release_port(self) -> None:
+    def release_port(self) -> None:
+        """Let the port prepare() holds go (no trainer of this attempt will bind it)."""
         if self._reserved_port is not None:
-            self._reserved_port.close()
+            self._reserved_port.release()
             self._reserved_port = None
 
     async def start(
@@ -177,7 +179,7 @@ class LocalAgent:
         """
         if self.process is not None:
             raise AgentStartError(f"worker {self.index}'s trainer (pid {self.pid}) still runs")
-        self._release_port()
+        self.release_port()
         proc, parent_sock = await self.launcher.launch(
             attempt, config_path, fresh=fresh, launch=launch
         )
@@ -227,7 +229,9 @@ class LocalAgent:
         self._on_exit(self.index, ended)
 
     async def stop(self, grace_s: float) -> None:
-        """SIGTERM the trainer's process group, wait, then SIGKILL; return when it is gone."""
+        """SIGTERM the trainer's process group, wait, then SIGKILL; return when it is gone
+        (and a port prepared for a trainer that never started goes)."""
+        self.release_port()
         proc, task = self.process, self._watcher
         if proc is None or task is None or task.done():
             return

@@ -153,7 +153,7 @@ class Workers:
         start no more). WorkerStartError names the worker that could not be prepared or
         started.
         """
-        index = 0
+        index = started = 0
         count = config.cluster.count if config.cluster is not None else 1
         self.active = min(count, len(self.agents))
         agents, plans = self.agents[: self.active], self.plans[: self.active]
@@ -177,8 +177,15 @@ class Workers:
                 if not go_on():
                     break
                 await agent.start(attempt, attempt_path, fresh=fresh, launch=launches[index])
+                started = index + 1
         except (AgentStartError, OSError) as exc:
             raise WorkerStartError(index, f"{self.who(index)}: {exc}") from None
+        finally:
+            # The ports held for workers this attempt did not start (a remote agent's
+            # goes with its next prepare, a stop, or its link).
+            for agent in agents[started:]:
+                if isinstance(agent, LocalAgent):
+                    agent.release_port()
 
     async def stop(self, grace_s: float) -> None:
         """Stop every worker still up: SIGTERM, then SIGKILL after grace_s."""

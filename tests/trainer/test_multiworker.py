@@ -31,11 +31,10 @@ TIMEOUT_S = 5  # cluster.timeout_s: how long a collective waits for a lost worke
 def _free_ports(n: int) -> list[int]:
     """n different ports, as the supervisor picks them (outside the ephemeral range, where
     another test's connection cannot take one while the trainers import TensorFlow)."""
-    socks = reserve_ports(n)
-    ports = [int(s.getsockname()[1]) for s in socks]
-    for sock in socks:
-        sock.close()
-    return ports
+    held = reserve_ports(n)
+    for reservation in held:
+        reservation.release()
+    return [reservation.port for reservation in held]
 
 
 def _config(run_dir: Path, workers: list[dict[str, Any]], name: str = "cfg.json",
@@ -283,21 +282,18 @@ def test_a_worker_whose_port_another_program_holds_names_the_port_in_one_line(
     bind: the worker exits 1 with an error naming the port and what to do, not only
     TensorFlow's "Could not start gRPC server"."""
     config = _config(tmp_path, [{}, {}])
-    held = reserve_ports(2)
-    try:
-        ports = [int(sock.getsockname()[1]) for sock in held]
-        held[0].listen()  # another program serving on worker 0's port
-        held[1].close()
+    ports = _free_ports(2)
+    with socket.socket() as other:  # another program serving on worker 0's port
+        other.bind(("", ports[0]))
+        other.listen()
         worker = Worker(0, tmp_path, config, ports)
         code = worker.finish()
-    finally:
-        for sock in held:
-            sock.close()
     assert code == 1
     (error,) = worker.of(protocol.Error)
     assert (error.kind, error.worker) == ("runtime", 0)
     assert error.message == (
         f"UnknownError: Could not start gRPC server: port {ports[0]} (localhost:{ports[0]}, "
-        f"this worker's in TF_CONFIG) is in use by another program; relaunch (each attempt "
-        f"takes a new port unless cluster.ports names one) or free it"), error.message
+        f"this worker's in TF_CONFIG) is probably in use by another program: free it, or "
+        f"relaunch (each attempt takes a new port unless cluster.ports or Slurm's port base "
+        f"fixes it)"), error.message
     assert not worker.of(protocol.Hello)
