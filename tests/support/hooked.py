@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,6 +62,12 @@ class Started:
         self.parent, child = socket.socketpair()
         full_env = dict(os.environ if env is None else env)
         full_env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # A temporary directory of its own, gone with it (kill()), unless the test names
+        # one: TensorFlow leaves the bytecode of autograph's modules there (an unhooked
+        # script's too), and a SIGKILLed script the modules themselves.
+        self.scratch: str | None = None
+        if env is None or "TMPDIR" not in env:
+            self.scratch = full_env["TMPDIR"] = tempfile.mkdtemp(prefix="gpuwatch-script-")
         pass_fds: tuple[int, ...] = ()
         if hooked:
             full_env["PYTHONPATH"] = os.pathsep.join(
@@ -122,6 +130,8 @@ class Started:
             os.killpg(self.proc.pid, 9)
             self.proc.wait()
         self.parent.close()
+        if self.scratch is not None:
+            shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 def start_hooked(argv: list[str], *, cwd: Path | None = None, prefetch: Any = False,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +28,23 @@ def _tear_down_pipelines_while_young(request: pytest.FixtureRequest) -> Iterator
     yield
     if "strategy" in request.fixturenames:
         threading.Thread(target=gc.collect, name="test-pipeline-reaper", daemon=True).start()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_temporary_directory() -> Iterator[None]:
+    """This process's temporary directory, for as long as it runs trainer tests, is one of
+    its own, removed after them: TensorFlow in this process (the in-process trainers)
+    writes autograph's generated modules there and Python their bytecode, which a worker's
+    exit would leave in /tmp (an xdist worker skips the interpreter's exit handlers).
+    Processes the tests start are not affected: tempfile.tempdir is this process's."""
+    before = tempfile.tempdir
+    private = tempfile.mkdtemp(prefix="gpuwatch-tests-")
+    tempfile.tempdir = private
+    try:
+        yield
+    finally:
+        tempfile.tempdir = before
+        shutil.rmtree(private, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
