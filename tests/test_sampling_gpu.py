@@ -41,6 +41,7 @@ from tests.support.fake_nvml import (
     FakeNVML,
     fake_h100_box,
 )
+from tests.support.nvml_views import CountersHidden
 from trainer_runtime import protocol
 
 GPU_FIELDS = {
@@ -246,11 +247,27 @@ def test_narrow_pcie_counter_wrap_is_added_back(make_sampler) -> None:
 
 def test_narrow_pcie_counter_on_a_fast_link_uses_the_window_instead(make_sampler) -> None:
     # 32 bits on gen5 x16 wrap in ~68 ms: unusable at 2 Hz, so the window worker reads it.
+    # A real H100 80GB HBM3 answers fields 197/198 so (valueType 1, unsigned int) with
+    # driver 580.159.04 (docs/gpu-validation.md).
     gpu = FakeGpu(pcie_counter_type=NVML_VALUE_TYPE_UNSIGNED_INT, pcie_window_tx_kbps=1000)
     nvml = FakeNVML([gpu])
     sampler = make_sampler(nvml)
     assert sampler.sample().gpus[0].pcie_source == "window"
     assert wait_for(lambda: sampler.sample().gpus[0].pcie_tx_bytes_per_s == 1000 * 1024)
+
+
+def test_counters_hidden_view_sends_the_sampler_to_the_window(make_sampler) -> None:
+    # tests/gpu checks the window path on a GPU whose driver has the counters through
+    # this view; here, that the view does hide them and nothing else.
+    gpu = FakeGpu(pcie_window_tx_kbps=1000, pcie_window_rx_kbps=3000,
+                  pcie_tx_bytes=10**12, nvlink_active=[True, True])
+    nvml = FakeNVML([gpu])
+    sampler = make_sampler(CountersHidden(nvml))
+    first = sampler.sample().gpus[0]
+    assert first.pcie_source == "window" and first.nvlink_links_active == 2
+    assert wait_for(lambda: sampler.sample().gpus[0].pcie_rx_bytes_per_s == 3000 * 1024)
+    assert sampler.sample().gpus[0].pcie_tx_bytes_per_s == 1000 * 1024
+    assert nvml.window_calls > 0
 
 
 def test_wide_counter_going_backwards_is_a_reset_not_a_rate(make_sampler) -> None:

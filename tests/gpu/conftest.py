@@ -72,3 +72,19 @@ def sampler(nvidia_gpu: None) -> Iterator[Any]:
     made = DeviceSampler(run_pids=lambda: {os.getpid()})
     yield made
     made.close()
+
+
+@pytest.fixture
+def window_sampler(nvidia_gpu: None) -> Iterator[Any]:
+    """A sampler over the real NVML with the PCIe byte counters hidden: it reads PCIe
+    through the 20 ms window in its worker thread, the path of GPUs without them."""
+    import os
+
+    import pynvml
+
+    from gpuwatch.sampling import DeviceSampler
+    from tests.support.nvml_views import CountersHidden
+
+    made = DeviceSampler(run_pids=lambda: {os.getpid()}, nvml=CountersHidden(pynvml))
+    yield made
+    made.close()

@@ -470,10 +470,16 @@ class FakeNVML:
 
 
 def fake_h100_box(gpu_count: int = 8, **kwargs: Any) -> FakeNVML:
-    """An 8-GPU box like an HGX H100 with NVLink, for the bench and demos."""
+    """An 8-GPU box like an HGX H100 with NVLink, for the bench and demos.
+
+    Its PCIe byte counters are 32 bits wide, as driver 580.159.04 reported them on a real
+    H100 80GB HBM3 (docs/gpu-validation.md): too narrow for a gen5 x16 link at 2 Hz, so
+    the sampler reads PCIe through the 20 ms window, as it does on the real GPU.
+    """
     gpus = [
         FakeGpu(
             uuid=f"GPU-{index:08x}-0000-0000-0000-000000000000",
+            pcie_counter_type=NVML_VALUE_TYPE_UNSIGNED_INT,
             nvlink_active=[True] * 18,
             nvlink_tx_kib=[0] * 18,
             nvlink_rx_kib=[0] * 18,
