@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from gpuwatch.sampling import (
     DeviceSampler,
     cuda_version_text,
+    cuda_visible_count,
     sample_to_frame_fields,
     visible_gpu_count,
 )
@@ -535,6 +536,91 @@ def test_visible_gpu_count_reads_cuda_visible_devices_as_cuda_does(
     nvml = fake_h100_box(4)
     assert visible_gpu_count(nvml) == expected
     assert nvml.shutdown_calls == 1
+
+
+# What the CUDA driver answered (cuDeviceGetCount) for each CUDA_VISIBLE_DEVICES on a
+# real one-GPU box: an H100 80GB HBM3, driver 580.159.04, 2026-11-27
+# (tests/gpu/test_gpu_visible_devices.py printed it; docs/gpu-validation.md).
+H100_UUID = "GPU-0a902a5d-2e51-3fb0-2d73-4bbb7c9253d1"
+U, H = H100_UUID, H100_UUID.removeprefix("GPU-")
+CUDA_DRIVER_ANSWERS = [
+    ('', 0),
+    ('0', 1),
+    ('-1', 0),
+    ('-0', 1),
+    ('+0', 1),
+    ('00', 1),
+    (' 0', 1),
+    ('0 ', 1),
+    ('0 ,0', 0),
+    ('0x0', 1),
+    ('²', 0),
+    ('1', 0),
+    ('0,1', 1),
+    ('1,0', 0),
+    ('0,0', 0),
+    ('0,', 1),
+    (',0', 0),
+    ('0,-1,0', 1),
+    ('0,nonsense', 1),
+    ('nonsense,0', 0),
+    ('nonsense', 0),
+    (f'{U}', 1),
+    (f'gpu-{H}', 0),
+    ('GPU-0a90', 1),
+    ('GPU-0', 1),
+    ('GPU-', 0),
+    ('GPU', 0),
+    (f'{H}', 1),
+    ('0a90', 1),
+    (f'{U},0', 1),
+    (f'0,{U}', 1),
+    (f'{U},{U}', 0),
+    (f'GPU-0a90,{U}', 0),
+    (f'{U},1', 1),
+    (f'{U},nonsense', 1),
+    ('GPU-ffffffff', 0),
+    (f'GPU-ffffffff,{U}', 0),
+    ('MIG-0', 1),
+    ('MIG-', 0),
+    ('MIG', 0),
+    ('MIG-nonsense', 0),
+    (f'MIG-{U}', 0),
+    ('0,MIG-0', 1),
+    ('MIG-0,0', 1),
+    (f'MIG-0,{U}', 0),
+]
+
+
+@pytest.mark.parametrize(("visible", "cuda_count"), CUDA_DRIVER_ANSWERS)
+def test_visible_gpu_count_gives_what_the_cuda_driver_gave(
+    monkeypatch, visible: str, cuda_count: int
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert visible_gpu_count(FakeNVML([FakeGpu(uuid=H100_UUID)])) == cuda_count
+
+
+ENTRIES = st.one_of(
+    st.text(st.characters(blacklist_characters=","), max_size=6),
+    st.integers(-3, 6).map(str),
+    st.sampled_from(["GPU-", "MIG-", "GPU-00000001", "GPU-0000000", "GPU-0", "MIG-00000003"]),
+)
+
+
+@given(entries=st.lists(ENTRIES, max_size=6), tail=st.lists(ENTRIES, max_size=3))
+def test_any_cuda_visible_devices_gives_a_count_within_the_devices(
+    entries: list[str], tail: list[str]
+) -> None:
+    uuids = [f"GPU-{i:08x}-0000-0000-0000-000000000000" for i in range(4)]
+    visible = ",".join(entries)
+    got = cuda_visible_count(visible, 4, lambda: uuids)
+    assert 0 <= got <= min(4, len(entries))  # no entry holds a comma
+    # Entries after one that names no device are never read.
+    if "" in entries or "nonsense" in entries:
+        cut = next(i for i, e in enumerate(entries) if e in ("", "nonsense"))
+        head = ",".join(entries[:cut])
+        assert got == (cuda_visible_count(head, 4, lambda: uuids) if cut else 0)
+    assert cuda_visible_count(",".join([*entries, "nonsense", *tail]), 4, lambda: uuids) == got
 
 
 def test_visible_gpu_count_is_zero_without_nvml(monkeypatch) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuwatch.sampling.gpu import GpuReader
 from gpuwatch.sampling.host import HostSampler
-from gpuwatch.sampling.nvml import describe_init_failure, visible_gpu_count
+from gpuwatch.sampling.nvml import cuda_visible_count, describe_init_failure, visible_gpu_count
 from gpuwatch.sampling.throughput import WINDOW_MAX_AGE_S, PcieWindowPoller
 from gpuwatch.sampling.types import DeviceSample, GpuProcess, GpuSample, HostSample
 
@@ -30,6 +30,7 @@ __all__ = [
     "GpuSample",
     "HostSample",
     "cuda_version_text",
+    "cuda_visible_count",
     "sample_to_frame_fields",
     "visible_gpu_count",
 ]

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,7 +71,8 @@ def describe_init_failure(nvml: Any, exc: BaseException) -> str:
 
 def visible_gpu_count(nvml: Any | None = None) -> int:
     """The NVIDIA GPUs CUDA will use: NVML's devices, narrowed by CUDA_VISIBLE_DEVICES as
-    CUDA reads it. Any NVML failure (no nvidia-ml-py, no library, no driver) counts as 0.
+    CUDA reads it (``cuda_visible_count``). Any NVML failure (no nvidia-ml-py, no
+    library, no driver) counts as 0.
 
     ``nvml`` injects a fake pynvml module in tests; by default ``import pynvml``, lazily,
     so a box without the driver never pays for it.
@@ -89,28 +92,7 @@ def visible_gpu_count(nvml: Any | None = None) -> int:
         visible = os.environ.get("CUDA_VISIBLE_DEVICES")
         if visible is None:
             return count
-        uuids: list[str] | None = None
-        chosen: set[int] = set()
-        # CUDA reads entries up to the first one it cannot match and ignores the rest.
-        for raw_entry in visible.split(","):
-            entry = raw_entry.strip()
-            if not entry:
-                break
-            if entry.lstrip("-").isdigit():
-                index = int(entry)
-                if not 0 <= index < count:
-                    break
-            else:
-                if uuids is None:
-                    uuids = [_uuid(nvml, i) for i in range(count)]
-                matches = [i for i, uuid in enumerate(uuids) if uuid.startswith(entry)]
-                if len(matches) != 1:
-                    break
-                index = matches[0]
-            if index in chosen:
-                return 0  # CUDA refuses a list that names a device twice
-            chosen.add(index)
-        return len(chosen)
+        return cuda_visible_count(visible, count, lambda: [_uuid(nvml, i) for i in range(count)])
     except Exception:
         return 0
     finally:
@@ -118,6 +100,51 @@ def visible_gpu_count(nvml: Any | None = None) -> int:
             nvml.nvmlShutdown()
         except Exception:
             pass
+
+
+# An index entry as CUDA reads it (strtol, base 10): C whitespace, a sign, ASCII digits;
+# whatever follows the digits is ignored ("0x0" and "0a90..." are device 0).
+_CUDA_INDEX = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+_CUDA_UUID_FORMS = ("GPU-", "MIG-")
+
+
+def cuda_visible_count(visible: str, count: int, uuids: Callable[[], list[str]]) -> int:
+    """How many of ``count`` devices CUDA makes visible under CUDA_VISIBLE_DEVICES=``visible``.
+
+    As the CUDA driver answered it (cuDeviceGetCount) on an H100 with driver 580.159.04,
+    for 45 values (docs/gpu-validation.md): entries are read left to right up to the
+    first one that names no device (an empty entry, an index out of range, a word, a
+    UUID prefix that matches none or several); an index is read as strtol reads it; a
+    UUID entry is "GPU-" or "MIG-" (case as written) and a prefix of the device UUID's
+    hex part; a device named twice in the same form (two indices, or two UUIDs) makes
+    CUDA refuse the whole list (0 devices), while one named once by index and once by
+    UUID is counted once. ``uuids`` gives NVML's device UUIDs ("GPU-..."), asked only
+    when an entry needs them.
+    """
+    known: list[str] | None = None
+    chosen: dict[int, str] = {}  # device index -> the form that named it first
+    for entry in visible.split(","):
+        index: int | None = None
+        form = "uuid" if entry.strip().startswith(_CUDA_UUID_FORMS) else "index"
+        if form == "index":
+            number = _CUDA_INDEX.match(entry)
+            if number is not None and 0 <= int(number.group(1)) < count:
+                index = int(number.group(1))
+        else:
+            hex_prefix = entry.strip()[4:]
+            if hex_prefix:
+                known = uuids() if known is None else known
+                matches = [i for i, uuid in enumerate(known)
+                           if uuid.partition("-")[2].startswith(hex_prefix)]
+                index = matches[0] if len(matches) == 1 else None
+        if index is None:
+            break
+        if index in chosen:
+            if chosen[index] == form:
+                return 0  # CUDA_ERROR_INVALID_DEVICE: the list names a device twice
+            continue
+        chosen[index] = form
+    return len(chosen)
 
 
 def _uuid(nvml: Any, index: int) -> str:
