@@ -145,7 +145,9 @@ class SlurmCluster:
 
     def log_tail(self, lines: int = 5) -> str:
         parts = []
-        for path in sorted((self.home / "log").glob("*.log")):
+        # The daemons' own logs, and what they wrote before opening them (*.out).
+        logs = self.home / "log"
+        for path in sorted([*logs.glob("*.log"), *logs.glob("*.out")]):
             tail = path.read_text(errors="replace").strip().splitlines()[-lines:]
             parts.append(f"{path.name}: {' | '.join(tail)}")
         return "; ".join(parts)

