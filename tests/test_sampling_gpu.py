@@ -589,6 +589,11 @@ CUDA_DRIVER_ANSWERS = [
     ('0,MIG-0', 1),
     ('MIG-0,0', 1),
     (f'MIG-0,{U}', 0),
+    # A later machine's answers (the same driver), on whitespace around a UUID entry.
+    (f' {U}', 0),
+    (f'{U} ', 1),
+    (f'{U[:8]} ,0', 0),
+    (f'\t{U[:8]}', 0),
 ]
 
 

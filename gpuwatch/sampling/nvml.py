@@ -114,28 +114,30 @@ def cuda_visible_count(visible: str, count: int, uuids: Callable[[], list[str]])
     As the CUDA driver answered it (cuDeviceGetCount) on an H100 with driver 580.159.04,
     for 45 values (docs/gpu-validation.md): entries are read left to right up to the
     first one that names no device (an empty entry, an index out of range, a word, a
-    UUID prefix that matches none or several); an index is read as strtol reads it; a
-    UUID entry is "GPU-" or "MIG-" (case as written) and a prefix of the device UUID's
-    hex part; a device named twice in the same form (two indices, or two UUIDs) makes
-    CUDA refuse the whole list (0 devices), while one named once by index and once by
-    UUID is counted once. ``uuids`` gives NVML's device UUIDs ("GPU-..."), asked only
-    when an entry needs them.
+    UUID prefix that matches none or several); an index is read as strtol reads it
+    (leading whitespace, a sign, digits, anything after them ignored); a UUID entry is
+    "GPU-" or "MIG-" as written, with nothing before it, then a prefix of the device
+    UUID's hex part, or the whole of it followed by anything; a device named twice in the
+    same form (two indices, or two UUIDs) makes CUDA refuse the whole list (0 devices),
+    while one named once by index and once by UUID is counted once. ``uuids`` gives
+    NVML's device UUIDs ("GPU-..."), asked only when an entry needs them.
     """
     known: list[str] | None = None
     chosen: dict[int, str] = {}  # device index -> the form that named it first
     for entry in visible.split(","):
         index: int | None = None
-        form = "uuid" if entry.strip().startswith(_CUDA_UUID_FORMS) else "index"
+        form = "uuid" if entry.startswith(_CUDA_UUID_FORMS) else "index"
         if form == "index":
             number = _CUDA_INDEX.match(entry)
             if number is not None and 0 <= int(number.group(1)) < count:
                 index = int(number.group(1))
         else:
-            hex_prefix = entry.strip()[4:]
-            if hex_prefix:
+            named = entry[4:]
+            if named:
                 known = uuids() if known is None else known
-                matches = [i for i, uuid in enumerate(known)
-                           if uuid.partition("-")[2].startswith(hex_prefix)]
+                hexes = [uuid.partition("-")[2] for uuid in known]
+                matches = [i for i, hex_part in enumerate(hexes)
+                           if hex_part.startswith(named) or named.startswith(hex_part)]
                 index = matches[0] if len(matches) == 1 else None
         if index is None:
             break

@@ -68,7 +68,7 @@ def test_visible_gpu_count_agrees_with_the_cuda_driver(
         f"{first},0", f"0,{first}", f"{first},{first}", f"{first[:8]},{first}",
         f"{first},{count}", f"{first},nonsense", "GPU-ffffffff", f"GPU-ffffffff,{first}",
         "MIG-0", "MIG-", "MIG", "MIG-nonsense", f"MIG-{first}", "0,MIG-0", "MIG-0,0",
-        f"MIG-0,{first}",
+        f"MIG-0,{first}", f" {first}", f"{first} ", f"{first[:8]} ,0", f"\t{first[:8]}",
     ]
     if count > 1:
         values += ["1", "1,0", "0,1", f"{uuids[1]},{first}", "0,1,0"]
