@@ -594,6 +594,15 @@ CUDA_DRIVER_ANSWERS = [
     (f'{U} ', 1),
     (f'{U[:8]} ,0', 0),
     (f'\t{U[:8]}', 0),
+    # And from another: mixed forms, and indices past 32 bits.
+    (f'0,{U[:8]},{U}', 1),
+    (f'{U},0,0', 1),
+    (f'0,MIG-{H[:4]},{U}', 1),
+    ('4294967296', 1),
+    ('-4294967296', 1),
+    ('9223372036854775808', 1),
+    ('0' * 5000, 1),
+    ('0,' + '9' * 5000, 1),
 ]
 
 
@@ -601,31 +610,79 @@ CUDA_DRIVER_ANSWERS = [
 def test_visible_gpu_count_gives_what_the_cuda_driver_gave(
     monkeypatch, visible: str, cuda_count: int
 ) -> None:
+    assert cuda_visible_count(visible, 1, lambda: [H100_UUID]) == cuda_count  # raises nothing
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert visible_gpu_count(FakeNVML([FakeGpu(uuid=H100_UUID)])) == cuda_count
 
 
-ENTRIES = st.one_of(
-    st.text(st.characters(blacklist_characters=","), max_size=6),
-    st.integers(-3, 6).map(str),
-    st.sampled_from(["GPU-", "MIG-", "GPU-00000001", "GPU-0000000", "GPU-0", "MIG-00000003"]),
+FOUR_UUIDS = [f"GPU-{i:x}{i:07x}-1234-5678-9abc-def012345678" for i in range(4)]
+C_SPACE = " \t\n\v\f\r"
+
+
+def reference_count(entries: list[str], uuids: list[str]) -> int:
+    """The driver's rules again, written apart from gpuwatch's (docs/gpu-validation.md):
+    each entry to a device until one names none or changes form; a device twice, 0."""
+    hexes = [u.partition("-")[2] for u in uuids]
+    devices: list[int] = []
+    forms: set[str] = set()
+    for entry in entries:
+        device: int | None = None
+        if entry[:4] in ("GPU-", "MIG-"):
+            forms.add("uuid")
+            rest = entry[4:]
+            hits = [i for i, h in enumerate(hexes)
+                    if rest and (h.startswith(rest) or rest.startswith(h))]
+            device = hits[0] if len(hits) == 1 else None
+        else:
+            forms.add("index")
+            text = entry.lstrip(C_SPACE)
+            negative = text[:1] == "-"
+            text = text[1:] if text[:1] in ("+", "-") else text
+            digits = ""
+            for char in text:
+                if char not in "0123456789":
+                    break
+                digits += char
+            if digits:
+                significant = digits.lstrip("0") or "0"  # Python converts <= 4,300 digits
+                value = 2**64 - 1 if len(significant) > 20 else int(significant)
+                value = 2**64 - 1 if value >= 2**64 else (-value if negative else value)
+                low = value % 2**64 % 2**32
+                device = low if low < len(uuids) else None
+        if device is None or len(forms) > 1:
+            break
+        if device in devices:
+            return 0
+        devices.append(device)
+    return len(devices)
+
+
+INDEX_ENTRY = st.builds(
+    lambda space, sign, zeros, n, junk: f"{space}{sign}{'0' * zeros}{n}{junk}",
+    st.sampled_from(["", " ", "\t"]), st.sampled_from(["", "+", "-"]),
+    st.integers(0, 3), st.integers(0, 5) | st.sampled_from([2**32, 2**32 + 1, 2**63, 2**64]),
+    st.sampled_from(["", " ", "x", "a9"]),
 )
+UUID_ENTRY = st.builds(
+    lambda space, form, uuid, length, junk: f"{space}{form}{uuid[4:4 + length]}{junk}",
+    st.sampled_from(["", "", " "]), st.sampled_from(["GPU-", "MIG-", "gpu-"]),
+    st.sampled_from(FOUR_UUIDS), st.integers(0, 40), st.sampled_from(["", " ", "z"]),
+)
+ENTRIES = st.one_of(INDEX_ENTRY, UUID_ENTRY,
+                    st.sampled_from(["", "nonsense", "²", "0" * 5000, "9" * 5000]),
+                    st.text(st.characters(blacklist_characters=","), max_size=6))
 
 
 @given(entries=st.lists(ENTRIES, max_size=6), tail=st.lists(ENTRIES, max_size=3))
-def test_any_cuda_visible_devices_gives_a_count_within_the_devices(
+def test_any_cuda_visible_devices_counts_as_the_drivers_rules_do(
     entries: list[str], tail: list[str]
 ) -> None:
-    uuids = [f"GPU-{i:08x}-0000-0000-0000-000000000000" for i in range(4)]
-    visible = ",".join(entries)
-    got = cuda_visible_count(visible, 4, lambda: uuids)
+    got = cuda_visible_count(",".join(entries), 4, lambda: FOUR_UUIDS)
+    assert got == reference_count(entries, FOUR_UUIDS)
     assert 0 <= got <= min(4, len(entries))  # no entry holds a comma
-    # Entries after one that names no device are never read.
-    if "" in entries or "nonsense" in entries:
-        cut = next(i for i, e in enumerate(entries) if e in ("", "nonsense"))
-        head = ",".join(entries[:cut])
-        assert got == (cuda_visible_count(head, 4, lambda: uuids) if cut else 0)
-    assert cuda_visible_count(",".join([*entries, "nonsense", *tail]), 4, lambda: uuids) == got
+    # Nothing after an entry that names no device is read.
+    assert cuda_visible_count(",".join([*entries, "nonsense", *tail]), 4,
+                              lambda: FOUR_UUIDS) == got
 
 
 def test_visible_gpu_count_is_zero_without_nvml(monkeypatch) -> None:

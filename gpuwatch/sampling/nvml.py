@@ -111,26 +111,31 @@ _CUDA_UUID_FORMS = ("GPU-", "MIG-")
 def cuda_visible_count(visible: str, count: int, uuids: Callable[[], list[str]]) -> int:
     """How many of ``count`` devices CUDA makes visible under CUDA_VISIBLE_DEVICES=``visible``.
 
-    As the CUDA driver answered it (cuDeviceGetCount) on an H100 with driver 580.159.04,
-    for 45 values (docs/gpu-validation.md): entries are read left to right up to the
-    first one that names no device (an empty entry, an index out of range, a word, a
-    UUID prefix that matches none or several); an index is read as strtol reads it
-    (leading whitespace, a sign, digits, anything after them ignored); a UUID entry is
-    "GPU-" or "MIG-" as written, with nothing before it, then a prefix of the device
-    UUID's hex part, or the whole of it followed by anything; a device named twice in the
-    same form (two indices, or two UUIDs) makes CUDA refuse the whole list (0 devices),
-    while one named once by index and once by UUID is counted once. ``uuids`` gives
-    NVML's device UUIDs ("GPU-..."), asked only when an entry needs them.
+    As the CUDA driver answered it (cuDeviceGetCount) on H100s with driver 580.159.04
+    (docs/gpu-validation.md). Entries are read left to right up to the first one that
+    names no device: an empty entry, a word, an index out of range, a UUID prefix that
+    matches none or several, or an entry of the other form than the list's first (a list
+    of indices ends at a UUID, a list of UUIDs at an index). An index is read as strtoull
+    reads it (leading whitespace, a sign, digits, anything after them ignored), and its
+    low 32 bits are the device ("4294967296" is device 0). A UUID entry is "GPU-" or
+    "MIG-" as written, with nothing before it, then a prefix of the device UUID's hex
+    part, or the whole of it followed by anything. A device named twice among the
+    entries read makes CUDA refuse the whole list: 0 devices. ``uuids`` gives NVML's
+    device UUIDs ("GPU-..."), asked only when an entry needs them.
     """
     known: list[str] | None = None
-    chosen: dict[int, str] = {}  # device index -> the form that named it first
+    chosen: set[int] = set()
+    list_form: str | None = None
     for entry in visible.split(","):
         index: int | None = None
         form = "uuid" if entry.startswith(_CUDA_UUID_FORMS) else "index"
+        list_form = list_form or form
+        if form != list_form:
+            break
         if form == "index":
             number = _CUDA_INDEX.match(entry)
-            if number is not None and 0 <= int(number.group(1)) < count:
-                index = int(number.group(1))
+            if number is not None:
+                index = _index_in_range(number.group(1), count)
         else:
             named = entry[4:]
             if named:
@@ -142,11 +147,26 @@ def cuda_visible_count(visible: str, count: int, uuids: Callable[[], list[str]])
         if index is None:
             break
         if index in chosen:
-            if chosen[index] == form:
-                return 0  # CUDA_ERROR_INVALID_DEVICE: the list names a device twice
-            continue
-        chosen[index] = form
+            return 0  # CUDA_ERROR_INVALID_DEVICE: the list names a device twice
+        chosen.add(index)
     return len(chosen)
+
+
+_ULLONG = 2**64
+
+
+def _index_in_range(number: str, count: int) -> int | None:
+    """A signed run of ASCII digits as CUDA takes it (strtoull, then the low 32 bits), as
+    a device index below ``count``, or None. Never converts more digits than 2**64 has
+    (Python refuses over 4,300)."""
+    digits = number.lstrip("+-").lstrip("0") or "0"
+    magnitude = int(digits) if len(digits) <= 20 else _ULLONG
+    if magnitude >= _ULLONG:
+        value = _ULLONG - 1  # strtoull saturates, whatever the sign
+    else:
+        value = (-magnitude) % _ULLONG if number.startswith("-") else magnitude
+    low = value % 2**32
+    return low if low < count else None
 
 
 def _uuid(nvml: Any, index: int) -> str:

@@ -26,7 +26,8 @@ def shot(
             await pilot.press(*press)
             await settle(app, link, pilot)
         # A focused field's cursor blinks every 0.5 s: caught on or off by when the shot is
-        # taken (a loaded box once caught it on). Still, and off, in every shot.
+        # taken (a loaded box once caught it off). Not blinking, Textual shows it steadily
+        # on, as every recorded shot has it.
         for field in app.screen.query(Input):
             field.cursor_blink = False
         await pilot.pause()

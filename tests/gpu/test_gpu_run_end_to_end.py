@@ -57,6 +57,9 @@ def gpuwatch(cwd: Path, home: Path, *args: str) -> subprocess.CompletedProcess[s
 def test_a_torch_script_under_gpuwatch_run_is_sampled_on_its_gpu(
     tmp_path: Path, torch_cuda: Any
 ) -> None:
+    # `gpuwatch run` reads and checks settings (gpuwatch.config): pydantic and PyYAML.
+    pytest.importorskip("pydantic", reason="gpuwatch run needs pydantic (pip install pydantic)")
+    pytest.importorskip("yaml", reason="gpuwatch run needs PyYAML (pip install pyyaml)")
     (tmp_path / "load.py").write_text(SCRIPT)
     home = tmp_path / "home"
     done = gpuwatch(tmp_path, home, "run", "--headless", "--", sys.executable, "load.py")

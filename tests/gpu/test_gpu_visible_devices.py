@@ -54,8 +54,9 @@ def test_visible_gpu_count_agrees_with_the_cuda_driver(
     pynvml.nvmlInit()
     try:
         count = int(pynvml.nvmlDeviceGetCount())
-        uuids = [str(pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i)))
-                 for i in range(count)]
+        raw = [pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+               for i in range(count)]
+        uuids = [u.decode() if isinstance(u, bytes) else str(u) for u in raw]  # older: bytes
     finally:
         pynvml.nvmlShutdown()
     first = uuids[0]
@@ -69,6 +70,10 @@ def test_visible_gpu_count_agrees_with_the_cuda_driver(
         f"{first},{count}", f"{first},nonsense", "GPU-ffffffff", f"GPU-ffffffff,{first}",
         "MIG-0", "MIG-", "MIG", "MIG-nonsense", f"MIG-{first}", "0,MIG-0", "MIG-0,0",
         f"MIG-0,{first}", f" {first}", f"{first} ", f"{first[:8]} ,0", f"\t{first[:8]}",
+        f"0,{first[:8]},{first}", f"{first},0,0", f"0,MIG-{bare[:4]},{first}",
+        "4294967296", "-4294967296", "9223372036854775808", "0" * 5000, "0," + "9" * 5000,
+        f"0,{first[:8]},0", f"{first},0,{first}", "18446744073709551616", "4294967297",
+        "-4294967295", "4294967296,0", "2147483648",
     ]
     if count > 1:
         values += ["1", "1,0", "0,1", f"{uuids[1]},{first}", "0,1,0"]
@@ -84,5 +89,8 @@ def test_visible_gpu_count_agrees_with_the_cuda_driver(
     print(f"\n{count} GPU(s); CUDA_VISIBLE_DEVICES -> gpuwatch, CUDA driver (its return code)")
     for visible, ours, theirs, code in rows:
         mark = "" if ours == theirs else "   <-- differs"
-        print(f"  {visible!r:>48}: {ours} {theirs} ({code}){mark}")
+        shown = visible
+        if visible is not None and len(visible) > 60:
+            shown = f"{visible[:20]}... ({len(visible)} characters)"
+        print(f"  {shown!r:>48}: {ours} {theirs} ({code}){mark}")
     assert [r for r in rows if r[1] != r[2]] == []

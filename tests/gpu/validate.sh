@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU validation of docs/gpu-validation.md, in one go, on a box with an NVIDIA GPU,
-# its driver, nvidia-smi, and PyTorch with CUDA (TensorFlow and Textual not needed).
+# its driver, nvidia-smi, PyTorch with CUDA, nvidia-ml-py, psutil and pytest; pydantic
+# and PyYAML for `gpuwatch run` and the doctor (TensorFlow and Textual not needed).
 #
 #   bash tests/gpu/validate.sh [OUTPUT_DIR]
 #
@@ -10,6 +11,7 @@
 set -u -o pipefail
 out=${1:-$(mktemp -d)}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # the script changes directory next
 cd "$(dirname "$0")/../.."
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 py=${PYTHON:-python3}

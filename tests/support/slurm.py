@@ -250,9 +250,10 @@ def slurm_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmClu
         pytest.skip(f"slurm: {', '.join(missing)} not found ({INSTALL})")
     if os.geteuid() != 0:
         pytest.skip("slurm: the test cluster runs its daemons as root (SlurmUser=root)")
-    # Not under pytest's 0700 directories: munged wants every directory above its
-    # socket searchable by all. A short path too (sockets have length limits).
-    home = Path(tempfile.mkdtemp(prefix="gpuwatch-slurm-"))
+    # Not under pytest's 0700 directories (nor a temporary directory a test set): munged
+    # wants every directory above its socket searchable by all. A short path too
+    # (sockets have length limits).
+    home = Path(tempfile.mkdtemp(prefix="gpuwatch-slurm-", dir="/tmp"))
     home.chmod(0o755)
     kept_logs = tmp_path_factory.mktemp("slurm-logs")
     for sub in ("state", "spool", "run", "log", "munge-run"):
