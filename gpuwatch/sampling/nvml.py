@@ -102,7 +102,7 @@ def visible_gpu_count(nvml: Any | None = None) -> int:
             pass
 
 
-# An index entry as CUDA reads it (strtol, base 10): C whitespace, a sign, ASCII digits;
+# An index entry as CUDA reads it (strtoull, base 10): C whitespace, a sign, ASCII digits;
 # whatever follows the digits is ignored ("0x0" and "0a90..." are device 0).
 _CUDA_INDEX = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
 _CUDA_UUID_FORMS = ("GPU-", "MIG-")
@@ -123,7 +123,7 @@ def cuda_visible_count(visible: str, count: int, uuids: Callable[[], list[str]])
     entries read makes CUDA refuse the whole list: 0 devices. ``uuids`` gives NVML's
     device UUIDs ("GPU-..."), asked only when an entry needs them.
     """
-    known: list[str] | None = None
+    hexes: list[str] | None = None  # the devices' UUIDs without "GPU-", once needed
     chosen: set[int] = set()
     list_form: str | None = None
     for entry in visible.split(","):
@@ -139,8 +139,8 @@ def cuda_visible_count(visible: str, count: int, uuids: Callable[[], list[str]])
         else:
             named = entry[4:]
             if named:
-                known = uuids() if known is None else known
-                hexes = [uuid.partition("-")[2] for uuid in known]
+                if hexes is None:
+                    hexes = [uuid.partition("-")[2] for uuid in uuids()]
                 matches = [i for i, hex_part in enumerate(hexes)
                            if hex_part.startswith(named) or named.startswith(hex_part)]
                 index = matches[0] if len(matches) == 1 else None
