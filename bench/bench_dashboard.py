@@ -90,6 +90,42 @@ run_dashboard(Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]))
 STEP_ON_SCREEN = re.compile(r"\bstep (\d[\d,]*)")
 
 
+# ---- the dashboard on a pty, started and ended the same way by each bench -------
+
+
+def set_size(fd: int, width: int, height: int) -> None:
+    """The pty's window size, as a terminal emulator sets it."""
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
+
+
+async def start_dashboard(
+    home: Path, run_id: str, socket_path: Path, width: int, height: int, *extra: str
+) -> tuple[asyncio.subprocess.Process, int]:
+    """The real dashboard (DASHBOARD) in its own session on a new pty of width x height,
+    attached to run_id's socket; the child and the pty's master end (all it writes)."""
+    master, slave = os.openpty()
+    set_size(slave, width, height)
+    env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=str(ROOT), GPUWATCH_HOME=str(home))
+    env.pop("NO_COLOR", None)
+    env.pop("TEXTUAL", None)
+    child = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", DASHBOARD, str(home), run_id, str(socket_path), *extra,
+        stdin=slave, stdout=slave, stderr=slave, env=env, cwd=str(home),
+        start_new_session=True,
+    )
+    os.close(slave)
+    return child, master
+
+
+async def end_dashboard(child: asyncio.subprocess.Process, master: int) -> None:
+    """The dashboard's whole session killed and waited for, its pty closed."""
+    asyncio.get_running_loop().remove_reader(master)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signal.SIGKILL)
+    await child.wait()
+    os.close(master)
+
+
 # ---- the screen: just enough of a terminal for what Textual writes -------------
 
 
@@ -417,27 +453,9 @@ async def one_run(width: int, height: int, args: argparse.Namespace, seed: int) 
         await feed.hub.open()
         feeder = asyncio.create_task(feed.run())
 
-        master, slave = os.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
-        env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=str(ROOT), GPUWATCH_HOME=tmp)
-        env.pop("NO_COLOR", None)
-        env.pop("TEXTUAL", None)
-        child = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            DASHBOARD,
-            str(home),
-            RUN_ID,
-            str(socket_path),
-            *([profile] if profile else []),
-            stdin=slave,
-            stdout=slave,
-            stderr=slave,
-            env=env,
-            cwd=tmp,
-            start_new_session=True,
+        child, master = await start_dashboard(
+            home, RUN_ID, socket_path, width, height, *([profile] if profile else [])
         )
-        os.close(slave)
         proc = psutil.Process(child.pid)
         screen = Screen(width, height)
         counting = False
@@ -482,11 +500,7 @@ async def one_run(width: int, height: int, args: argparse.Namespace, seed: int) 
             if child.returncode is not None:
                 raise RuntimeError(f"the dashboard exited early: {child.returncode}")
         finally:
-            loop.remove_reader(master)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
-            await child.wait()
-            os.close(master)
+            await end_dashboard(child, master)
             feeder.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await feeder

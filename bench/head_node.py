@@ -21,14 +21,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import fcntl
 import json
 import os
 import signal
-import struct
 import sys
 import tempfile
-import termios
 import time
 from pathlib import Path
 from typing import Any
@@ -39,7 +36,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_dashboard import DASHBOARD, Screen, StandIn, cpu_seconds  # noqa: E402
+from bench_dashboard import (  # noqa: E402
+    Screen,
+    StandIn,
+    cpu_seconds,
+    end_dashboard,
+    set_size,
+    start_dashboard,
+)
 
 from trainer_runtime.protocol import parse_event  # noqa: E402
 
@@ -79,17 +83,8 @@ async def replay(frames: list[dict[str, Any]], from_t: float | None, seconds: fl
         for frame in head:
             publish(stand_in, frame, frame["t"] + shift)
         await stand_in.hub.open()
-        master, slave = os.openpty()
         width, height = sizes[0]
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", height, width, 0, 0))
-        env = dict(os.environ, TERM="xterm-256color", PYTHONPATH=str(ROOT), GPUWATCH_HOME=tmp)
-        env.pop("NO_COLOR", None)
-        child = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", DASHBOARD, str(home), run_id, str(socket_path),
-            stdin=slave, stdout=slave, stderr=slave, env=env, cwd=tmp,
-            start_new_session=True,
-        )
-        os.close(slave)
+        child, master = await start_dashboard(home, run_id, socket_path, width, height)
         proc = psutil.Process(child.pid)
         screen = Screen(width, height)
         loop = asyncio.get_running_loop()
@@ -120,8 +115,7 @@ async def replay(frames: list[dict[str, Any]], from_t: float | None, seconds: fl
             figures = []
             for index, (width, height) in enumerate(sizes):
                 if index:
-                    fcntl.ioctl(master, termios.TIOCSWINSZ,
-                                struct.pack("HHHH", height, width, 0, 0))
+                    set_size(master, width, height)
                     os.killpg(child.pid, signal.SIGWINCH)
                     screen = Screen(width, height)
                     await asyncio.sleep(warmup_s)  # the new layout: its pace settles again
@@ -141,11 +135,7 @@ async def replay(frames: list[dict[str, Any]], from_t: float | None, seconds: fl
             print("the head node's dashboard at the end:\n" + "\n".join(screen.lines()))
             return figures
         finally:
-            loop.remove_reader(master)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(child.pid, signal.SIGKILL)
-            await child.wait()
-            os.close(master)
+            await end_dashboard(child, master)
             if feeder is not None:
                 feeder.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
