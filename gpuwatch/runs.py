@@ -68,6 +68,27 @@ def gpuwatch_home() -> Path:
     return Path(state) / "gpuwatch"
 
 
+def home_problem(home: Path | None = None) -> str | None:
+    """Why gpuwatch's home cannot hold runs (one line), or None: it is a directory, or not
+    there yet (made on the first run). Checked before any command reads or starts runs."""
+    home = home or gpuwatch_home()
+    named = (f"GPUWATCH_HOME={home}" if os.environ.get("GPUWATCH_HOME")
+             else f"gpuwatch's home {home}")
+    try:
+        mode = os.stat(home).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a path too long, a parent that is a file
+        return f"{named}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(mode):
+        return f"{named} is not a directory"
+    root = home / "runs"
+    with contextlib.suppress(FileNotFoundError):
+        if not stat.S_ISDIR(os.stat(root).st_mode):
+            return f"{root} is not a directory (gpuwatch keeps its runs there)"
+    return None
+
+
 def runs_root(home: Path | None = None) -> Path:
     return (home or gpuwatch_home()) / "runs"
 
@@ -379,7 +400,8 @@ def list_runs(home: Path | None = None) -> list[RunInfo]:
     root = runs_root(home)
     if not root.is_dir():
         return []
-    dirs = [d for d in root.iterdir() if d.is_dir() and (d / "events.jsonl").exists()]
+    # A run is a folder with its record, a regular file (never read from a FIFO or a device).
+    dirs = [d for d in root.iterdir() if d.is_dir() and (d / "events.jsonl").is_file()]
     infos = [read_run_info(d) for d in dirs]
     infos.sort(key=lambda i: (i.started or 0.0, i.run_id), reverse=True)
     return infos
@@ -389,6 +411,9 @@ def resolve_run(
     prefix: str | None, home: Path | None = None, *, live_only: bool = False
 ) -> RunInfo:
     """The run a person meant: a unique id prefix, or (None) the most recent live one."""
+    if prefix is not None and not prefix.strip():
+        # An unset shell variable ("gpuwatch stop $RUN") must not pick the only run.
+        raise RunError(f"no run id given ({prefix!r}): gpuwatch ls lists runs")
     runs = list_runs(home)
     if prefix is None:
         live = [r for r in runs if r.live]

@@ -593,7 +593,7 @@ def test_an_output_that_cannot_be_written_is_one_line_and_exit_2(
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("gpuwatch: ")
     if where == "events":
-        assert "is the run's own events.jsonl" in err
+        assert f"is inside run {RUN_ID}'s folder" in err
     else:
         assert f"cannot write {target}: " in err
     assert run.events_path.read_bytes() == before

@@ -196,11 +196,13 @@ def test_a_detached_command_is_listed_logged_and_stopped_with_its_whole_group(
          "COMMAND [ARGS ...]"),
         ([PY, "-V"], "gpuwatch: run: put the command after --: gpuwatch run [options] -- "
          "COMMAND [ARGS ...]"),
-        (["--max-steps", "0", "--", PY, "-V"], "gpuwatch: --max-steps must be at least 1 "
-         "(got 0)"),
+        (["--max-steps", "0", "--", PY, "-V"], "gpuwatch: --max-steps must be from 1 to "
+         "1,000,000,000,000 (got 0)"),
+        (["--max-steps", "9" * 22, "--", PY, "-V"], "gpuwatch: --max-steps must be from 1 to "
+         f"1,000,000,000,000 (got {'9' * 22})"),
     ],
     ids=["not-found", "path-not-found", "batch", "accumulation", "bad-prefetch", "no-command",
-         "nothing-after-dashes", "no-dashes", "max-steps-0"],
+         "nothing-after-dashes", "no-dashes", "max-steps-0", "max-steps-huge"],
 )
 def test_a_run_that_cannot_start_is_refused_in_one_line_and_starts_nothing(
     home: Path, args: list[str], message: str

@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from trainer_runtime.factories import FactoryError
     from trainer_runtime.flops import trainer_flops_per_example
-    from trainer_runtime.loop import ResumeError, Trainer, train
+    from trainer_runtime.loop import START_OVER, ResumeError, Trainer, train
     from trainer_runtime.models import ModelConfigError
 
     strategy: tf.distribute.Strategy
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             return fail("runtime", _runtime_message(exc), 1)
         return fail("config", f"checkpoint in {args.run_dir}/checkpoints does not fit this "
-                    f"model ({_one_line(exc)[:300]}); relaunch with --fresh", 2)
+                    f"model ({_one_line(exc)[:300]}); {START_OVER}", 2)
     # Traced here rather than in the first update (which reuses the trace), so the
     # hello carries the update's FLOPs per example.
     flops_per_example = trainer_flops_per_example(trainer)

@@ -48,6 +48,8 @@ from trainer_runtime.telemetry import NullEmitter, ReconfigureRequest, SocketEmi
 from trainer_runtime.update_graph import UpdateGraph
 
 log = logging.getLogger("trainer_runtime")
+# What a person can do about a checkpoint that cannot be restored (a resume needs it).
+START_OVER = "a new run (gpuwatch train with these settings) starts over without it"
 
 
 class ResumeError(Exception):
@@ -428,17 +430,17 @@ class Trainer:
         if path is None:
             where = " or ".join(dirs)
             problem = (f"worker {self.worker} has none of the chief's kept checkpoints (the "
-                       f"last: step {agreed}) in {where}; relaunch with --fresh")
+                       f"last: step {agreed}) in {where}; {START_OVER}")
         else:
             try:
                 self.ckpt.restore(path).expect_partial()
             except Exception as exc:
                 problem = (f"worker {self.worker}: checkpoint {path} does not fit this model "
-                           f"({' '.join(str(exc).split())[:300]}); relaunch with --fresh")
+                           f"({' '.join(str(exc).split())[:300]}); {START_OVER}")
         # All or none: a worker that trained alone would block the others' collectives.
         if agreement.any(bool(problem)):
             raise ResumeError(problem or f"another worker could not restore step {agreed} "
-                              "(its own error names it); relaunch with --fresh")
+                              f"(its own error names it); {START_OVER}")
         assert path is not None
         self.resumed_step = agreed
         return self._after_restore(path)

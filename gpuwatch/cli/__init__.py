@@ -99,8 +99,17 @@ def main(argv: list[str] | None = None) -> int:
         "export": cmd_export,
         "doctor": cmd_doctor,
     }[args.command]
-    from gpuwatch.runs import RunError
+    from gpuwatch.runs import RunError, home_problem
 
+    if sys.stdout is None and _writes_to_stdout(args):  # `gpuwatch ls >&-`
+        err("standard output is closed: nothing to write to")
+        return EXIT_FAILED
+    if sys.stdout is None:
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the lines nobody reads
+    problem = home_problem() if args.command != "doctor" else None
+    if problem:
+        err(problem)
+        return EXIT_USAGE
     try:
         return handler(args)
     except KeyboardInterrupt:
@@ -113,5 +122,20 @@ def main(argv: list[str] | None = None) -> int:
         err(str(exc))
         return EXIT_USAGE
     except OSError as exc:
-        err(str(exc))
+        err(os_error_line(exc))
         return EXIT_FAILED
+
+
+def _writes_to_stdout(args: argparse.Namespace) -> bool:
+    """Whether the command's output is its standard output (a listing, a log, a table)."""
+    if args.command == "export":
+        return getattr(args, "output", None) is None
+    return args.command in ("ls", "logs", "doctor")
+
+
+def os_error_line(exc: OSError) -> str:
+    """An OSError as one line that names its file where it has one."""
+    reason = exc.strerror or str(exc)
+    if exc.filename is not None:
+        return f"{exc.filename}: {reason}"
+    return reason

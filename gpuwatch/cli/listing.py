@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -19,7 +20,10 @@ if TYPE_CHECKING:
 def _format_age(started: float | None) -> str:
     if not started:
         return "-"
-    return time.strftime("%Y-%m-%d %H:%M", time.localtime(started))
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(started))
+    except (OverflowError, OSError, ValueError):  # a record's time no calendar holds
+        return "-"
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
@@ -56,7 +60,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         if info.command is not None:  # gpuwatch run: its command, as much as fits a line
             print(f"{'':<10} $ {shorten_command(info.command, width - 13)}")
         if info.status in FAILED_STATUSES and info.message:
-            print(f"{'':<10} {info.message}")
+            print(f"{'':<10} {printable(info.message)}")
     return EXIT_OK
 
 
@@ -65,10 +69,14 @@ def shorten_command(argv: Sequence[str], width: int) -> str:
     (cut with "…"; at least its program's first characters), on one line."""
     import shlex
 
-    text = " ".join(shlex.quote(arg) for arg in argv)
-    text = "".join(char if char.isprintable() else "?" for char in text)
+    text = printable(" ".join(shlex.quote(arg) for arg in argv))
     width = max(width, 12)
     return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def printable(text: str) -> str:
+    """text with each character a terminal would act on (escapes, controls) as "?"."""
+    return "".join(char if char.isprintable() else "?" for char in text)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
@@ -80,6 +88,9 @@ def cmd_logs(args: argparse.Namespace) -> int:
     path = worker_dir(info.run_dir, args.worker) / "trainer.log"
     if not path.exists():
         err(f"run {info.run_id} has no trainer log yet ({path})")
+        return EXIT_FAILED
+    if not path.is_file():
+        err(f"{path} is not a file: run {info.run_id}'s trainer log cannot be read")
         return EXIT_FAILED
     with open(path, "rb") as fh:
         while True:
@@ -119,9 +130,11 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.worker is not None and not _has_worker(info, args.worker):
         return EXIT_USAGE
     events_path = info.run_dir / "events.jsonl"
-    if args.output is not None and Path(args.output).resolve() == events_path.resolve():
-        err(f"-o {args.output} is the run's own events.jsonl: choose another file")
-        return EXIT_USAGE
+    if args.output is not None:
+        clash = _in_run_folder(Path(args.output), info)
+        if clash:
+            err(f"-o {args.output} {clash}: choose a file outside it")
+            return EXIT_USAGE
     if args.output is None:
         report = export_events(events_path, args.what, args.format, sys.stdout,
                                worker=args.worker)
@@ -131,9 +144,15 @@ def cmd_export(args: argparse.Namespace) -> int:
         except OSError as exc:
             err(f"cannot write {args.output}: {exc.strerror or exc}")
             return EXIT_USAGE
-        with out:
-            report = export_events(events_path, args.what, args.format, out,
-                                   worker=args.worker)
+        try:
+            with out:
+                report = export_events(events_path, args.what, args.format, out,
+                                       worker=args.worker)
+        except OSError as exc:
+            if exc.filename is not None:  # reading the record: main() names its file
+                raise
+            err(f"cannot write {args.output}: {exc.strerror or exc}")
+            return EXIT_FAILED
     skipped = report.bad_summary(events_path)
     if skipped:
         err(skipped)
@@ -143,6 +162,28 @@ def cmd_export(args: argparse.Namespace) -> int:
         print(f"gpuwatch: {report.rows} {args.what} rows of run {info.run_id} -> {args.output}",
               file=sys.stderr)
     return EXIT_OK
+
+
+def _in_run_folder(output: Path, info: RunInfo) -> str | None:
+    """How -o output would write into the run's own record, or None: a path inside its
+    folder (through links too), or an existing file that is one of its files under
+    another name (a hard link)."""
+    run_dir = info.run_dir.resolve()
+    where = output.resolve()
+    if where == run_dir or run_dir in where.parents:
+        return f"is inside run {info.run_id}'s folder ({run_dir})"
+    try:
+        target = os.stat(output)
+    except OSError:
+        return None  # not there yet: a new file is no file of the run's
+    for folder, _dirs, files in os.walk(run_dir):
+        for name in files:
+            with contextlib.suppress(OSError):
+                mine = os.stat(os.path.join(folder, name))
+                if (mine.st_dev, mine.st_ino) == (target.st_dev, target.st_ino):
+                    rel = os.path.relpath(os.path.join(folder, name), run_dir)
+                    return f"is run {info.run_id}'s own {rel} (the same file, another name)"
+    return None
 
 
 def _no_samples_note(info: RunInfo, worker: int, events_path: Path) -> str:

@@ -21,8 +21,10 @@ def _overrides_of(args: argparse.Namespace) -> list[str] | None:
     """The --set overrides, and --max-steps as one; None (said) for a --max-steps below 1."""
     overrides = list(args.overrides)
     if args.max_steps is not None:
-        if args.max_steps < 1:
-            err(f"--max-steps must be at least 1 (got {args.max_steps})")
+        from trainer_runtime.schema import MAX_STEPS
+
+        if not 1 <= args.max_steps <= MAX_STEPS:
+            err(f"--max-steps must be from 1 to {MAX_STEPS:,} (got {args.max_steps})")
             return None
         overrides.append(f"train.max_steps={args.max_steps}")
     return overrides
@@ -195,7 +197,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     if overrides is None:
         return EXIT_USAGE
     try:
-        resumed = resume_run(info, overrides, follow=not args.detach)
+        resumed = resume_run(info, overrides, follow=not args.detach, say=err)
     except (ConfigError, ResumeError) as exc:
         err(str(exc))
         return EXIT_USAGE
