@@ -245,10 +245,14 @@ def _problem(field_loc: Loc, errors: list[dict[str, Any]]) -> str:
         "model_attributes_type": "must be a mapping of settings",
         "none_required": "must be null",
     }
+    if error_type == "missing":  # pydantic's "Field required": the key itself is absent
+        return "is required here"
     if error_type in plain:
         return f"{plain[error_type]} (got {shown})"
     message = str(error.get("msg", "is not valid"))
     message = message.replace("Input should be", "must be").replace("Input", "value")
+    if message.endswith(")") and "(got " in message:  # a message of ours that says it
+        return message
     return f"{message} (got {shown})"
 
 

@@ -138,6 +138,7 @@ def test_a_bad_cluster_setting_is_one_line_at_its_key(
     message = assert_clean(caught.value)
     assert message.startswith(f"{path}:{line_in(path, needle)}: {key}: "), message
     assert words in message
+    assert message.count("(got ") <= 1, "the value is shown once"
 
 
 def test_a_saved_slurm_config_loads_back(tmp_path: Path) -> None:

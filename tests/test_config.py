@@ -75,6 +75,7 @@ NOT_OUR_WORDS = (
     "Unable to parse",
     "should have at",
     "Value error,",
+    "Field required",
 )
 
 

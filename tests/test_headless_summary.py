@@ -34,3 +34,21 @@ def test_a_short_run_reports_what_it_measured_and_says_over_what(home: Path) -> 
                    if '"type":"step"' in line)
     shown = float(summary.split("examples_per_s=")[1].split()[0])
     assert shown == pytest.approx(rates[len(rates) // 2], rel=1e-3)
+
+
+def test_with_telemetry_off_the_run_still_tells_its_step_and_the_verdict_says_why_no_figures(
+    home: Path
+) -> None:
+    # telemetry.enabled: false sends no step frames (the bench's knob for their cost): the
+    # step the trainer ended at comes from its checkpoint and its done frame, not 0.
+    done = gpuwatch("train", str(TINY), "--headless", "--max-steps", "12",
+                    "--set", "telemetry.enabled=false")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == (
+        "verdict: telemetry was off (telemetry.enabled: false): no step figures to judge")
+    (info,) = runs.list_runs(home)
+    assert (info.status, info.step) == ("finished", 12)
+    events = [json.loads(line) for line in (info.run_dir / "events.jsonl").read_text().splitlines()]
+    assert not [e for e in events if e["type"] == "step"]
+    assert [e["step"] for e in events if e["type"] == "done"] == [12]
+    assert json.loads((info.run_dir / "state.json").read_text())["step"] == 12

@@ -29,6 +29,15 @@ from trainer_runtime.protocol import SUMMARY_PAST_WORKERS, Hello
 # Steps measured, but none with an input wait (a script's loop may not let the hook time
 # it: gpuwatch run): no input verdict can be made from a wait that was not measured.
 WAIT_NOT_MEASURED = "input wait not measured in this loop: no verdict on input"
+# An attempt whose trainer sends no step frames (telemetry.enabled: false, a bench's knob).
+TELEMETRY_OFF = "telemetry was off (telemetry.enabled: false): no step figures to judge"
+
+
+def telemetry_off(state: RunState) -> bool:
+    """Whether the current attempt ran with its step frames turned off."""
+    current = state.current
+    settings = current.settings if current is not None and current.settings else state.settings
+    return get_setting(settings, "telemetry.enabled") is False
 # The dashboard's keys a person's own command takes (gpuwatch run): prefetch, which its
 # hook applies. Its batch, accumulation and other settings are its own code's.
 COMMAND_KEYS = frozenset({"p"})
@@ -158,6 +167,8 @@ def final_verdict(state: RunState, figures: Figures) -> str:
     if advice.bottleneck == "unwatched" and view is not None and view.note is not None:
         return view.note
     if advice.level == "unknown" and advice.verdict != WAIT_NOT_MEASURED:
+        if telemetry_off(state):
+            return TELEMETRY_OFF
         return "no measured steps" + (": it ended while warming up" if state.terminal else "")
     return advice.verdict
 

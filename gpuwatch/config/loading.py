@@ -55,6 +55,8 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadedConfig
 
     Raises ConfigError (and nothing else) on any problem with the file or the overrides.
     """
+    if not str(path):  # Path("") is ".", the working directory
+        raise ConfigError(f"no config file given ({str(path)!r})", source=str(path))
     path = Path(path)
     shown = str(path)
     try:

@@ -49,6 +49,8 @@ from gpuwatch.supervisor.scale import ScaleProbe, read_plan
 from gpuwatch.supervisor.workers import Workers
 from trainer_runtime.protocol import (
     TERMINAL_STATUSES,
+    Checkpoint,
+    Done,
     Event,
     Hello,
     Reconfigured,
@@ -209,6 +211,10 @@ class Supervisor(Attempts):
             self.live.worker_steps[index] = event.step
             if index == 0:  # the run's step is the chief's
                 self.last_step = event.step
+        elif isinstance(event, (Checkpoint, Done)) and index == 0:
+            # The step it saved or ended at: the run's step too when it sends no Step
+            # frames (telemetry.enabled: false), so ls and state.json still tell it.
+            self.last_step = max(self.last_step, event.step)
         elif isinstance(event, Resume):
             # Every worker resumes from the chief's checkpoint: lost against the chief's step.
             lost = max(0, self._last_step_before - event.from_step)
