@@ -65,6 +65,7 @@ from gpuwatch.runstate import (
     WARMUP_STEPS,
     Figures,
     RunState,
+    printable,
     share_of_link,
     step_figures,
 )
@@ -329,13 +330,13 @@ def _exit_code(info: RunInfo, state: RunState, stopping: bool, err: TextIO) -> i
         and error.kind in ("config", "factory")
     ):
         # The trainer refused its settings before training: that is bad input, exit 2.
-        print(f"gpuwatch: {error.message}", file=err)
+        print(f"gpuwatch: {printable(error.message)}", file=err)
         return 2
     if state.status == "crashed":
         what = "the command" if state.command is not None else "the trainer"
-        print(f"gpuwatch: {what} crashed: {state.status_message}", file=err)
+        print(f"gpuwatch: {what} crashed: {printable(state.status_message or '')}", file=err)
         for line in state.log_tail[-ERROR_TAIL_LINES:]:
-            print(f"  | {line}", file=err)
+            print(f"  | {printable(line)}", file=err)
         print(f"gpuwatch: full log: gpuwatch logs {info.run_id}", file=err)
         return 1
     if stopping:

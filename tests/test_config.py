@@ -175,6 +175,11 @@ def test_missing_file(tmp_path: Path) -> None:
     assert load_error(path) == f"{path}: no such file"
 
 
+def test_an_empty_path_is_no_config_not_the_working_directory() -> None:
+    # (Path("") is ".": it said ".: is a directory, not a config file".)
+    assert load_error("") == "no config file given ('')"
+
+
 def test_relative_path_is_named_as_given(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     assert load_error("demo/demo.yaml") == "demo/demo.yaml: no such file"

@@ -94,6 +94,23 @@ def test_a_command_that_exits_3_crashed_with_its_tracebacks_last_line(home: Path
     assert info.status == "crashed" and info.exit_code == 3
 
 
+def test_a_crashed_commands_own_words_reach_the_terminal_without_their_escapes(
+    home: Path
+) -> None:
+    # What a command prints is its own: relayed as text, never as the terminal's orders
+    # (a title, a cleared screen).
+    script = "print('\\x1b]0;pwned\\x07 out'); raise ValueError('\\x1b[2J boom')"
+    proc = gpuwatch("run", "--headless", "--", PY, "-S", "-c", script)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "\x1b" not in proc.stderr and "\x07" not in proc.stderr
+    lines = proc.stderr.splitlines()
+    assert lines[0] == "gpuwatch: the command crashed: exited with code 1: ValueError: ?[2J boom"
+    assert "  | ?]0;pwned? out" in lines and "  | ValueError: ?[2J boom" in lines
+    assert "?[2J boom" in last_status(the_run(home))["message"].replace("\x1b", "?")
+    proc = gpuwatch("ls")
+    assert "\x1b" not in proc.stdout and "ValueError: ?[2J boom" in proc.stdout
+
+
 def test_a_command_killed_by_sigkill_crashed_naming_the_signal(home: Path) -> None:
     proc = gpuwatch("run", "--headless", "--", PY, "-S", "-c",
                     "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")

@@ -31,6 +31,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     import shutil
 
     from gpuwatch.runs import list_runs
+    from gpuwatch.runstate.command import printable
     from trainer_runtime.protocol import FAILED_STATUSES
 
     infos = list_runs()
@@ -69,14 +70,11 @@ def shorten_command(argv: Sequence[str], width: int) -> str:
     (cut with "…"; at least its program's first characters), on one line."""
     import shlex
 
+    from gpuwatch.runstate.command import printable
+
     text = printable(" ".join(shlex.quote(arg) for arg in argv))
     width = max(width, 12)
     return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def printable(text: str) -> str:
-    """text with each character a terminal would act on (escapes, controls) as "?"."""
-    return "".join(char if char.isprintable() else "?" for char in text)
 
 
 def cmd_logs(args: argparse.Namespace) -> int:

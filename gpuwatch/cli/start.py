@@ -123,7 +123,9 @@ def command_name(argv: Sequence[str]) -> str:
             name = rest[1]
         elif rest and not rest[0].startswith("-"):
             name = Path(rest[0]).name or rest[0]
-    name = "".join(char if char.isprintable() else "?" for char in name)[:100]
+    from gpuwatch.runstate.command import printable
+
+    name = printable(name)[:100]
     return name or "command"
 
 

@@ -51,7 +51,7 @@ the ones below it directly, never through this package):
 """
 
 from gpuwatch.runstate.attempts import AttemptSummary, WorkerWait, differing_settings
-from gpuwatch.runstate.command import NOT_TENSORFLOW, CommandView, shell_text
+from gpuwatch.runstate.command import NOT_TENSORFLOW, CommandView, printable, shell_text
 from gpuwatch.runstate.figures import Figures, step_figures
 from gpuwatch.runstate.settings import (
     ACCUMULATION_KEY,
@@ -129,6 +129,7 @@ __all__ = [
     "pace_setter",
     "pending_applies_live",
     "pending_overrides",
+    "printable",
     "setting_labels",
     "setting_text",
     "share_of_link",

@@ -44,9 +44,14 @@ class CommandView:
         return f"{self.head}{self.command}{self.tail}"
 
 
+def printable(text: str) -> str:
+    """text with each character a terminal would act on (escapes, controls, line breaks)
+    as "?": what a run's record says (a command, its output, a message) shown as it is."""
+    return "".join(char if char.isprintable() else "?" for char in text)
+
+
 def shell_text(argv: Sequence[str]) -> str:
     """argv as a shell would read it (shlex quoting), on one line of printable text."""
     import shlex
 
-    text = " ".join(shlex.quote(arg) for arg in argv)
-    return "".join(char if char.isprintable() else "?" for char in text)
+    return printable(" ".join(shlex.quote(arg) for arg in argv))
