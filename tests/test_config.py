@@ -1051,3 +1051,24 @@ def test_random_overrides_raise_only_config_error(tmp_path: Path, key: str, valu
         parse_override(key + value)
     except ConfigError as err:
         assert_clean(err)
+
+
+@pytest.mark.parametrize(("text", "key", "read_as"), [
+    ("train:\n  max_steps: 1:20\n", "train.max_steps", "int (YAML 1.1 reads it in base 60, as 80"),
+    ("train:\n  learning_rate: 1:30.5\n", "train.learning_rate",
+     "float (YAML 1.1 reads it in base 60, as 90.5"),
+    ("name: 12:30\n", "name", "int (YAML 1.1 reads it in base 60, as 750"),
+])
+def test_a_base_60_number_is_refused_where_it_is_not_read_as_written(
+    tmp_path: Path, text: str, key: str, read_as: str
+) -> None:
+    # (YAML 1.1 makes `1:20` the number 80: max_steps took 80 without a word.)
+    path = write(tmp_path, text)
+    value = text.split(": ")[-1].strip()
+    assert load_error(path) == (
+        f"{path}:{text.count(chr(10))}: {key}: cannot read {value!r} as {read_as}: write the "
+        "number itself, or quote it for a string)")
+    override = load_error(write(tmp_path, "name: x\n", "plain.yaml"), (f"{key}={value}",))
+    assert override.startswith(f"--set {key}={value}: {key}: ") and "base 60" in override
+    quoted = load_config(write(tmp_path, "name: '12:30'\n", "quoted.yaml")).config
+    assert quoted.name == "12:30"

@@ -297,6 +297,15 @@ class _BoundedLoader(yaml.SafeLoader):
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         """A value PyYAML cannot build (`2001-13-01`, `!!int x`) is marked where it is."""
+        if (isinstance(node, yaml.ScalarNode) and node.tag in _NUMBER_TAGS
+                and ":" in node.value):
+            # YAML 1.1's base 60: `1:20` is 80 to PyYAML, and nobody writes it meaning that.
+            try:
+                as_read = f", as {super().construct_object(node)}"
+            except CONSTRUCTOR_ERRORS:
+                as_read = ""
+            raise Unbuildable(node, f"YAML 1.1 reads it in base 60{as_read}: write the number "
+                              "itself, or quote it for a string")
         try:
             return super().construct_object(node, deep=deep)
         except CONSTRUCTOR_ERRORS as exc:
