@@ -94,7 +94,7 @@ def progress_line(state: RunState) -> str:
         shown = "input wait not measured in this loop"  # a script's: never a figure
     return (
         f"[{state.run_id or '?'}] attempt {state.attempt} {state.status or 'starting'}"
-        f" | step {step.step if step else 0}"
+        f" | step {step.step if step else _done_step(state)}"
         f" | loss {_fmt(step.loss if step else None, '.4f')}"
         f" | {_fmt(figures.examples_per_s, ',.0f')} ex/s"
         f" | step {_fmt(figures.step_time_ms, '.1f')} ms"
@@ -318,6 +318,13 @@ def _ended(
     print(summary_line(state, workers), file=out, flush=True)
     print(verdict_line(state), file=out, flush=True)
     return _exit_code(info, state, stopping, err)
+
+
+def _done_step(state: RunState) -> int:
+    """The step the current attempt ended at, from its done frame (no step frames came:
+    telemetry.enabled: false), else 0."""
+    done = state.done
+    return done.step if done is not None and done.attempt == state.attempt else 0
 
 
 def _exit_code(info: RunInfo, state: RunState, stopping: bool, err: TextIO) -> int:

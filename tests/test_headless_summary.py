@@ -46,6 +46,8 @@ def test_with_telemetry_off_the_run_still_tells_its_step_and_the_verdict_says_wh
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == (
         "verdict: telemetry was off (telemetry.enabled: false): no step figures to judge")
+    last_progress = [line for line in done.stdout.splitlines() if " | step " in line][-1]
+    assert " finished | step 12 | " in last_progress, last_progress
     (info,) = runs.list_runs(home)
     assert (info.status, info.step) == ("finished", 12)
     events = [json.loads(line) for line in (info.run_dir / "events.jsonl").read_text().splitlines()]
