@@ -1072,3 +1072,15 @@ def test_a_base_60_number_is_refused_where_it_is_not_read_as_written(
     assert override.startswith(f"--set {key}={value}: {key}: ") and "base 60" in override
     quoted = load_config(write(tmp_path, "name: '12:30'\n", "quoted.yaml")).config
     assert quoted.name == "12:30"
+
+
+def test_a_key_missing_from_a_section_only_an_override_made_blames_that_override(
+    tmp_path: Path,
+) -> None:
+    # (It named the file, which has no `command:` at all, and said pydantic's "Field required".)
+    path = write(tmp_path, "name: x\n")
+    assert load_error(path, ("command.argv=[ls]",)) == (
+        "--set command.argv=[ls]: command.cwd: is required here")
+    # A section the file does have keeps its own line.
+    path = write(tmp_path, "name: x\ncommand:\n  argv: [ls]\n", "with_command.yaml")
+    assert load_error(path) == f"{path}:2: command.cwd: is required here"

@@ -65,6 +65,13 @@ class Locator:
         if label is not None:
             return label, None, True
         line = self.line_for(loc)
+        if line is None:
+            # A key the file never had, in a section only an override made (`--set
+            # command.argv=[ls]` leaves command.cwd missing): that override is the source.
+            for size in range(len(loc) - 1, 0, -1):
+                label = self.override_under(loc[:size])
+                if label is not None:
+                    return label, None, True
         return (f"{self.file}:{line}" if line else self.file), line, False
 
 
