@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -25,6 +26,9 @@ from trainer_runtime.schema import RunConfig
 INDEX_MAGIC = bytes.fromhex("57fb808b247547db")
 # checkpoints/checkpoint, tf.train.CheckpointManager's index: a text protobuf.
 LATEST = re.compile(r'^model_checkpoint_path:\s*"((?:[^"\\]|\\.)*)"\s*$', re.M)
+# The trainer saves checkpoint number = the optimizer step (trainer_runtime/loop.py).
+CKPT_STEP = re.compile(r"ckpt-([0-9]{1,15})", re.ASCII)
+ATTEMPT_FILE = re.compile(r"attempt-([1-9][0-9]{0,8})\.yaml", re.ASCII)
 
 
 class ResumeError(Exception):
@@ -33,23 +37,29 @@ class ResumeError(Exception):
 
 def settings_path(info: runs.RunInfo) -> Path:
     """The settings the run last ran with: its last attempt's file, else its config.yaml."""
-    run_dir = info.run_dir
-    numbers = []
-    for path in run_dir.glob("attempt-*.yaml"):
-        number = path.name[len("attempt-"):-len(".yaml")]
-        if number.isdigit() and len(number) < 10 and int(number) <= info.attempt:
-            numbers.append(int(number))
-    if numbers:
-        return run_dir / f"attempt-{max(numbers)}.yaml"
-    return run_dir / "config.yaml"
+    found: dict[int, Path] = {}
+    for path in info.run_dir.glob("attempt-*.yaml"):
+        number = ATTEMPT_FILE.fullmatch(path.name)
+        if number and int(number.group(1)) <= info.attempt and _regular(path):
+            found[int(number.group(1))] = path
+    return found[max(found)] if found else info.run_dir / "config.yaml"
+
+
+def _regular(path: Path) -> bool:
+    """Whether path is a regular file (never a FIFO or a device, which a read would wait on)."""
+    try:
+        return stat.S_ISREG(os.stat(path).st_mode)
+    except OSError:
+        return False
 
 
 def checkpoint_problem(run_dir: Path) -> str | None:
     """Why the run's checkpoint could not be restored though it has one, or None: it looks
     whole (the index names a checkpoint whose .index, with its footer, and data are
     there), or there is none at all (has_checkpoint). Read without TensorFlow, before
-    anything starts: a trainer that cannot read it trains from step 0 (to TensorFlow an
-    unreadable index is only a warning)."""
+    anything starts: a trainer given an unreadable index trains from step 0 (to TensorFlow
+    that is only a warning), one given a checkpoint with a file missing or damaged stops
+    with an error."""
     folder = run_dir / "checkpoints"
     if not os.path.lexists(folder):
         return None
@@ -57,7 +67,10 @@ def checkpoint_problem(run_dir: Path) -> str | None:
         return f"{folder} is not a folder"
     index = folder / "checkpoint"
     try:
-        text = index.read_bytes()[: 1 << 20].decode("utf-8")
+        if os.path.lexists(index) and not _regular(index):
+            return f"its checkpoint index {index} is not a regular file"
+        with open(index, "rb") as fh:
+            text = fh.read(1 << 20).decode("utf-8")
     except FileNotFoundError:
         saved = sorted(p.name for p in folder.glob("ckpt-*.index"))
         if saved:  # the files are there, the index that names the latest is not
@@ -72,6 +85,8 @@ def checkpoint_problem(run_dir: Path) -> str | None:
     prefix = Path(latest.group(1).replace('\\"', '"').replace("\\\\", "\\"))
     prefix = prefix if prefix.is_absolute() else folder / prefix
     index_file = prefix.with_name(prefix.name + ".index")
+    if os.path.lexists(index_file) and not _regular(index_file):
+        return f"its checkpoint {index_file} is not a regular file"
     try:
         with open(index_file, "rb") as fh:
             fh.seek(0, 2)
@@ -122,12 +137,13 @@ def resume_run(
         for override in overrides:
             key = override.partition("=")[0].strip()
             refuse_command_keys([key], f"--set {key}")
-    else:
-        _check_progress_kept(current, settings, loaded.config)
+    problem = progress_problem(current, loaded.config, settings)
+    if problem:
+        raise ResumeError(problem)
+    check_startable(loaded)  # as `train` checks: the cluster can launch, the batch splits
     note = resume_note(current, loaded.config)
     if note and say is not None:
         say(note)
-    check_startable(loaded)  # as `train` checks: the cluster can launch, the batch splits
     path = info.run_dir / "resume.yaml"
     try:
         path.write_text(dump_config(loaded.config))
@@ -138,15 +154,67 @@ def resume_run(
 
 
 def has_checkpoint(run_dir: Path) -> bool:
-    """Whether the run has saved a checkpoint (its index is there)."""
-    return os.path.lexists(run_dir / "checkpoints" / "checkpoint")
+    """Whether the run has saved a checkpoint here (its index, or a checkpoint's files)."""
+    folder = run_dir / "checkpoints"
+    return os.path.lexists(folder / "checkpoint") or (
+        folder.is_dir() and any(folder.glob("ckpt-*.index")))
+
+
+def chief_checkpoints_here(config: RunConfig) -> bool:
+    """Whether the chief's checkpoints are in this run folder: not when the chief runs on
+    another host (a cluster's worker 0 over ssh, or in a Slurm allocation), where they are
+    under that host's GPUWATCH_HOME and cannot be read from here."""
+    cluster = config.cluster
+    if cluster is None or cluster.launcher == "local":
+        return True
+    if cluster.launcher == "slurm":
+        return False
+    return bool(cluster.workers) and cluster.workers[0].is_local
+
+
+def start_step(run_dir: Path, config: RunConfig) -> int:
+    """The step the next attempt starts from: its whole checkpoint's, else 0."""
+    if not config.checkpoint.enabled or checkpoint_problem(run_dir) is not None:
+        return 0
+    try:
+        with open(run_dir / "checkpoints" / "checkpoint", "rb") as fh:
+            latest = LATEST.search(fh.read(1 << 20).decode("utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return 0
+    number = CKPT_STEP.fullmatch(Path(latest.group(1)).name) if latest else None
+    return int(number.group(1)) if number else 0
+
+
+def progress_problem(info: runs.RunInfo, config: RunConfig, settings: Path) -> str | None:
+    """Why the next attempt of an ended run would quietly lose its place (one line), or
+    None: a checkpoint that is there but cannot be restored (the trainer would train from
+    step 0, or stop), or a max_steps at or under the step it would start from (it would
+    end at once). `gpuwatch resume` and a relaunch after the end both ask. A person's own
+    command runs again from its start (nothing to check); a chief on another host keeps
+    its checkpoints there (not checked from here)."""
+    if config.command is not None or not chief_checkpoints_here(config):
+        return None
+    again = f"gpuwatch train {settings} starts it over as a new run"
+    if config.checkpoint.enabled:
+        problem = checkpoint_problem(info.run_dir)  # None where there is none at all
+        if problem:
+            return (f"run {info.run_id} reached step {info.step:,}, but {problem}: going "
+                    f"on would train from step 0; {again}")
+    limit = config.train.max_steps
+    start = start_step(info.run_dir, config)
+    if limit is not None and limit <= start:
+        return (f"train.max_steps {limit:,}: run {info.run_id} would go on from step "
+                f"{start:,}, already there (--max-steps N, over {start:,}, trains on to step "
+                "N)")
+    return None
 
 
 def resume_note(info: runs.RunInfo, config: RunConfig) -> str | None:
     """What a person should know before the next attempt starts: that it trains from step
     0, the run having no checkpoint to go on from (none enabled, or none saved yet: a crash
-    before the first); None when it goes on from where the run got to."""
-    if config.command is not None or info.step <= 0:
+    before the first); None when it goes on from where the run got to, or that cannot be
+    told from here (a chief on another host)."""
+    if config.command is not None or info.step <= 0 or not chief_checkpoints_here(config):
         return None  # a person's own command runs again from its start, as documented
     if config.checkpoint.enabled and has_checkpoint(info.run_dir):
         return None
@@ -154,24 +222,3 @@ def resume_note(info: runs.RunInfo, config: RunConfig) -> str | None:
            else f"none saved by step {info.step:,}")
     return (f"run {info.run_id} has no checkpoint to go on from ({why}): attempt "
             f"{info.attempt + 1} trains from step 0")
-
-
-def _check_progress_kept(info: runs.RunInfo, settings: Path, config: RunConfig) -> None:
-    """ResumeError when the next attempt would quietly lose the run's place: a checkpoint
-    that is there but cannot be restored (the trainer would train from step 0 instead),
-    or a max_steps the run has reached (it would end at once). A new run from the same
-    settings is what starts over on purpose."""
-    if info.step > 0 and config.checkpoint.enabled:
-        problem = checkpoint_problem(info.run_dir)
-        if problem:
-            raise ResumeError(
-                f"run {info.run_id} reached step {info.step:,}, but {problem}: a resume "
-                f"would train from step 0; gpuwatch train {settings} starts it over as a "
-                "new run"
-            )
-    limit = config.train.max_steps
-    if limit is not None and limit <= info.step:
-        raise ResumeError(
-            f"train.max_steps {limit:,}: run {info.run_id} is already at step {info.step:,} "
-            f"(--max-steps N, over {info.step:,}, trains on to step N)"
-        )

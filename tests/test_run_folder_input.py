@@ -9,6 +9,7 @@ checkpoint TensorFlow wrote in tests/trainer/test_resume_checkpoint_check.py.
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import dataclasses
 import json
@@ -23,7 +24,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuwatch import cli, runs
+from gpuwatch import cli, resume, runs
 from gpuwatch.config import load_config
 from gpuwatch.resume import INDEX_MAGIC, checkpoint_problem, settings_path
 from gpuwatch.supervisor.eventlog import EventLog
@@ -164,7 +165,7 @@ def test_export_never_writes_into_the_runs_own_folder(
     linked_dir = tmp_path / "linked"
     linked_dir.symlink_to(run_dir)
     for output, says in (
-        (hard, f"is run {RUN_ID}'s own events.jsonl (the same file, another name)"),
+        (hard, f"is the run file {RUN_ID}/events.jsonl under another name (a hard link)"),
         (run_dir / "events.jsonl", f"is inside run {RUN_ID}'s folder ({run_dir.resolve()})"),
         (run_dir / "state.json", f"is inside run {RUN_ID}'s folder ({run_dir.resolve()})"),
         (run_dir / "new.csv", f"is inside run {RUN_ID}'s folder ({run_dir.resolve()})"),
@@ -173,9 +174,27 @@ def test_export_never_writes_into_the_runs_own_folder(
     ):
         code, lines = run_cli(capsys, "export", RUN_ID, "-o", str(output))
         assert (code, lines) == (2, [f"gpuwatch: -o {output} {says}: choose a file outside it"])
+    # Another run's record, and a path that cannot be followed (a symlink loop), too.
+    other = home / "runs" / "1127-wxyz"
+    other.mkdir()
+    (other / "events.jsonl").write_bytes(record)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    for output, says in (
+        (other / "events.jsonl",
+         f"is inside the runs' folder ({(home / 'runs').resolve()}), another run's record"),
+        (loop / "x.csv", "cannot be followed (Symlink loop from "),
+    ):
+        code, lines = run_cli(capsys, "export", RUN_ID, "-o", str(output))
+        assert code == 2 and len(lines) == 1, lines
+        assert lines[0].startswith(f"gpuwatch: -o {output} {says}"), lines
+    assert (other / "events.jsonl").read_bytes() == record
     assert (run_dir / "events.jsonl").read_bytes() == record
     assert (run_dir / "state.json").read_bytes() == state
     assert not (run_dir / "new.csv").exists()
+    # A device is written as before (no walk of the runs for it).
+    code, lines = run_cli(capsys, "export", RUN_ID, "-o", os.devnull)
+    assert code == 0 and lines == [f"gpuwatch: 1 steps rows of run {RUN_ID} -> {os.devnull}"]
     # A file of its own, even one that is there already, is written as before.
     mine = tmp_path / "mine.csv"
     mine.write_text("old")
@@ -242,7 +261,7 @@ def test_resume_refuses_a_run_whose_checkpoint_cannot_be_read_and_starts_nothing
 ) -> None:
     run_dir = ended_run(home)
     ckpt = run_dir / "checkpoints"
-    again = f"a resume would train from step 0; gpuwatch train {run_dir / 'attempt-1.yaml'} " \
+    again = f"going on would train from step 0; gpuwatch train {run_dir / 'attempt-1.yaml'} " \
             "starts it over as a new run"
     pristine = {p.name: p.read_bytes() for p in ckpt.iterdir()}
 
@@ -251,7 +270,7 @@ def test_resume_refuses_a_run_whose_checkpoint_cannot_be_read_and_starts_nothing
             ckpt.unlink()
             ckpt.mkdir()
         for p in ckpt.iterdir():
-            p.unlink()
+            p.unlink()  # a FIFO too
         for name, data in pristine.items():
             (ckpt / name).write_bytes(data)
 
@@ -274,6 +293,9 @@ def test_resume_refuses_a_run_whose_checkpoint_cannot_be_read_and_starts_nothing
                     f"its checkpoint {ckpt / 'ckpt-20'} has no data file (ckpt-20.data-*)"),
         "folder a file": (lambda: (shutil.rmtree(ckpt), ckpt.write_text("x")),
                           f"{ckpt} is not a folder"),
+        "index a FIFO": (lambda: ((ckpt / "checkpoint").unlink(),
+                                  os.mkfifo(ckpt / "checkpoint")),
+                         f"its checkpoint index {ckpt / 'checkpoint'} is not a regular file"),
     }
     for name, (damage, says) in damages.items():
         restore()
@@ -309,14 +331,94 @@ def test_a_run_with_no_checkpoint_at_all_resumes_from_step_0_and_says_so(
              and runs.read_run_info(run_dir).status == "finished", 30, "attempt 2 to finish")
 
 
-def test_resume_refuses_a_max_steps_the_run_has_reached(
+def test_resume_refuses_a_max_steps_at_or_under_the_step_it_would_go_on_from(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    ended_run(home, max_steps=20)
+    run_dir = ended_run(home, max_steps=20)
     for words, limit in (((), 20), (("--max-steps", "10"), 10), (("--max-steps", "20"), 20)):
         assert resume_refusal(capsys, *words) == (
-            f"gpuwatch: train.max_steps {limit}: run {RUN_ID} is already at step 20 "
-            "(--max-steps N, over 20, trains on to step N)")
+            f"gpuwatch: train.max_steps {limit}: run {RUN_ID} would go on from step 20, "
+            "already there (--max-steps N, over 20, trains on to step N)")
+    # The step it goes on from is its checkpoint's: one that crashed at the limit before
+    # its last save has steps to redo (10 to 20), and one that keeps no checkpoints
+    # trains from 0. Neither is refused (each then starts: the stand-in trainer).
+    ckpt = run_dir / "checkpoints"
+    for name in list(ckpt.iterdir()):
+        name.rename(ckpt / name.name.replace("ckpt-20", "ckpt-10"))
+    (ckpt / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n')
+    info = runs.read_run_info(run_dir)
+    config = load_config(run_dir / "attempt-1.yaml").config
+    assert (info.step, resume.start_step(run_dir, config)) == (20, 10)
+    assert resume.progress_problem(info, config, run_dir / "attempt-1.yaml") is None
+    off = load_config(run_dir / "attempt-1.yaml", ("checkpoint.enabled=false",)).config
+    assert resume.start_step(run_dir, off) == 0
+    assert resume.progress_problem(info, off, run_dir / "attempt-1.yaml") is None
+
+
+def test_a_chief_on_another_host_keeps_its_checkpoints_there_and_nothing_is_said_of_them(
+    home: Path
+) -> None:
+    # Its checkpoints are under that host's GPUWATCH_HOME: the empty folder here says nothing.
+    run_dir = ended_run(home)
+    shutil.rmtree(run_dir / "checkpoints")
+    (run_dir / "checkpoints").mkdir()
+    info = runs.read_run_info(run_dir)
+    here = load_config(run_dir / "attempt-1.yaml").config
+    assert resume.resume_note(info, here) is not None
+    for cluster in ("cluster.launcher=ssh", "cluster.workers=[gpu1, gpu2]"), (
+            "cluster.launcher=slurm",):
+        remote = load_config(run_dir / "attempt-1.yaml", cluster).config
+        assert not resume.chief_checkpoints_here(remote)
+        assert resume.resume_note(info, remote) is None
+        assert resume.progress_problem(info, remote, run_dir / "attempt-1.yaml") is None
+    local_chief = load_config(run_dir / "attempt-1.yaml", (
+        "cluster.launcher=ssh", "cluster.workers=[localhost, gpu2]")).config
+    assert resume.chief_checkpoints_here(local_chief)
+
+
+def test_a_relaunch_after_the_end_refuses_what_resume_refuses(home: Path) -> None:
+    # The dashboard's r on an ended run whose supervisor is still up: the same check, in
+    # the supervisor (gpuwatch/supervisor/commands.py), before any attempt starts.
+    from gpuwatch.supervisor.commands import Commands
+    from trainer_runtime.protocol import Relaunch
+
+    run_dir = ended_run(home)
+    (run_dir / "checkpoints" / "ckpt-20.index").write_bytes(b"not an index")
+    relaunched: list[bool] = []
+
+    class EndedRun:
+        run_id = RUN_ID
+        config = load_config(run_dir / "attempt-1.yaml").config
+        stop_requested = False
+        stopping = False
+        ended = True
+
+        def __init__(self) -> None:
+            self.run_dir = run_dir
+
+        def replicas_for(self, config: object) -> int:
+            return 2
+
+        def live_in_flight(self) -> None:
+            return None
+
+        def can_reconfigure(self) -> bool:
+            return False
+
+        async def relaunch(self, config: object, *, fresh: bool) -> int:
+            relaunched.append(fresh)
+            return 2
+
+    commands = Commands(EndedRun())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"ckpt-20.index is damaged .*going on would train "
+                                         r"from step 0"):
+        asyncio.run(commands._relaunch(Relaunch(overrides={}, fresh=False, live=False)))
+    assert relaunched == []
+    # fresh (from step 0 on purpose) is not refused; a whole checkpoint is not either.
+    asyncio.run(commands._relaunch(Relaunch(overrides={}, fresh=True, live=False)))
+    (run_dir / "checkpoints" / "ckpt-20.index").write_bytes(b"\0" * 40 + INDEX_MAGIC)
+    asyncio.run(commands._relaunch(Relaunch(overrides={}, fresh=False, live=False)))
+    assert relaunched == [True, False]
 
 
 def test_the_settings_a_resume_takes_are_found_however_large_the_attempt_in_state_json(
@@ -324,10 +426,12 @@ def test_the_settings_a_resume_takes_are_found_however_large_the_attempt_in_stat
 ) -> None:
     run_dir = ended_run(home)
     (run_dir / "attempt-3.yaml").write_text(TINY.read_text())
-    (run_dir / "attempt-x.yaml").write_text("not an attempt")
-    (run_dir / f"attempt-{10**30}.yaml").write_text("past any attempt")
+    for odd in ("x", "\u00b2", "\u0663", "03", str(10**30)):  # no attempt's number
+        (run_dir / f"attempt-{odd}.yaml").write_text("not an attempt")
+    os.mkfifo(run_dir / "attempt-2.yaml")  # never read: a FIFO would wait for ever
     # (It looked for attempt-N.yaml from N = the attempt down to 1: for ever, here.)
     info = runs.read_run_info(run_dir)
     for attempt, expected in ((10**23, "attempt-3.yaml"), (3, "attempt-3.yaml"),
-                              (2, "attempt-1.yaml"), (0, "config.yaml")):
+                              (2, "attempt-1.yaml"), (1, "attempt-1.yaml"),
+                              (0, "config.yaml")):
         assert settings_path(dataclasses.replace(info, attempt=attempt)) == run_dir / expected

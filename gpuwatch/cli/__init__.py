@@ -130,6 +130,8 @@ def _writes_to_stdout(args: argparse.Namespace) -> bool:
     """Whether the command's output is its standard output (a listing, a log, a table)."""
     if args.command == "export":
         return getattr(args, "output", None) is None
+    if getattr(args, "detach", False):  # train, run, resume --detach: the run's id
+        return True
     return args.command in ("ls", "logs", "doctor")
 
 

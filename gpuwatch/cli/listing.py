@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -54,7 +55,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
             plan = info.scale
             workers += f"  scale {plan.mode} {plan.unit}={','.join(map(str, plan.counts))}"
         line = (
-            f"{info.run_id:<10} {info.name[:12]:<12} {info.status:<9} {info.attempt:>7} "
+            f"{printable(info.run_id):<10} {printable(info.name[:12]):<12} "
+            f"{printable(info.status):<9} {info.attempt:>7} "
             f"{info.step:>8,} {rate:>9}  {_format_age(info.started)}{workers}"
         )
         print(line)
@@ -163,24 +165,35 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def _in_run_folder(output: Path, info: RunInfo) -> str | None:
-    """How -o output would write into the run's own record, or None: a path inside its
-    folder (through links too), or an existing file that is one of its files under
-    another name (a hard link)."""
-    run_dir = info.run_dir.resolve()
-    where = output.resolve()
+    """How -o output would write into a run's record, or None: a path inside the runs'
+    folder (this run's or another's, through links too), or an existing file that is one
+    of a run's files under another name (a hard link)."""
+    from gpuwatch.runs import runs_root
+
+    root = runs_root(info.run_dir.parent.parent)
+    try:
+        where = output.resolve()
+        run_dir = info.run_dir.resolve()
+        runs = root.resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop, a path too long
+        return f"cannot be followed ({getattr(exc, 'strerror', None) or exc})"
     if where == run_dir or run_dir in where.parents:
         return f"is inside run {info.run_id}'s folder ({run_dir})"
+    if where == runs or runs in where.parents:
+        return f"is inside the runs' folder ({runs}), another run's record"
     try:
         target = os.stat(output)
     except OSError:
-        return None  # not there yet: a new file is no file of the run's
-    for folder, _dirs, files in os.walk(run_dir):
+        return None  # not there yet: a new file is no file of a run's
+    if not stat.S_ISREG(target.st_mode) or target.st_nlink < 2:
+        return None  # one name only (or /dev/null, a pipe): no run's file by another name
+    for folder, _dirs, files in os.walk(runs):
         for name in files:
             with contextlib.suppress(OSError):
                 mine = os.stat(os.path.join(folder, name))
                 if (mine.st_dev, mine.st_ino) == (target.st_dev, target.st_ino):
-                    rel = os.path.relpath(os.path.join(folder, name), run_dir)
-                    return f"is run {info.run_id}'s own {rel} (the same file, another name)"
+                    rel = os.path.relpath(os.path.join(folder, name), runs)
+                    return f"is the run file {rel} under another name (a hard link)"
     return None
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from gpuwatch.config import (
@@ -44,11 +45,15 @@ class Run(Protocol):
     """What the commands need of the supervisor."""
 
     run_id: str
+    run_dir: Path
     config: RunConfig
     stop_requested: bool
 
     @property
     def stopping(self) -> bool: ...
+
+    @property
+    def ended(self) -> bool: ...
 
     def replicas_for(self, config: RunConfig) -> int: ...
 
@@ -157,5 +162,15 @@ class Commands:
                 and self.run.can_reconfigure()):
             # Only settings a running trainer can change: the next attempt, same process.
             return LiveWait(await self.run.reconfigure(config), overrides)
+        if self.run.ended and not command.fresh:
+            # The run's next attempt after its end: what `gpuwatch resume` checks, here too
+            # (no trainer is left to save a checkpoint over a damaged one).
+            from gpuwatch import resume
+            from gpuwatch.runs import read_run_info
+
+            info = read_run_info(self.run.run_dir)
+            problem = resume.progress_problem(info, config, resume.settings_path(info))
+            if problem:
+                raise ValueError(problem)
         attempt = await self.run.relaunch(config, fresh=command.fresh)
         return {"attempt": attempt, "live": False, "overrides": overrides}
