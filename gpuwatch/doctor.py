@@ -220,12 +220,21 @@ def diagnose(tf: TfReport, nv: NvmlReport) -> tuple[int, list[str]]:
     ]
 
 
+def _home_line() -> str:
+    """Where runs are kept, and what stops every other command there, if anything does."""
+    from gpuwatch.runs import gpuwatch_home, home_problem
+
+    problem = home_problem()
+    return f"{gpuwatch_home()}" + (f" (unusable: {problem})" if problem else "")
+
+
 def render(tf: TfReport, nv: NvmlReport, code: int, verdict: list[str], out: TextIO) -> None:
     def row(label: str, text: str) -> None:
         out.write(f"  {label:<12} {text}\n")
 
     out.write("gpuwatch doctor\n")
     row("python", f"{platform.python_version()} ({sys.executable})")
+    row("home", _home_line())
     if tf.version is None:
         row("tensorflow", f"not importable: {tf.error}")
     else:

@@ -178,3 +178,20 @@ def test_no_gpu_names_the_schemas_default_cpu_replicas() -> None:
 
 # Real processes (a supervisor, a trainer, sshd or tmux): after the quick tests.
 pytestmark = pytest.mark.slow
+
+
+def test_doctor_names_the_home_and_what_stops_the_other_commands_there(
+    tmp_path, monkeypatch
+) -> None:
+    # Every other command refuses an unusable home in one line; doctor says which it is.
+    kwargs = {"nvml": FakeNVML(init_error=NVML_ERROR_LIBRARY_NOT_FOUND),
+              "tf_command": [sys.executable, "-S", "-m", "trainer_runtime.doctor"]}
+    monkeypatch.setenv("GPUWATCH_HOME", str(tmp_path))
+    _, text = doctor([], **kwargs)
+    assert f"  home         {tmp_path}\n" in text
+    not_a_folder = tmp_path / "file"
+    not_a_folder.write_text("")
+    monkeypatch.setenv("GPUWATCH_HOME", str(not_a_folder))
+    _, text = doctor([], **kwargs)
+    assert (f"  home         {not_a_folder} (unusable: GPUWATCH_HOME={not_a_folder} is not a "
+            "directory)\n") in text
