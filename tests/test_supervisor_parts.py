@@ -547,6 +547,7 @@ class FakeRun:
 
     def __init__(self) -> None:
         self.run_id = "r1"
+        self.run_dir = TINY.parent  # read only by a relaunch after the end (ended: never here)
         self.config: RunConfig = load_config(TINY).config
         self.stop_requested = False
         self.asked: list[tuple[str, Any]] = []
@@ -560,6 +561,10 @@ class FakeRun:
     @property
     def stopping(self) -> bool:
         return self.stop_requested
+
+    @property
+    def ended(self) -> bool:
+        return False  # a running run (status_fields): tests/test_run_folder_input.py has one
 
     def subscribe(
         self, client: Client, from_seq: int, snapshot: str | None = None, *,
