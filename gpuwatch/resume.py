@@ -199,7 +199,7 @@ def progress_problem(info: runs.RunInfo, config: RunConfig, settings: Path) -> s
         problem = checkpoint_problem(info.run_dir)  # None where there is none at all
         if problem:
             return (f"run {info.run_id} reached step {info.step:,}, but {problem}: going "
-                    f"on would train from step 0; {again}")
+                    f"on cannot restore it; {again}")
     limit = config.train.max_steps
     start = start_step(info.run_dir, config)
     if limit is not None and limit <= start:

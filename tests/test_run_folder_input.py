@@ -261,7 +261,7 @@ def test_resume_refuses_a_run_whose_checkpoint_cannot_be_read_and_starts_nothing
 ) -> None:
     run_dir = ended_run(home)
     ckpt = run_dir / "checkpoints"
-    again = f"going on would train from step 0; gpuwatch train {run_dir / 'attempt-1.yaml'} " \
+    again = f"going on cannot restore it; gpuwatch train {run_dir / 'attempt-1.yaml'} " \
             "starts it over as a new run"
     pristine = {p.name: p.read_bytes() for p in ckpt.iterdir()}
 
@@ -410,8 +410,8 @@ def test_a_relaunch_after_the_end_refuses_what_resume_refuses(home: Path) -> Non
             return 2
 
     commands = Commands(EndedRun())  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"ckpt-20.index is damaged .*going on would train "
-                                         r"from step 0"):
+    with pytest.raises(ValueError, match=r"ckpt-20.index is damaged .*going on cannot "
+                                         r"restore it"):
         asyncio.run(commands._relaunch(Relaunch(overrides={}, fresh=False, live=False)))
     assert relaunched == []
     # fresh (from step 0 on purpose) is not refused; a whole checkpoint is not either.

@@ -1,6 +1,6 @@
 """gpuwatch's look at a checkpoint before a resume (gpuwatch/resume.py, no TensorFlow there)
 against checkpoints TensorFlow itself writes: a whole one passes, and each damage it
-calls fatal is one TensorFlow cannot restore from either (it would train from step 0)."""
+calls fatal is one TensorFlow cannot restore from either (it trains from step 0, or stops)."""
 
 from __future__ import annotations
 
