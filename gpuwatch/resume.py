@@ -53,40 +53,40 @@ def _regular(path: Path) -> bool:
         return False
 
 
-def checkpoint_problem(run_dir: Path) -> str | None:
-    """Why the run's checkpoint could not be restored though it has one, or None: it looks
-    whole (the index names a checkpoint whose .index, with its footer, and data are
-    there), or there is none at all (has_checkpoint). Read without TensorFlow, before
-    anything starts: a trainer given an unreadable index trains from step 0 (to TensorFlow
-    that is only a warning), one given a checkpoint with a file missing or damaged stops
-    with an error."""
+def latest_checkpoint(run_dir: Path) -> tuple[Path | None, str | None]:
+    """The run's latest checkpoint (its path prefix) if it looks whole (the index names a
+    checkpoint whose .index, with its footer, and data are there), or why it could not be
+    restored though the run has one; (None, None) when there is none at all. Read without
+    TensorFlow, before anything starts: a trainer given an unreadable index trains from
+    step 0 (to TensorFlow that is only a warning), one given a checkpoint with a file
+    missing or damaged stops with an error."""
     folder = run_dir / "checkpoints"
     if not os.path.lexists(folder):
-        return None
+        return None, None
     if not folder.is_dir():
-        return f"{folder} is not a folder"
+        return None, f"{folder} is not a folder"
     index = folder / "checkpoint"
     try:
         if os.path.lexists(index) and not _regular(index):
-            return f"its checkpoint index {index} is not a regular file"
+            return None, f"its checkpoint index {index} is not a regular file"
         with open(index, "rb") as fh:
             text = fh.read(1 << 20).decode("utf-8")
     except FileNotFoundError:
         saved = sorted(p.name for p in folder.glob("ckpt-*.index"))
         if saved:  # the files are there, the index that names the latest is not
-            return f"its checkpoint index {index} is missing (beside {saved[-1]})"
-        return None
+            return None, f"its checkpoint index {index} is missing (beside {saved[-1]})"
+        return None, None
     except (OSError, UnicodeDecodeError) as exc:
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not text"
-        return f"its checkpoint index {index} cannot be read ({reason})"
+        return None, f"its checkpoint index {index} cannot be read ({reason})"
     latest = LATEST.search(text)
     if latest is None:
-        return f"its checkpoint index {index} names no checkpoint"
+        return None, f"its checkpoint index {index} names no checkpoint"
     prefix = Path(latest.group(1).replace('\\"', '"').replace("\\\\", "\\"))
     prefix = prefix if prefix.is_absolute() else folder / prefix
     index_file = prefix.with_name(prefix.name + ".index")
     if os.path.lexists(index_file) and not _regular(index_file):
-        return f"its checkpoint {index_file} is not a regular file"
+        return None, f"its checkpoint {index_file} is not a regular file"
     try:
         with open(index_file, "rb") as fh:
             fh.seek(0, 2)
@@ -94,12 +94,18 @@ def checkpoint_problem(run_dir: Path) -> str | None:
             fh.seek(max(0, size - len(INDEX_MAGIC)))
             footer = fh.read()
     except OSError as exc:
-        return f"its checkpoint {index_file} cannot be read ({exc.strerror or exc})"
+        return None, f"its checkpoint {index_file} cannot be read ({exc.strerror or exc})"
     if footer != INDEX_MAGIC:
-        return f"its checkpoint {index_file} is damaged (no TensorFlow index footer)"
+        return None, f"its checkpoint {index_file} is damaged (no TensorFlow index footer)"
     if not list(prefix.parent.glob(prefix.name + ".data-*")):
-        return f"its checkpoint {prefix} has no data file ({prefix.name}.data-*)"
-    return None
+        return None, f"its checkpoint {prefix} has no data file ({prefix.name}.data-*)"
+    return prefix, None
+
+
+def checkpoint_problem(run_dir: Path) -> str | None:
+    """Why the run's checkpoint could not be restored though it has one; None if it looks
+    whole or there is none (latest_checkpoint)."""
+    return latest_checkpoint(run_dir)[1]
 
 
 def resume_run(
@@ -174,14 +180,12 @@ def chief_checkpoints_here(config: RunConfig) -> bool:
 
 def start_step(run_dir: Path, config: RunConfig) -> int:
     """The step the next attempt starts from: its whole checkpoint's, else 0."""
-    if not config.checkpoint.enabled or checkpoint_problem(run_dir) is not None:
-        return 0
-    try:
-        with open(run_dir / "checkpoints" / "checkpoint", "rb") as fh:
-            latest = LATEST.search(fh.read(1 << 20).decode("utf-8"))
-    except (OSError, UnicodeDecodeError):
-        return 0
-    number = CKPT_STEP.fullmatch(Path(latest.group(1)).name) if latest else None
+    prefix = latest_checkpoint(run_dir)[0] if config.checkpoint.enabled else None
+    return _step_of(prefix)
+
+
+def _step_of(prefix: Path | None) -> int:
+    number = CKPT_STEP.fullmatch(prefix.name) if prefix is not None else None
     return int(number.group(1)) if number else 0
 
 
@@ -195,13 +199,14 @@ def progress_problem(info: runs.RunInfo, config: RunConfig, settings: Path) -> s
     if config.command is not None or not chief_checkpoints_here(config):
         return None
     again = f"gpuwatch train {settings} starts it over as a new run"
-    if config.checkpoint.enabled:
-        problem = checkpoint_problem(info.run_dir)  # None where there is none at all
-        if problem:
-            return (f"run {info.run_id} reached step {info.step:,}, but {problem}: going "
-                    f"on cannot restore it; {again}")
+    # One read of the checkpoint: whether it can be restored, and the step it holds.
+    prefix, problem = (latest_checkpoint(info.run_dir) if config.checkpoint.enabled
+                       else (None, None))
+    if problem:  # (none at all is no problem: the note says it)
+        return (f"run {info.run_id} reached step {info.step:,}, but {problem}: going "
+                f"on cannot restore it; {again}")
     limit = config.train.max_steps
-    start = start_step(info.run_dir, config)
+    start = _step_of(prefix)
     if limit is not None and limit <= start:
         return (f"train.max_steps {limit:,}: run {info.run_id} would go on from step "
                 f"{start:,}, already there (--max-steps N, over {start:,}, trains on to step "
