@@ -28,11 +28,18 @@ else:
         "gpuwatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
     settings.load_profile("gpuwatch")
 
+from tests.support import tf_devices
 from tests.support.durations import Durations, module_of
 from tests.support.durations import write as write_durations
 
-# Tests marked `alone` run with no other test under way on any xdist worker.
-pytest_plugins = ["tests.support.alone"]
+# TensorFlow in this process, whichever module imports it first, finds the CPU split into
+# the trainer tests' two replicas (tests/support/tf_devices.py): no test depends on what
+# a module before it did to the process.
+tf_devices.install()
+
+# Tests marked `alone` run with no other test under way on any xdist worker; no test is
+# ever run a second time to make it pass (tests/support/no_retries.py).
+pytest_plugins = ["tests.support.alone", "tests.support.no_retries"]
 
 ROOT = Path(__file__).resolve().parents[1]
 # No spare trainer (gpuwatch/supervisor/spare.py) unless a test asks: each would import

@@ -55,10 +55,11 @@ def _private_temporary_directory() -> Iterator[None]:
 
 @pytest.fixture(scope="session")
 def devices() -> Any:
+    from tests.support.tf_devices import TEST_CPU_REPLICAS
     from trainer_runtime.devices import setup_devices
 
-    devs = setup_devices(2)
-    assert len(devs.names) == 2, devs
+    devs = setup_devices(TEST_CPU_REPLICAS)
+    assert len(devs.names) == TEST_CPU_REPLICAS, devs
     return devs
 
 
