@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import keras
@@ -62,5 +63,37 @@ def model_that_fails_with_replicas(
     x = keras.layers.Dense(32, activation="relu")(inputs)
     if replicas == fail_at_replicas:
         x = _FailAfter(after_steps * replicas)(x)
+    outputs = keras.layers.Dense(classes, dtype="float32")(x)
+    return keras.Model(inputs, outputs)
+
+
+class _Sleep(keras.layers.Layer):
+    """Passes its input through after sleeping `seconds` on the host, once the input is in
+    hand: compute of a known length, whatever the machine's speed (time.sleep releases the
+    GIL, so the input pipeline's threads run on meanwhile, as they would beside a GPU)."""
+
+    def __init__(self, seconds: float, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.seconds = seconds
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        def sleep() -> tf.Tensor:
+            time.sleep(self.seconds)
+            return tf.constant(0.0)
+
+        with tf.control_dependencies([x]):
+            slept = tf.py_function(sleep, [], tf.float32)
+        with tf.control_dependencies([slept]):
+            return tf.identity(x)
+
+
+def model_with_compute_ms(
+    input_shape: tuple[int, ...], classes: int, compute_ms: float = 20.0
+) -> keras.Model:
+    """A small MLP whose forward pass takes at least `compute_ms` (a host sleep): the
+    input tests' compute longer, or shorter, than an injected read by construction."""
+    inputs = keras.Input(shape=input_shape)
+    x = _Sleep(compute_ms / 1000.0)(inputs)
+    x = keras.layers.Dense(32, activation="relu")(x)
     outputs = keras.layers.Dense(classes, dtype="float32")(x)
     return keras.Model(inputs, outputs)
