@@ -6,6 +6,7 @@ make_fixtures.eight_gpu_reading), read here from the file, not from the app.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -219,12 +220,13 @@ async def test_gpu_history_repaints_at_most_once_per_interval_and_numbers_do_not
         link.push(events[len(head) :])
         await link.wait_idle()
         # The numbers move on to the last step within their own render interval (a paint
-        # just before may defer it that long: CI once looked at once and saw step 48)...
-        for _ in range(300):
+        # just before may defer it that long: CI once looked at once and saw step 48). A
+        # deadline, not a count of looks (300 looks last longer or shorter with the load).
+        deadline = asyncio.get_running_loop().time() + 30.0
+        while ("step 160" not in app.query_one(MetricsPanel).plain
+               and asyncio.get_running_loop().time() < deadline):
             app.refresh_view()
             await pilot.pause(0.01)
-            if "step 160" in app.query_one(MetricsPanel).plain:
-                break
         assert "step 160" in app.query_one(MetricsPanel).plain
         # ... while the history waits for its turn (its interval here: an hour).
         assert texts(app)[0] == first
