@@ -7,7 +7,8 @@ ends the attempt as crashed, naming it, and the others are stopped (SIGTERM, the
 SIGKILL after WORKER_KILL_GRACE_S: a trainer blocked in a collective never reaches
 its SIGTERM check). A worker that finishes or stops on its own gives the others the
 collective timeout to end too; one still up after it is stuck, and to blame. Once
-the last worker is out, the run's status is the chief's ending.
+the last worker is out, the run's status is the chief's ending; asked to end, a chief
+that failed after a peer had left (its collective lost the peer) ended with the stop.
 """
 
 from __future__ import annotations
@@ -108,7 +109,18 @@ class ExitPolicy:
         )
         if status == "crashed":
             who = self.workers.who(0)
-            fields = {**fields, "worker": 0, "message": f"{who}: {fields['message']}"}
+            first_out = next(iter(self.exits))
+            if asked and first_out != 0:
+                # Asked to end, the chief failed after a peer had already left: a worker
+                # blocked in a collective fails it once its peer is gone. Part of the
+                # stop (or relaunch), not a crash of its own.
+                status = "relaunching" if self.relaunching else "stopped"
+                said = "stopped for relaunch" if self.relaunching else "stopped on request"
+                fields = {"exit_code": fields.get("exit_code"), "signal": fields.get("signal"),
+                          "message": f"{said} ({who} ended after "
+                                     f"{self.workers.who(first_out)} had: {fields['message']})"}
+            else:
+                fields = {**fields, "worker": 0, "message": f"{who}: {fields['message']}"}
         self.set_exit_status(status, fields)
 
     def start_failed(self, index: int, message: str) -> None:
