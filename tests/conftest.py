@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -97,6 +98,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 first_seen[module], alone)
 
     items.sort(key=key)
+    seed = os.environ.get(ORDER_SEED_VARIABLE)
+    if seed:
+        shuffle_modules(items, seed)
+
+
+def shuffle_modules(items: list[Any], seed: str) -> None:
+    """Whole modules in an order drawn from the seed, each module's own order kept: which
+    modules a worker runs before which is new each seed, so a test that leans on what an
+    earlier module left in the process fails (docs/benchmarks.md, "Flaky tests")."""
+    modules = list(dict.fromkeys(module_of(item.nodeid) for item in items))
+    random.Random(seed).shuffle(modules)
+    rank = {module: index for index, module in enumerate(modules)}
+    items.sort(key=lambda item: rank[module_of(item.nodeid)])
+
+
+# Set to any text: the modules run in an order drawn from it (the header shows it).
+ORDER_SEED_VARIABLE = "GPUWATCH_TEST_ORDER_SEED"
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    seed = os.environ.get(ORDER_SEED_VARIABLE)
+    return f"modules in an order drawn from {ORDER_SEED_VARIABLE}={seed}" if seed else None
 
 
 _durations: dict[str, float] = {}

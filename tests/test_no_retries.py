@@ -1,4 +1,5 @@
-"""A run that would pass a test only on a rerun fails loudly (tests/support/no_retries.py)."""
+"""No test passes by luck: a rerun fails the run (tests/support/no_retries.py), and a seed
+reorders the modules (tests/conftest.py) to find tests that lean on an earlier one."""
 
 from __future__ import annotations
 
@@ -57,3 +58,25 @@ def test_a_test_that_passed_after_a_rerun_fails_the_run_and_is_named(tmp_path: P
     proc = _pytest(tmp_path)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "FLAKY" in proc.stdout and "test_one.py::test_passes" in proc.stdout
+
+
+def test_a_seed_shuffles_whole_modules_and_keeps_each_modules_order() -> None:
+    from types import SimpleNamespace
+
+    from tests.conftest import shuffle_modules
+
+    items = [SimpleNamespace(nodeid=f"tests/test_{m}.py::test_{n}")
+             for m in "abcdefgh" for n in range(3)]
+    orders = []
+    for seed in ("1", "2", "1"):
+        shuffled = list(items)
+        shuffle_modules(shuffled, seed)
+        assert sorted(i.nodeid for i in shuffled) == sorted(i.nodeid for i in items)
+        modules = [i.nodeid.split("::")[0] for i in shuffled]
+        assert len({m for m in modules}) == len([m for k, m in enumerate(modules)
+                                                 if k == 0 or modules[k - 1] != m])
+        for m in set(modules):
+            assert [i.nodeid for i in shuffled if i.nodeid.startswith(m)] == [
+                i.nodeid for i in items if i.nodeid.startswith(m)]
+        orders.append(list(dict.fromkeys(modules)))
+    assert orders[0] == orders[2] and orders[0] != orders[1]
