@@ -68,11 +68,10 @@ def start_supervisor(
     import subprocess
 
     from gpuwatch import runs
+    from gpuwatch.environment import supervisor_environment
 
-    env = dict(os.environ)
-    env["GPUWATCH_HOME"] = str(run_dir.parent.parent)
     # Factories ("mypkg.models:build") import from where the person ran gpuwatch.
-    env["GPUWATCH_USER_CWD"] = os.getcwd()
+    env = supervisor_environment(os.environ, str(run_dir.parent.parent), os.getcwd())
     cmd = _supervisor_command(
         run_dir, fresh=fresh, extra=[*extra, *(["--await-follower"] if follow else [])])
     method = detach_method()

@@ -282,6 +282,39 @@ def test_the_command_gets_the_hook_first_on_its_pythonpath_its_fd_and_settings(
     assert seen["mine"] == "kept"  # the person's environment
 
 
+WHOLE_ENV = 'import json, os; print("WHOLE " + json.dumps(dict(os.environ)))'
+
+
+def test_the_command_gets_the_persons_environment_tf_config_included(
+    home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A multi-worker script run by hand reads its own TF_CONFIG (the tutorial's per-worker
+    # script): gpuwatch removes only what it added itself (gpuwatch/environment.py).
+    tf_config = json.dumps({"cluster": {"worker": ["localhost:12345", "localhost:12346"]},
+                            "task": {"type": "worker", "index": 1}})
+    monkeypatch.setenv("TF_CONFIG", tf_config)
+    monkeypatch.setenv("GPUWATCH_TEST_MINE", "kept")
+    monkeypatch.delenv("TF_CPP_MIN_LOG_LEVEL", raising=False)
+    work = tmp_path / "work"
+    work.mkdir()
+    # What the person typed gpuwatch with: gpuwatch_in's environment.
+    person = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    if str(ROOT) in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        person["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    proc = gpuwatch_in(work, "run", "--headless", "--", PY, "-S", "-c", WHOLE_ENV)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    text = (the_run(home) / "trainer.log").read_text()
+    (seen,) = [json.loads(line[6:]) for line in text.splitlines() if line.startswith("WHOLE ")]
+    assert seen["TF_CONFIG"] == tf_config
+    differs = {name for name in person if seen.get(name) != person[name]}
+    assert differs <= {"PYTHONPATH", "PYTHONUNBUFFERED"}, differs
+    assert seen["PYTHONPATH"] == os.pathsep.join([str(HOOK_DIR), person["PYTHONPATH"]])
+    added = set(seen) - set(person)
+    assert added == {ENV_FD, ENV_SETTINGS, "TF_CPP_MIN_LOG_LEVEL"} | (
+        {"PYTHONUNBUFFERED"} - set(person)), added
+
+
 def test_a_command_found_on_path_from_its_directory(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -11,10 +11,6 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-# Variables that would make a trainer join some other cluster: a single-host
-# trainer, and every worker before its own are set, starts without them.
-CLUSTER_ENV = ("TF_CONFIG",)
-
 
 @dataclass(frozen=True)
 class WorkerLaunch:

@@ -31,7 +31,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpuwatch.supervisor.launch import CLUSTER_ENV, WorkerLaunch
+from gpuwatch.environment import command_environment, trainer_environment
+from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.spare import SpareTrainer, spare_enabled
 from trainer_runtime.hook import ENV_FD, ENV_SETTINGS, HOOK_DIR, hook_settings
 from trainer_runtime.schema import RunConfig
@@ -239,29 +240,16 @@ class TrainerLauncher:
 
 
 def trainer_env(launch: WorkerLaunch | None = None) -> dict[str, str]:
-    """The trainer's environment: ours without a cluster's variables, then launch's own."""
-    env = {k: v for k, v in os.environ.items() if k not in CLUSTER_ENV}
-    if launch is not None:
-        env.update(launch.env)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    env["PYTHONUNBUFFERED"] = "1"
-    user_cwd = os.environ.get("GPUWATCH_USER_CWD")
-    if user_cwd:
-        # As `python -m` would: the person's working directory comes first on the path.
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [user_cwd, env.get("PYTHONPATH")]))
-    return env
+    """The bundled trainer's environment (gpuwatch/environment.py), launch's own last."""
+    return trainer_environment(os.environ, launch.env if launch is not None else None)
 
 
 def command_env(config: RunConfig, attempt: int, telemetry_fd: int) -> dict[str, str]:
-    """A person's own command's environment (gpuwatch run): theirs, as the trainer's
-    (trainer_env), with the hook's directory first on PYTHONPATH and then their own
-    PYTHONPATH as they had it, the telemetry socket's fd and the hook's settings."""
-    env = trainer_env(None)
-    env["PYTHONPATH"] = os.pathsep.join(
-        filter(None, [str(HOOK_DIR), os.environ.get("PYTHONPATH")])
-    )
-    env[ENV_FD] = str(telemetry_fd)
-    env[ENV_SETTINGS] = hook_settings(
-        attempt=attempt, prefetch=config.data.prefetch, max_steps=config.train.max_steps
-    )
-    return env
+    """A person's own command's environment (gpuwatch run, gpuwatch/environment.py): theirs
+    as they typed gpuwatch in, with the hook's directory first on PYTHONPATH, the
+    telemetry socket's fd and the hook's settings."""
+    return command_environment(os.environ, str(HOOK_DIR), {
+        ENV_FD: str(telemetry_fd),
+        ENV_SETTINGS: hook_settings(attempt=attempt, prefetch=config.data.prefetch,
+                                    max_steps=config.train.max_steps),
+    })
