@@ -21,6 +21,7 @@ import pytest
 
 from gpuwatch import runs
 from gpuwatch.client import CommandError, RunClient
+from gpuwatch.runstate.command import NO_TRAINING
 from tests.conftest import ROOT, gpuwatch, run_async, wait_for
 from tests.test_run_lifecycle import END_TO_GONE_S, assert_gone_by, recorded
 from trainer_runtime.hook import ENV_FD, ENV_SETTINGS, HOOK_DIR
@@ -313,6 +314,25 @@ def test_the_command_gets_the_persons_environment_tf_config_included(
     added = set(seen) - set(person)
     assert added == {ENV_FD, ENV_SETTINGS, "TF_CPP_MIN_LOG_LEVEL"} | (
         {"PYTHONUNBUFFERED"} - set(person)), added
+
+
+# A tf.data pipeline timed, as a benchmark of the input would: TensorFlow, no training.
+TF_DATA_ONLY = textwrap.dedent("""\
+    import tensorflow as tf
+    ds = tf.data.Dataset.range(1000).batch(10).map(lambda b: b * 2).prefetch(2)
+    print("TOTAL", sum(int(tf.reduce_sum(b)) for b in ds))
+""")
+
+
+def test_a_tensorflow_program_that_never_trains_says_no_training_was_seen(
+    home: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "bench_input.py").write_text(TF_DATA_ONLY)
+    proc = gpuwatch_in(tmp_path, "run", "--headless", "--", PY, "bench_input.py")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "TOTAL 999000" in (the_run(home) / "trainer.log").read_text()
+    assert f"verdict: {NO_TRAINING}" in proc.stdout, proc.stdout
+    assert "warming up" not in proc.stdout
 
 
 def test_a_command_found_on_path_from_its_directory(

@@ -29,6 +29,7 @@ from gpuwatch.runstate import (
     step_batch,
     toggle_prefetch,
 )
+from gpuwatch.runstate.command import NO_TRAINING
 from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
 from gpuwatch.supervisor.exits import TrainerExit, command_exit_status, exit_status
 from gpuwatch.supervisor.launcher import TrainerLauncher
@@ -179,6 +180,24 @@ def test_a_python_command_that_never_imported_tensorflow() -> None:
     assert view is not None
     assert view.line == "script: python train.py --epochs 3"
     assert view.note == f"{NOT_TENSORFLOW} (so far)"
+
+
+def test_a_tensorflow_script_whose_hook_saw_no_training_loop_says_so() -> None:
+    # A tf.data benchmark: TensorFlow imported, no fit, no strategy.run step.
+    run = CommandEvents().start().hook(loop="", strategy="")
+    view = fold(run.events).command_view()
+    assert view is not None and view.note == f"{NO_TRAINING} (so far)"
+    state = fold(run.end("finished", exit_code=0, message="the command exited 0").events)
+    view = state.command_view()
+    assert view is not None and view.note == NO_TRAINING
+    # Not "no measured steps: it ended while warming up", as if it had trained.
+    assert final_verdict(state, state.figures()) == NO_TRAINING
+    assert verdict_line(state) == f"verdict: {NO_TRAINING}"
+    # A loop that ran says nothing of the kind, stepped or not yet.
+    for started in (CommandEvents().start().hook(loop="fit"),
+                    CommandEvents().start().hook(loop="").hello().steps(3)):
+        view = fold(started.events).command_view()
+        assert view is not None and view.note is None
 
 
 def test_a_hook_that_could_not_install_says_why_the_command_is_not_watched() -> None:

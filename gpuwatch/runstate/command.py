@@ -1,7 +1,7 @@
 """A person's own command (gpuwatch run) as the screen says it (pure).
 
 ``CommandView`` is what ``RunState.command_view`` gives: the command's line, why there
-are no step metrics where there are none (NOT_TENSORFLOW), why its input wait cannot be
+are no step metrics where there are none (NOT_TENSORFLOW, NO_TRAINING), why its input wait cannot be
 measured; ``shell_text`` is its argv as a shell reads it.
 """
 
@@ -13,6 +13,9 @@ from dataclasses import dataclass
 # What the screen says of a command that sends no step (a program that is not Python, or
 # Python that never imports TensorFlow): only its processes and devices are watched.
 NOT_TENSORFLOW = "no step metrics: not a TensorFlow program"
+# ... and of a TensorFlow program whose hook saw no training loop run (a tf.data
+# benchmark, a strategy tutorial's toy functions): no fit, no strategy.run step.
+NO_TRAINING = "no training seen: neither Keras fit nor a strategy.run step ran"
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 from gpuwatch import peaks, snapshot
 from gpuwatch.runstate.attempts import AttemptSummary, WorkerWait, add_wait
-from gpuwatch.runstate.command import NOT_TENSORFLOW, CommandView, shell_text
+from gpuwatch.runstate.command import NO_TRAINING, NOT_TENSORFLOW, CommandView, shell_text
 from gpuwatch.runstate.figures import Figures, step_figures
 from gpuwatch.runstate.settings import command_argv, get_setting
 from gpuwatch.runstate.steps import WARMUP_STEPS, StepPoint, share_of_link
@@ -380,6 +380,9 @@ def command_view(state: RunState) -> CommandView | None:
         started = state.status not in (None, "starting")
         if started:
             note = NOT_TENSORFLOW + ("" if state.terminal else " (so far)")
+    elif not hook.loop and not stepped and state.status not in (None, "starting"):
+        # TensorFlow imported, and no loop of the hook's ran: not a verdict on steps.
+        note = NO_TRAINING + ("" if state.terminal else " (so far)")
     input_wait = None
     if hook is not None and hook.input_wait:
         input_wait = f"input wait: not measurable for this loop ({hook.input_wait})"
