@@ -120,7 +120,7 @@ async def test_a_crashed_command_shows_its_cause_and_its_end_fits():
         screen = app.screen
         assert screen.has_class("-crashed")
         crash = app.query_one("#crash").render()
-        assert "crashed: exit code 3 — exited with code 3: ValueError: bad shapes" in str(crash)
+        assert "crashed: exited with code 3: ValueError: bad shapes" in str(crash)
         assert "1      off     -     64" in text(app, AttemptsPanel)  # its batch, from hello
         fits(app)
 

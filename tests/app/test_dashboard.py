@@ -247,7 +247,7 @@ async def test_crashed_run_shows_exit_code_and_log_tail():
         crash = app.query_one(CrashPanel)
         assert crash.display
         lines = crash.plain.splitlines()
-        assert lines[0] == "crashed: exit code 1 — trainer exited with code 1 at step 15"
+        assert lines[0] == "crashed: trainer exited with code 1 at step 15"
         assert "OOM when allocating tensor with shape[1024,512]" in lines[1]
         assert lines[-1].strip() == "OOM when allocating tensor with shape[1024,512] type float"
         assert crash.region.height > 0  # on screen at 80x24

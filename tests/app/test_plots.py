@@ -189,7 +189,7 @@ async def test_the_dashboard_waits_while_the_plots_are_open_and_catches_up_after
         await pilot.pause()
         assert app.screen.has_class("-crashed")
         assert app.query_one(CrashPanel).display
-        assert app.query_one(CrashPanel).plain.startswith("crashed: exit code 1")
+        assert app.query_one(CrashPanel).plain.startswith("crashed: trainer exited with code 1")
 
 
 async def test_a_crash_under_a_modal_screen_marks_the_dashboard():

@@ -100,7 +100,7 @@ async def test_a_crashed_run_from_its_record_shows_why(tmp_path):
         await shown(app, waiter, pilot)
         assert " crashed " in text(app, HeaderBar)
         crash = text(app, CrashPanel)
-        assert crash.startswith("crashed: exit code 1")
+        assert crash.startswith("crashed: trainer exited with code 1")
         assert "OOM when allocating tensor" in crash
         assert text(app, PendingBar).startswith("run ended (crashed); r resumes it")
 

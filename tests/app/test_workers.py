@@ -166,7 +166,7 @@ async def test_a_crashed_worker_is_named_and_shown_first():
         crash = text(app, CrashPanel).splitlines()
         # The supervisor's message names the worker; without one the status line does.
         assert crash[0] == (
-            "crashed: exit code 1 — worker 1 (gpu-box-4) exited with code 1 at step 45"
+            "crashed: worker 1 (gpu-box-4) exited with code 1 at step 45"
         )
         assert crash[1] == "error (runtime, worker 1): OSError: reading shard 7 failed"
         workers = text(app, WorkersPanel).splitlines()

@@ -26,9 +26,15 @@ class CrashPanel(StatePanel):
         worker = state.status_worker
         if worker is not None and f"worker {worker}" not in (state.status_message or ""):
             status += f" (worker {worker})"
-        text.append(f"{status}: {', '.join(how) or 'no exit status'}", style="bold red")
-        if state.status_message:
-            text.append(f" — {state.status_message}")
+        message = state.status_message or ""
+        if message and _says_how(message, state.exit_code, state.signal):
+            # "exited with code 3: ValueError: ..." once, not after "exit code 3 —".
+            text.append(f"{status}:", style="bold red")
+            text.append(f" {message}")
+        else:
+            text.append(f"{status}: {', '.join(how) or 'no exit status'}", style="bold red")
+            if message:
+                text.append(f" — {message}")
         # The cause once: the supervisor's message quotes the trainer's error, which is
         # also the last line of its traceback in the log.
         said = [state.status_message or ""]
@@ -51,6 +57,12 @@ class CrashPanel(StatePanel):
             for line in shown:
                 text.append("\n  " + line)
         self.set_text(text)
+
+
+def _says_how(message: str, exit_code: int | None, signal: str | None) -> bool:
+    """Whether the supervisor's message already says how the trainer ended."""
+    return ((exit_code is not None and f"exited with code {exit_code}" in message)
+            or (signal is not None and f"killed by {signal}" in message))
 
 
 # A log line this long or longer that a message above contains is that message again (a
