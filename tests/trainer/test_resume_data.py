@@ -88,7 +88,12 @@ def test_resumes_after_a_sigkill_and_under_new_batch_settings_continue_steps_exa
     starts at its checkpoint's step, micro-step and example position, reads the examples
     an uninterrupted run reads there, and keeps the weights (the loss goes on)."""
     config = _config(tmp_path, "cfg.json")
-    first = _run(tmp_path, config, 1, tmp_path / "ids1")
+    # The first attempt reads 20 ms a batch (the data and its order are the same): the
+    # kill lands 13 steps, some 260 ms, before its next checkpoint at 60, even when this
+    # test sees step 47 late. At full speed a loaded box once let it reach that checkpoint
+    # first, and no step was left to lose.
+    slow = _config(tmp_path, "slow.json", read_latency_ms=20)
+    first = _run(tmp_path, slow, 1, tmp_path / "ids1")
     first.wait_frame(lambda f: f["type"] == "step" and f["step"] >= 47, "step 47")
     os.killpg(first.proc.pid, signal.SIGKILL)
     first.finish()
