@@ -380,7 +380,8 @@ def command_view(state: RunState) -> CommandView | None:
         started = state.status not in (None, "starting")
         if started:
             note = NOT_TENSORFLOW + ("" if state.terminal else " (so far)")
-    elif not hook.loop and not stepped and state.status not in (None, "starting"):
+    elif (hook is not None and not hook.loop and not stepped
+          and state.status not in (None, "starting")):
         # TensorFlow imported, and no loop of the hook's ran: not a verdict on steps.
         note = NO_TRAINING + ("" if state.terminal else " (so far)")
     input_wait = None

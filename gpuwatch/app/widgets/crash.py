@@ -27,7 +27,8 @@ class CrashPanel(StatePanel):
         if worker is not None and f"worker {worker}" not in (state.status_message or ""):
             status += f" (worker {worker})"
         message = state.status_message or ""
-        if message and _says_how(message, state.exit_code, state.signal):
+        signal = None if state.signal is None else str(state.signal)
+        if message and _says_how(message, state.exit_code, signal):
             # "exited with code 3: ValueError: ..." once, not after "exit code 3 —".
             text.append(f"{status}:", style="bold red")
             text.append(f" {message}")
