@@ -39,9 +39,11 @@ class _SplitOnImport(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "tensorflow":
+        # It stays on sys.meta_path: a look that imports nothing (importlib.util.find_spec,
+        # as `gpuwatch doctor` and the CLI ask whether TensorFlow is installed) must not
+        # use it up; once TensorFlow is imported, sys.modules answers first.
+        if fullname != "tensorflow" or fullname in sys.modules:
             return None
-        sys.meta_path.remove(self)  # once: the real finders take it from here
         spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is None or spec.loader is None:
             return spec

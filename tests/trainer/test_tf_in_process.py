@@ -31,7 +31,11 @@ print(len(setup_devices({replicas}).names))
 
 def _replicas_after_an_op(install: bool) -> int:
     code = _OP_THEN_SPLIT.format(
-        install="from tests.support import tf_devices; tf_devices.install()" if install else "",
+        # A look that imports nothing first, as test_doctor's and the CLI's: the hook
+        # must still split the CPU at the import that follows (it once was used up).
+        install=("from tests.support import tf_devices; tf_devices.install()\n"
+                 "import importlib.util; assert importlib.util.find_spec('tensorflow')"
+                 if install else ""),
         replicas=tf_devices.TEST_CPU_REPLICAS)
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
                           text=True, timeout=240, env={"TF_CPP_MIN_LOG_LEVEL": "2",
