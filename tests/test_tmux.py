@@ -142,13 +142,15 @@ def measured_prefetch_switch(
 ) -> tuple[re.Match[str], re.Match[str]]:
     """The demo's verdict, `p` then `r`, and attempt 2's 30 steps: the attempts table's
     rows of attempt 1 (prefetch off) and attempt 2 (on)."""
-    # The verdict is a judgement, repainted every 2 s (the figures with each batch).
-    term.wait_screen(r"(?:highly|moderately) input-bound", timeout_s=30)
+    # With prefetch off the demo reads each batch serially: its input wait is at least TF
+    # Profiler's moderate share (5 %) by construction. Which part the headline names is a
+    # judgement the load moves (under a CPU burner host work, 31 % of the step, outgrew the
+    # input wait, 21 %, and it said host-bound), so the screen's figure is what is read.
+    shown = term.wait_screen(r"input wait (\d+(?:\.\d+)?)%", timeout_s=30)
+    assert float(shown.group(1)) >= 5.0, term.screen()
     first = term.screen()
     assert "attempt 1" in first
     assert "No NVIDIA GPU found" in first and "2 logical CPU replicas" in first
-    assert "input wait" in first
-    assert "highly input-bound" in first or "moderately input-bound" in first
 
     term.press("p")
     term.wait_screen(r"pending.*prefetch", timeout_s=10)
