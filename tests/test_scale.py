@@ -1,10 +1,10 @@
 """`gpuwatch scale` as a person runs it: real supervisors and trainers, checked against the record.
 
-- the demo at 1 and 2 replicas, headless (the truth test's first probe): the last line is
-  the scaling line, and its figures are the record's own (each attempt's median examples/s
-  after warm-up, worked out here from events.jsonl), the attempts are fresh trainers at 1
-  and 2 replicas, and the run is listed, exportable as a scaling table, and leaves nothing
-  running;
+- the demo at 1 and 2 replicas, headless (the truth test's first probe, its read known):
+  the last line is the scaling line, and its figures are the record's own (each attempt's
+  median examples/s after warm-up, worked out here from events.jsonl), the attempts are
+  fresh trainers at 1 and 2 replicas, and the run is listed, exportable as a scaling
+  table, and leaves nothing running;
 - a count that crashes: one line naming it, a non-zero exit, no later count, nothing left;
 - a cluster's counts are workers;
 - a plan that cannot run is one line and exit 2 before anything starts;
@@ -180,14 +180,30 @@ def test_a_plan_that_cannot_run_is_one_line_and_exit_2_before_anything_starts(
 
 # ---- the truth test ------------------------------------------------------------------
 
-TRUTH_STEPS = 100
-TRUTH_ROUNDS = 3
+TRUTH_STEPS = 40
+TRUTH_ROUNDS = 2
+# The demo with a step the test controls: every batch is one read of TRUTH_READ_MS (the
+# demo's simulated storage, prefetch off, one read at a time) and the model is small, so
+# a step is the read and little else. A measured rate then cannot pass the reads' own
+# bound, global batch / read time, and a busy box moves it little: the read is a sleep,
+# the compute a few percent (2026-11-28: 40 steps at 1 and 2 replicas read 2,883 and 5,744
+# examples/s against bounds of 3,200 and 6,400, alone). With the demo's own model the
+# compute was most of the step, and the CPU's other users moved single runs by up to 30 %.
+TRUTH_READ_MS = 40
+TRUTH_SETTINGS = ("--set", "model.hidden_units=[64]",
+                  "--set", f"data.read_latency_ms={TRUTH_READ_MS}")
+
+
+def reads_bound(count: int) -> float:
+    """The most examples/s `count` replicas can train with the truth test's reads: one read
+    of TRUTH_READ_MS per step, 128 examples per replica."""
+    return 128 * count * 1000.0 / TRUTH_READ_MS
 
 
 def probe(steps: int) -> tuple[dict[int, float], subprocess.CompletedProcess[str]]:
     """The demo's probe at 1 and 2 replicas, headless: each count's rate, and the command."""
     proc = gpuwatch("scale", "demo/demo.yaml", "--replicas", "1,2", "--steps", str(steps),
-                    "--headless", timeout_s=400)
+                    *TRUTH_SETTINGS, "--headless", timeout_s=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = scaling_line(proc.stdout)
     rates = {count: float(rate or 0.0) for count, rate in zip(line["counts"], line["rates"],
@@ -208,7 +224,8 @@ def alone_rate(count: int, steps: int) -> float:
     demo's 128 examples per replica (weak scaling), `steps` steps; its summary's rate."""
     proc = gpuwatch("train", "demo/demo.yaml", "--headless", "--max-steps", str(steps),
                     "--set", f"strategy.replicas={count}",
-                    "--set", f"train.global_batch_size={128 * count}", timeout_s=400)
+                    "--set", f"train.global_batch_size={128 * count}", *TRUTH_SETTINGS,
+                    timeout_s=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     match = SUMMARY_RATE.search(proc.stdout)
     assert match, proc.stdout
@@ -216,22 +233,22 @@ def alone_rate(count: int, steps: int) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(900)  # 3 rounds of 4 real trainings, and the wait for the others to end
+@pytest.mark.timeout(600)  # 2 rounds of 4 real trainings, and the wait for the others to end
 def test_the_probes_figures_match_separate_headless_runs_within_10_percent(
     home: Path, run_alone: RunAlone
 ) -> None:
     """Each count's examples/s from the probe against `gpuwatch train --headless` with the
-    same settings, both the median of the attempt's steps after warm-up.
+    same settings, both the median of the attempt's steps after warm-up; and each under
+    the bound its reads set (reads_bound: a figure above it is not true).
 
-    The rounds run alone (tests/support/alone.py): no other test is under way on the box
-    meanwhile. The box is still noisy (single runs of the same settings minutes apart
-    differ by up to 30 % on a shared 2-core box): each round runs the probe and the two
-    separate runs back to back, in alternating order (probe first, then last), and the
-    bound is on the geometric mean over TRUTH_ROUNDS rounds of each round's probe /
-    separate run. Measured alone on a quiet box (4 rounds, 2026-11-24), one round's ratio
-    ranged 0.917-1.050 at 1 replica and 0.991-1.070 at 2; the mean of two rounds, 0.96-1.03.
-    On a slower, noisier box (2026-11-27) one round's ratio at 2 replicas fell to 0.855 and
-    the mean of two to 0.884, once in six suite runs: so three rounds.
+    The steps are the test's own: a known read and a small model (TRUTH_SETTINGS), so what
+    either figure measures is mostly that read, whatever else the box runs. The rounds run
+    alone still (tests/support/alone.py): no other test is under way meanwhile. Each round
+    runs the probe and the two separate runs back to back, in alternating order (probe
+    first, then last), and the 10 % bound is on the geometric mean over the rounds of each
+    round's probe / separate run. (With the demo's own model, mostly compute, one round's
+    ratio ranged 0.855-1.54 on this 2-core box as other load came and went, 2026-11-27/28:
+    docs/benchmarks.md, "Flaky tests".)
     The first probe is then read as a person reads a headless probe (check_a_headless_probe),
     beside the other tests."""
     ratios: dict[int, list[float]] = {1: [], 2: []}
@@ -256,6 +273,13 @@ def test_the_probes_figures_match_separate_headless_runs_within_10_percent(
     for count in (1, 2):
         ratio = statistics.geometric_mean(ratios[count])
         assert 0.9 <= ratio <= 1.1, f"{count} replicas: probe/alone = {ratio:.3f}: {report}"
+        for one in seen:
+            # Above the reads' bound is a figure that is not true; far under it, a step
+            # that is not the read the test set up. (2 % over: a step timed to the ms.)
+            for rate in (one["probe"][count], one["alone"][count]):
+                assert 0.5 * reads_bound(count) <= rate <= 1.02 * reads_bound(count), (
+                    f"{count} replicas: {rate} examples/s against the reads' bound "
+                    f"{reads_bound(count):.0f}: {report}")
     assert first_probe is not None
     check_a_headless_probe(first_probe, probe_runs(home)[0], TRUTH_STEPS)
     for run_dir in (home / "runs").iterdir():

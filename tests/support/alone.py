@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import tempfile
@@ -361,15 +362,22 @@ def _predicted_hold(item: pytest.Item) -> float | None:
 _next: pytest.Item | None = None
 # When the test under way on this worker was predicted to end (None: cannot tell).
 _predicted_end: float | None = None
+# The test under way on this worker (the hold log's lines name it).
+_current: str = ""
+# Set to a file's path: each exclusive hold appends a line to it, the test, the seconds it
+# waited for the lock and the seconds it held it (how much of a run is spent alone:
+# docs/benchmarks.md, "The suite's time").
+ALONE_LOG_VARIABLE = "GPUWATCH_ALONE_LOG"
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    global _next, _predicted_end
+    global _next, _predicted_end, _current
     if _lock is None:
         yield
         return
     _next = nextitem
+    _current = item.nodeid
     # Set-up and tear-down run beside other tests, `alone` or not; an `alone` test right
     # after another on this worker keeps the lock as it is (no drain between them).
     if not (_lock.held == ALONE and _is_alone(item)):
@@ -396,14 +404,23 @@ def _exclusive(*, then_shared: bool = True) -> Iterator[None]:
     if _lock is None:
         yield
         return
+    asked = time.monotonic()
+    was_held = _lock.held == ALONE
     quieted = Quieted()  # what the test started waits at idle priority meanwhile
     try:
         _lock.take(ALONE)
     finally:
         quieted.restore()
+    taken = time.monotonic()
     try:
         yield
     finally:
+        log = os.environ.get(ALONE_LOG_VARIABLE)
+        if log:
+            with open(log, "a") as out:
+                out.write(json.dumps({"test": _current, "kept": was_held,
+                                      "waited_s": round(taken - asked, 2),
+                                      "held_s": round(time.monotonic() - taken, 2)}) + "\n")
         if then_shared:
             _lock.take(SHARED)
             # Back to the end predicted when the test started (a `run_alone` stretch).
