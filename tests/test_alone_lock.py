@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.support.alone import (
     ALONE,
+    ALONE_LOG_VARIABLE,
     SHARED,
     RunLock,
     _keeps_alone,
@@ -30,6 +31,12 @@ from tests.support.alone import (
 )
 
 HOLDS_S = 0.3  # long enough for a wrongly granted lock to be taken: the waits must last it
+
+
+def own_environment() -> dict[str, str]:
+    """This process's environment for a toy suite, less the outer run's hold log (its
+    holds are not the suite's)."""
+    return {k: v for k, v in os.environ.items() if k != ALONE_LOG_VARIABLE}
 
 
 def make_lock(folder: Path, backfill: bool = False) -> RunLock:
@@ -203,7 +210,8 @@ def test_under_real_xdist_workers_no_alone_test_overlaps_another(tmp_path: Path)
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3",
          "--dist", "loadfile", "--rootdir", str(project), str(project)],
-        env={**os.environ, "TOY_LOG": str(log), "PYTHONPATH": str(ROOT), "TMPDIR": str(temp)},
+        env={**own_environment(), "TOY_LOG": str(log), "PYTHONPATH": str(ROOT),
+             "TMPDIR": str(temp)},
         capture_output=True, text=True, timeout=120, cwd=project, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     spans = [json.loads(line) for line in log.read_text().splitlines()]
@@ -286,7 +294,7 @@ def test_under_real_xdist_workers_short_tests_backfill_the_drain_before_an_alone
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "3",
          "--dist", "loadfile", "--rootdir", str(project), str(project)],
-        env={**os.environ, "TOY_LOG": str(log), "PYTHONPATH": f"{ROOT}{os.pathsep}{project}",
+        env={**own_environment(), "TOY_LOG": str(log), "PYTHONPATH": f"{ROOT}{os.pathsep}{project}",
              "TMPDIR": str(temp), "GPUWATCH_TEST_DURATIONS": str(durations)},
         capture_output=True, text=True, timeout=120, cwd=project, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -150,7 +150,6 @@ def test_resnet_flops_per_example_match_the_hand_count(strategy: Any, devices: A
     assert counted == pytest.approx(hand, rel=0.05)
 
 
-@pytest.mark.alone
 def test_demo_mlp_count_is_the_hand_count_and_takes_well_under_a_second(
         strategy: Any, devices: Any, caplog: pytest.LogCaptureFixture) -> None:
     import yaml
@@ -165,10 +164,13 @@ def test_demo_mlp_count_is_the_hand_count_and_takes_well_under_a_second(
     assert cfg.model.hidden_units == [1024, 1024] and cfg.data.input_shape == [784]
     trainer = Trainer(cfg, strategy, devices)
     concrete = trainer.graph.trace_first(trainer.iterator, cfg.train.steps_per_execution)
-    t0 = time.perf_counter()
+    # Not alone: the count took 4-12 ms here, beside the suite; the bound is a second,
+    # which no share of two busy cores stretches it to (run alone, its drain cost the
+    # suite 11 s for a hold of 0.01 s: docs/benchmarks.md, "The suite's time").
     with caplog.at_level(logging.INFO, logger="trainer_runtime"):
+        t0 = time.perf_counter()
         counted = update_flops_per_example(concrete)
-    seconds = time.perf_counter() - t0
+        seconds = time.perf_counter() - t0
     hand = dense_stack_flops([784, 1024, 1024, 10])
     print(f"demo MLP: counted {counted:.6g} FLOPs per example, hand count {hand:.6g}, "
           f"counted in {seconds * 1000:.1f} ms")
