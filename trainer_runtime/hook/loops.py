@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 TRACED = "strategy.run (tf.function)"
 EAGER = "strategy.run (eager)"
 _NO_STAMP = -1.0  # a stamp or count the graph could not take
+# Why a traced step's input wait is not measured: its batch came from neither next() on a
+# distributed iterator inside it nor one at the Python level before it.
+NOT_FETCHED = ("its batch is not taken with next() on a distributed iterator: iterate "
+               "strategy.experimental_distribute_dataset(ds)")
 
 
 class CustomLoops:
@@ -169,10 +173,10 @@ class CustomLoops:
         fetch = state.pop("fetch", None)
         run_start = state.pop("run_start", None)
         is_deterministic = deterministic()
-        self.watch.set_loop(TRACED, "" if fetch is not None else
-                            DETERMINISM if is_deterministic else
-                            "the step's batch does not come from next() on a distributed "
-                            "iterator inside the tf.function")
+        if fetch is not None:
+            self.watch.set_loop(TRACED)
+        # Else the step's runs say (_host_wait): a batch taken with next() at the Python
+        # level (`for x in dist_dataset: step(x)`) is timed on the host.
         flat = [x for x in tf.nest.flatten(out, expand_composites=True) if tf.is_tensor(x)]
         examples = self._examples(strategy, call_args)
         none = tf.constant(_NO_STAMP, tf.float64)
@@ -189,22 +193,38 @@ class CustomLoops:
         tf.py_function(self._on_graph_step, values, Tout=[])
         state["step_end"] = t_end
 
+    def _host_wait(self, *, in_graph: bool) -> tuple[float | None, float | None]:
+        """A traced step whose batch was not fetched inside it: the host's time in next()
+        on a distributed iterator since the step before (the batch the script took at the
+        Python level and passed in), and when that began; (None, None) if it took none,
+        and the screen says the wait is not measurable, and why."""
+        fetched = self.eager_fetch_start
+        wait_s, self.eager_wait_s, self.eager_fetch_start = self.eager_wait_s, 0.0, None
+        if fetched is not None:
+            self.watch.set_loop(TRACED)
+            return wait_s * 1000.0, fetched
+        self.watch.set_loop(TRACED, DETERMINISM if in_graph else NOT_FETCHED)
+        return None, None
+
     def _on_graph_step_host(self, examples: Any) -> None:
         count = int(float(examples)) if float(examples) >= 0 else 0
-        self._step_ended(time.time(), None, count, eager=False, start=None)
+        wait_ms, _fetched = self._host_wait(in_graph=True)
+        self._step_ended(time.time(), wait_ms, count, eager=False, start=None)
 
     def _on_graph_step(self, t_end: Any, t0: Any, t1: Any, began: Any, examples: Any
                        ) -> None:
         end = float(t_end)
-        wait_ms = (float(t1) - float(t0)) * 1000.0 if float(t0) >= 0 else None
+        start = float(began) if float(began) >= 0 else None
+        if float(t0) >= 0:
+            wait_ms: float | None = (float(t1) - float(t0)) * 1000.0
+        else:
+            wait_ms, fetched = self._host_wait(in_graph=False)
+            start = fetched if fetched is not None else start
         count = int(float(examples)) if float(examples) >= 0 else 0
-        self._step_ended(end, wait_ms, count, eager=False,
-                         start=float(began) if float(began) >= 0 else None)
+        self._step_ended(end, wait_ms, count, eager=False, start=start)
 
     def _eager_step(self, strategy: Any, out: Any, call_args: Any) -> None:
-        self.watch.set_loop(EAGER, "" if self.eager_wait_seen else
-                            "the loop does not take its batches with next() on a "
-                            "distributed iterator")
+        self.watch.set_loop(EAGER, "" if self.eager_wait_seen else NOT_FETCHED)
         examples = self._examples(strategy, call_args)
         wait_ms = self.eager_wait_s * 1000.0 if self.eager_wait_seen else None
         self.eager_wait_s = 0.0

@@ -23,6 +23,11 @@ parser.add_argument("--strategy", choices=["mirrored", "one-device", "multi-work
                     default="mirrored", help="which tf.distribute strategy")
 parser.add_argument("--from-function", action="store_true",
                     help="distribute_datasets_from_function (no read-ahead buffer of its own)")
+parser.add_argument("--python-next", action="store_true",
+                    help="the distributed-training tutorial's loop: `for x in dist_dataset`, "
+                         "each batch passed to the tf.function step")
+parser.add_argument("--tensors", action="store_true",
+                    help="each step passed tensors the script slices itself (no dataset)")
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -103,13 +108,31 @@ def train_step(iterator):
     return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
 
+def distributed_train_step(dist_inputs):
+    per_replica = strategy.run(step_fn, args=(dist_inputs,))
+    return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+
 if not args.eager:
     train_step = tf.function(train_step)
+    distributed_train_step = tf.function(distributed_train_step)
 
-iterator = iter(dist_data)
-for step in range(1, args.steps + 1):
-    if step == args.raise_at:
-        raise RuntimeError(f"the script's own error at step {step}")
-    loss = train_step(iterator)
-    print(f"step {step} loss {float(loss):.6f}", flush=True)
+if args.tensors:
+    for step in range(1, args.steps + 1):
+        rows = slice((step - 1) * args.batch, step * args.batch)
+        loss = distributed_train_step((tf.constant(x[rows]), tf.constant(y[rows])))
+        print(f"step {step} loss {float(loss):.6f}", flush=True)
+elif args.python_next:
+    for step, dist_inputs in enumerate(dist_data, 1):
+        if step > args.steps:
+            break
+        loss = distributed_train_step(dist_inputs)
+        print(f"step {step} loss {float(loss):.6f}", flush=True)
+else:
+    iterator = iter(dist_data)
+    for step in range(1, args.steps + 1):
+        if step == args.raise_at:
+            raise RuntimeError(f"the script's own error at step {step}")
+        loss = train_step(iterator)
+        print(f"step {step} loss {float(loss):.6f}", flush=True)
 print("trained", file=sys.stderr, flush=True)
