@@ -217,6 +217,63 @@ def test_a_known_read_latency_shows_as_input_wait(loop: str, slow_reads: Started
         assert s.input_wait_ms is not None and s.input_wait_ms <= s.step_time_ms + 0.5
 
 
+def test_the_tutorials_loop_times_the_batch_it_takes_at_the_python_level() -> None:
+    # The distributed-training tutorial's loop: `for x in dist_dataset: step(x)` over
+    # strategy.experimental_distribute_dataset, the step a tf.function handed its batch.
+    # The batch comes from next() on the distributed iterator in Python; the hook times
+    # that on the host. Each batch reads in 15 ms. The iterator's own buffer, filled while
+    # the first step traces, serves the first few steps (here: steps 2-7 waited 2 ms);
+    # after it, every step waits at least half the read (a sleep only lasts longer on a
+    # busy box: 14-17 ms here), and never longer than the step.
+    ran = run_hooked(script("loop_mirrored.py", "--steps", "20", "--python-next",
+                            "--read-ms", "15"))
+    assert ran.returncode == 0, ran.output
+    assert (ran.hook.loop, ran.hook.input_wait) == ("strategy.run (tf.function)", "")
+    steps = ran.steps
+    _contiguous(steps)
+    assert len(steps) == 20
+    assert [s.loss for s in steps] == pytest.approx(printed_losses(ran.output), abs=2e-6)
+    for s in steps[10:]:  # past the buffer
+        assert s.input_wait_ms is not None and 7.5 <= s.input_wait_ms <= s.step_time_ms + 0.5, s
+
+
+def test_a_traced_step_handed_tensors_says_why_its_wait_is_not_measured() -> None:
+    # No iterator at all: the script slices its arrays and hands the step tensors. The
+    # steps are counted; the wait is said not to be measured, and how the loop could be.
+    ran = run_hooked(script("loop_mirrored.py", "--steps", "6", "--tensors"))
+    assert ran.returncode == 0, ran.output
+    assert ran.hook.loop == "strategy.run (tf.function)"
+    assert ran.hook.input_wait.startswith("its batch is not taken with next() on a "
+                                          "distributed iterator: iterate strategy."), ran.hook
+    steps = ran.steps
+    _contiguous(steps)
+    assert len(steps) == 6 and all(s.input_wait_ms is None for s in steps)
+
+
+def _traceback(output: str) -> list[str]:
+    """The traceback the script printed: from its head to the error's line."""
+    lines = output.splitlines()
+    start = lines.index("Traceback (most recent call last):")
+    return lines[start:]
+
+
+def test_an_error_inside_fit_shows_the_scripts_traceback_without_the_hooks_frames() -> None:
+    # A callback of the script's raises inside fit, which the hook wraps: the traceback
+    # Python prints is the one the script prints unwatched, frame for frame (the hook's
+    # wrappers sat between the script's call and Keras', and made gpuwatch look to blame).
+    argv = script("fit_mirrored.py", "--epochs", "1", "--raise-at-batch", "3")
+    watched, plain = run_hooked(argv), run_hooked(argv, hooked=False)
+    for ran in (watched, plain):
+        assert ran.returncode == 1, ran.output
+    shown = _traceback(watched.output)
+    assert shown[-1] == "RuntimeError: the script's own error at batch 3", shown
+    assert not any("trainer_runtime" in line or "gpuwatch" in line for line in shown), shown
+    frames = [line for line in shown if line.lstrip().startswith("File ")]
+    assert any("fit_mirrored.py" in line and "on_train_batch_end" in line for line in frames)
+    assert frames == [line for line in _traceback(plain.output)
+                      if line.lstrip().startswith("File ")]
+
+
 def _waits(started: Started) -> list[float]:
     ran = started.finish()
     assert ran.returncode == 0, ran.output

@@ -35,10 +35,13 @@ def keras_version(text: str) -> tuple[int, int] | None:
         return None
 
 
-def _untested(version: str) -> str:
+def _range() -> str:
     (low_major, low_minor), (high_major, high_minor) = TESTED_KERAS
-    return (f"Keras {version} is outside the tested {low_major}.{low_minor} to "
-            f"{high_major}.{high_minor}")
+    return f"{low_major}.{low_minor} to {high_major}.{high_minor}"
+
+
+def _untested(version: str) -> str:
+    return f"Keras {version} is outside the tested {_range()}"
 
 
 def patch_optimizer(watch: KerasWatch, module: ModuleType) -> None:
@@ -98,7 +101,8 @@ def patch_trainer(watch: KerasWatch, module: ModuleType) -> None:
             watch.set_loop("fit")
         else:
             why = DETERMINISM if tested else _untested(watch.keras_version)
-            watch.set_loop("fit (callback)", f"{why}: steps come from a per-batch callback")
+            watch.set_loop("fit (callback)", f"steps come from a per-batch callback: {why}"
+                           + ("" if tested else "; a Keras in that range measures it"))
             args, kwargs = fit_hook.with_callback(watch, model, args, kwargs)
         return args, kwargs
 

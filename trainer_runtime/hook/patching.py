@@ -6,13 +6,14 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import importlib.util
+import os
 from collections.abc import Callable, Sequence
-from types import ModuleType
+from types import ModuleType, TracebackType
 from typing import Any
 
 # Why input wait is not measured when the script turned on op determinism.
 DETERMINISM = ("op determinism is on (tf.config.experimental.enable_op_determinism): "
-               "TensorFlow refuses timestamps in the graph")
+               "TensorFlow refuses timestamps in the graph; without it the wait is measured")
 
 
 def deterministic() -> bool:
@@ -82,3 +83,50 @@ def graph_state(graph: Any) -> dict[str, Any]:
     """What a traced step leaves for the next patch in the same graph (its fetch stamps,
     its end stamp)."""
     return _GRAPH_STATE.setdefault(id(graph), {})
+
+
+# The hook's own files: their frames are left out of a traceback the script shows.
+HOOK_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def without_hook_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback with the hook's frames (its patches' wrappers, between the script's
+    call and the library's code) left out, the others in their order."""
+    kept: list[TracebackType] = []
+    while tb is not None:
+        if not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(HOOK_DIR):
+            kept.append(tb)
+        tb = tb.tb_next
+    out: TracebackType | None = None
+    for entry in reversed(kept):
+        out = TracebackType(out, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return out
+
+
+def excepthook_without_hook_frames(
+    previous: Callable[[type[BaseException], BaseException, TracebackType | None], Any],
+) -> Callable[[type[BaseException], BaseException, TracebackType | None], Any]:
+    """sys.excepthook for the watched script: the traceback it prints on an uncaught
+    error is the script's and its libraries', with no frame of gpuwatch's hook in it (its
+    wrappers sit in every patched call, and made gpuwatch look to blame), chained errors
+    too. Any trouble here and the error is printed as it was."""
+
+    def excepthook(kind: type[BaseException], value: BaseException,
+                   tb: TracebackType | None) -> Any:
+        try:
+            seen: set[int] = set()
+            pending: list[BaseException | None] = [value]
+            while pending:
+                exc = pending.pop()
+                if exc is None or id(exc) in seen:
+                    continue
+                seen.add(id(exc))
+                exc.__traceback__ = without_hook_frames(exc.__traceback__)
+                pending += [exc.__cause__, exc.__context__]
+            tb = value.__traceback__
+        except Exception:
+            pass
+        return previous(kind, value, tb)
+
+    excepthook.__gpuwatch__ = True  # type: ignore[attr-defined]
+    return excepthook

@@ -31,7 +31,7 @@ from typing import Any
 from trainer_runtime import protocol
 from trainer_runtime.hook import keras_patches
 from trainer_runtime.hook.loops import CustomLoops
-from trainer_runtime.hook.patching import AfterImport, one_line
+from trainer_runtime.hook.patching import AfterImport, excepthook_without_hook_frames, one_line
 from trainer_runtime.telemetry import HOOK_GATHER_S, NullEmitter, SocketEmitter
 
 _watch: Watch | None = None
@@ -109,6 +109,8 @@ class Watch:
                 "Keras' optimizer"),
         }))
         atexit.register(self.at_exit)
+        if not getattr(sys.excepthook, "__gpuwatch__", False):
+            sys.excepthook = excepthook_without_hook_frames(sys.excepthook)
         self.send_hook()
 
     def _guard(self, patch: Callable[[ModuleType], None], what: str

@@ -29,6 +29,8 @@ parser.add_argument("--features", type=int, default=32, help="input features")
 parser.add_argument("--time-epochs", type=int, default=0,
                     help="then time this many more epochs and print examples_per_s=")
 parser.add_argument("--weights-out", default=None, help="write the final weights (.npz)")
+parser.add_argument("--raise-at-batch", type=int, default=0,
+                    help="a callback of the script's raises at this batch of the first epoch")
 args = parser.parse_args()
 
 import tensorflow as tf  # noqa: E402
@@ -61,6 +63,14 @@ with strategy.scope():
     )
 
 initial = model.get_weights()
+callbacks = []
+if args.raise_at_batch:
+    class Breaks(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch + 1 == args.raise_at_batch:
+                raise RuntimeError(f"the script's own error at batch {batch + 1}")
+
+    callbacks.append(Breaks())
 if args.dataset:
     def slow_read(i):
         time.sleep(args.read_ms / 1000.0)
@@ -70,9 +80,10 @@ if args.dataset:
     if args.read_ms:
         data = data.map(lambda a, b: (tf.py_function(slow_read, [a], tf.float32), b))
         data = data.map(lambda a, b: (tf.ensure_shape(a, [None, args.features]), b))
-    model.fit(data, epochs=args.epochs, verbose=0)
+    model.fit(data, epochs=args.epochs, verbose=0, callbacks=callbacks)
 else:
-    model.fit(x, y, batch_size=args.batch, epochs=args.epochs, shuffle=False, verbose=0)
+    model.fit(x, y, batch_size=args.batch, epochs=args.epochs, shuffle=False, verbose=0,
+              callbacks=callbacks)
 
 if args.time_epochs:
     class EpochClock(keras.callbacks.Callback):
