@@ -362,7 +362,7 @@ def attempt_rows(
     events: Iterable[tuple[Envelope, Event]], settings_keys: tuple[str, ...]
 ) -> Iterator[Row]:
     """One row per attempt, after the whole stream (its figures need every step)."""
-    from gpuwatch.runstate import RunState
+    from gpuwatch.runstate import RunState, own_settings
 
     state = RunState()
     more: dict[int, _AttemptMore] = {}
@@ -416,7 +416,8 @@ def attempt_rows(
             "data_order": resume.data_order if resume else None,
             "config_path": noted.config_path,
         }
-        known, extra = flatten_settings(summary.settings, columns, sections)
+        # A person's command: its own settings only, not the schema's defaults.
+        known, extra = flatten_settings(own_settings(summary.settings), columns, sections)
         row.update(known)
         yield _with_extra(row, extra)
 

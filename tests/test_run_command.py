@@ -391,6 +391,12 @@ def test_hook_frames_from_the_command_are_recorded_and_summarised(home: Path) ->
         check=True).stdout.splitlines()]
     assert attempt["command.argv"] == [PY, "-S", "-c", FAKE_HOOK] and attempt["end"] == "exited"
     assert attempt["input_wait_pct"] is None and attempt["median_examples_per_s"] == 3200.0
+    # Only what is the command's: none of the model, data or optimizer the schema fills in
+    # for the bundled runtime (they were: mlp [512,512], batch 256, adam).
+    for key in ("model.name", "model.hidden_units", "train.global_batch_size",
+                "train.optimizer", "data.examples", "strategy.replicas"):
+        assert attempt.get(key) is None, (key, attempt)
+    assert attempt["data.prefetch"] is False and attempt["train.max_steps"] is None
     assert list((the_run(home) / "tensorboard" / "attempt-1").glob("events.out.tfevents.*"))
 
 

@@ -182,6 +182,31 @@ def test_a_python_command_that_never_imported_tensorflow() -> None:
     assert view.note == f"{NOT_TENSORFLOW} (so far)"
 
 
+@pytest.mark.parametrize("missing", ["tensorflow", "keras", "tensorflow.python"])
+@pytest.mark.parametrize("hooked", [True, False])
+def test_a_command_whose_python_has_no_tensorflow_says_so_not_that_it_is_not_one(
+    missing: str, hooked: bool
+) -> None:
+    # The script imports TensorFlow (or Keras) and its Python has none: it is a TensorFlow
+    # program in the wrong environment, not "not a TensorFlow program".
+    run = CommandEvents().start()
+    if hooked:
+        run.hook(tensorflow=False, loop="", strategy="", keras_version="")
+    run.end("crashed", exit_code=1,
+            message=f"exited with code 1: ModuleNotFoundError: No module named '{missing}'")
+    view = fold(run.events).command_view()
+    assert view is not None and view.note is not None
+    module = missing.split(".")[0]
+    assert view.note == (f"no step metrics: the command's Python has no {module} "
+                         "(install it there, or run the Python that has it)")
+    assert NOT_TENSORFLOW not in view.note
+    # Any other crash of a program that never imported it: not a TensorFlow program.
+    other = CommandEvents().start()
+    other.end("crashed", exit_code=1,
+              message="exited with code 1: ModuleNotFoundError: No module named 'numpyy'")
+    assert fold(other.events).command_view().note == NOT_TENSORFLOW  # type: ignore[union-attr]
+
+
 def test_a_tensorflow_script_whose_hook_saw_no_training_loop_says_so() -> None:
     # A tf.data benchmark: TensorFlow imported, no fit, no strategy.run step.
     run = CommandEvents().start().hook(loop="", strategy="")

@@ -28,11 +28,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from textual import on, work
+from textual import events, on, work
+from textual.actions import parse as parse_textual_action
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.reactive import var
+from textual.screen import ModalScreen
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
@@ -75,6 +77,12 @@ from gpuwatch.runstate import (
 # The keys a person's own command (gpuwatch run) does not take: its batch, its accumulation
 # and the settings screen's (its code's own); greyed out, and refused if pressed anyway.
 COMMAND_REFUSED_ACTIONS = frozenset({"accumulation", "batch", "edit_settings"})
+
+
+def parse_action(action: str) -> tuple[str, tuple[object, ...]]:
+    """A binding's action string ("batch(True)") as its name and parameters."""
+    _namespace, name, parameters = parse_textual_action(action)
+    return name, parameters
 COMMAND_SETTINGS_REFUSAL = keys.COMMAND_SETTINGS_REFUSAL
 
 
@@ -261,6 +269,21 @@ class GpuwatchApp(CommandsMixin, App[str]):
     def action_discard(self) -> None:
         self.pending = {}
 
+    def on_key(self, event: events.Key) -> None:
+        """A key a person's own command does not take is greyed out, so its binding does
+        not run and the key comes here: it says why (as the action itself would), not
+        nothing."""
+        if self.state.command is None or isinstance(self.screen, ModalScreen):
+            return
+        for binding in self.BINDINGS:
+            if not isinstance(binding, Binding):
+                continue
+            name, parameters = parse_action(binding.action)
+            if name in COMMAND_REFUSED_ACTIONS and event.key in binding.key.split(","):
+                event.stop()
+                getattr(self, f"action_{name}")(*parameters)
+                return
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in COMMAND_REFUSED_ACTIONS and self.state.command is not None:
             return None  # a person's own command's: greyed out (the keys screen says why)
@@ -298,7 +321,8 @@ class GpuwatchApp(CommandsMixin, App[str]):
             elif choice == "stop":
                 self.send_stop(exit_after=True)
 
-        self.push_screen(QuitScreen(), callback=chosen)
+        self.push_screen(QuitScreen(own_command=self.state.command is not None),
+                         callback=chosen)
 
     def action_keys(self) -> None:
         self.push_screen(KeysScreen(self.key_rows()))

@@ -13,6 +13,10 @@ from dataclasses import dataclass
 # What the screen says of a command that sends no step (a program that is not Python, or
 # Python that never imports TensorFlow): only its processes and devices are watched.
 NOT_TENSORFLOW = "no step metrics: not a TensorFlow program"
+# ... and of a Python command that ended trying to import TensorFlow (or Keras) where its
+# Python has none: a TensorFlow program all the same, in the wrong environment.
+NO_TENSORFLOW_MODULE = ("no step metrics: the command's Python has no {module} "
+                        "(install it there, or run the Python that has it)")
 # ... and of a TensorFlow program whose hook saw no training loop run (a tf.data
 # benchmark, a strategy tutorial's toy functions): no fit, no strategy.run step.
 NO_TRAINING = "no training seen: neither Keras fit nor a strategy.run step ran"
@@ -45,6 +49,15 @@ class CommandView:
     @property
     def line(self) -> str:
         return f"{self.head}{self.command}{self.tail}"
+
+
+def missing_tensorflow(message: str | None) -> str | None:
+    """The note for a command that ended on `No module named 'tensorflow'` (or 'keras',
+    or a part of either): its crash cause says so; None for any other end."""
+    import re
+
+    found = re.search(r"No module named '(tensorflow|keras)[.'\w]*", message or "")
+    return NO_TENSORFLOW_MODULE.format(module=found.group(1)) if found else None
 
 
 def printable(text: str) -> str:

@@ -12,7 +12,12 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from trainer_runtime.changes import ACCUMULATION_REFUSAL, BATCH_REFUSAL, live_changes
+from trainer_runtime.changes import (
+    ACCUMULATION_REFUSAL,
+    BATCH_REFUSAL,
+    COMMAND_KEYS,
+    live_changes,
+)
 from trainer_runtime.schema import prefetch_enabled, prefetch_word
 
 PREFETCH_KEY = "data.prefetch"
@@ -26,6 +31,25 @@ def command_argv(settings: Mapping[str, Any]) -> list[str] | None:
     if isinstance(argv, list) and argv and all(isinstance(arg, str) for arg in argv):
         return list(argv)
     return None
+
+
+def own_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings that are a run's own: all of them for the bundled runtime; for a
+    person's own command, the command and the few gpuwatch sets (COMMAND_KEYS), not the
+    defaults the schema fills in for a model and data it never had."""
+    if command_argv(settings) is None:
+        return dict(settings)
+    own: dict[str, Any] = {"command": settings["command"]}
+    for dotted in COMMAND_KEYS:
+        section, _, key = dotted.partition(".")
+        if not key:
+            if section in settings:
+                own[section] = settings[section]
+            continue
+        node = settings.get(section)
+        if isinstance(node, Mapping) and key in node:
+            own.setdefault(section, {})[key] = node[key]
+    return own
 
 
 def get_setting(settings: Mapping[str, Any], dotted: str) -> Any:
@@ -67,7 +91,19 @@ def format_setting(dotted: str, value: Any) -> str:
         return prefetch_word(value)
     if isinstance(value, bool):
         return "on" if value else "off"
-    return "?" if value is None else str(value)
+    if value is None:  # not set: what that means for the key, never "?" (it is known)
+        return _UNSET_WORDS.get(dotted, "-")
+    return str(value)
+
+
+# What a setting left unset means, where it means something ("-" for the others).
+_UNSET_WORDS = {
+    "train.max_steps": "no limit",
+    "train.epochs": "no limit",
+    "strategy.replicas": "all",
+    "model.factory": "built-in",
+    "data.factory": "built-in",
+}
 
 
 # The attempts table's names for a setting (a column's head, or a note under a row).

@@ -17,7 +17,13 @@ from typing import Any
 
 from gpuwatch import peaks, snapshot
 from gpuwatch.runstate.attempts import AttemptSummary, WorkerWait, add_wait
-from gpuwatch.runstate.command import NO_TRAINING, NOT_TENSORFLOW, CommandView, shell_text
+from gpuwatch.runstate.command import (
+    NO_TRAINING,
+    NOT_TENSORFLOW,
+    CommandView,
+    missing_tensorflow,
+    shell_text,
+)
 from gpuwatch.runstate.figures import Figures, step_figures
 from gpuwatch.runstate.settings import command_argv, get_setting
 from gpuwatch.runstate.steps import WARMUP_STEPS, StepPoint, share_of_link
@@ -378,7 +384,10 @@ def command_view(state: RunState) -> CommandView | None:
         # is a program that is not Python; a hook without TensorFlow, a Python one that
         # has not imported it (so far: a script imports it when it gets there).
         started = state.status not in (None, "starting")
-        if started:
+        missing = missing_tensorflow(state.status_message) if state.terminal else None
+        if missing is not None:
+            note = missing
+        elif started:
             note = NOT_TENSORFLOW + ("" if state.terminal else " (so far)")
     elif (hook is not None and not hook.loop and not stepped
           and state.status not in (None, "starting")):

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual.widgets import Static
+
 from gpuwatch.app.app import COMMAND_SETTINGS_REFUSAL, GpuwatchApp
 from gpuwatch.app.link import ReplayLink
-from gpuwatch.app.screens.modals import KeysScreen
+from gpuwatch.app.screens.modals import KeysScreen, QuitScreen
 from gpuwatch.app.screens.settings import SettingsScreen
 from gpuwatch.app.widgets.panels import (
     AdvicePanel,
@@ -46,7 +48,7 @@ def fits(app: GpuwatchApp) -> None:
         for line in widget.plain.splitlines():
             assert len(line) <= widget.content_size.width, (panel.__name__, line)
     bar = app.query_one(PendingBar)
-    assert bar.region.height == 1 and bar.region.y == SIZE[1] - 2, bar.region
+    assert bar.region.height == 1 and bar.region.y == app.size.height - 2, bar.region
 
 
 async def test_a_watched_script_names_its_loop_and_why_its_input_wait_is_not_measured():
@@ -62,6 +64,27 @@ async def test_a_watched_script_names_its_loop_and_why_its_input_wait_is_not_mea
         assert lines[3].startswith("input wait: not measurable for this loop (steps_per_")
         assert text(app, AdvicePanel).startswith("input wait not measured in this loop")
         fits(app)
+
+
+async def test_why_the_input_wait_is_not_measured_is_said_whole_at_80_and_120_columns():
+    # Every reason the hook gives, and the remedy in it, over as many lines as it takes:
+    # none cut off (it was, at 80 columns and at 120).
+    from trainer_runtime.hook.loops import NOT_FETCHED
+    from trainer_runtime.hook.patching import DETERMINISM
+
+    reasons = [NOT_FETCHED, f"steps come from a per-batch callback: {DETERMINISM}",
+               "steps come from a per-batch callback: Keras 3.3 is outside the tested "
+               "3.7 to 3.15; a Keras in that range measures it"]
+    for size in (SIZE, (120, 30)):
+        for why in reasons:
+            run = CommandEvents().start().hook(input_wait=why).hello().steps(30)
+            app, link = command_app(run)
+            async with app.run_test(size=size) as pilot:
+                await settle(app, link, pilot)
+                panel = text(app, MetricsPanel)
+                said = " ".join(line.strip() for line in panel.splitlines()[3:])
+                assert f"input wait: not measurable for this loop ({why})" in said, panel
+                fits(app)
 
 
 async def test_a_long_command_is_cut_and_what_is_watched_stays():
@@ -138,9 +161,11 @@ async def test_batch_accumulation_and_settings_keys_are_greyed_out_and_say_why(n
         assert app.check_action("toggle_prefetch", ()) is True
         assert app.check_action("relaunch", ()) is None  # nothing pending yet
         for key in ("a", "A", "b", "B", "e"):
-            await pilot.press(key)  # greyed out: nothing happens
+            await pilot.press(key)  # greyed out: nothing changes, and the key says why
         await pilot.pause()
         assert app.pending == {} and not isinstance(app.screen, SettingsScreen)
+        assert notifications[-5:] == [ACCUMULATION_REFUSAL] * 2 + [BATCH_REFUSAL] * 2 + [
+            COMMAND_SETTINGS_REFUSAL]
         # Triggered anyway (a binding of another screen, a test): refused with the reason.
         app.action_accumulation(True)
         app.action_batch(False)
@@ -190,3 +215,22 @@ async def test_a_train_run_keeps_every_key():
         assert "Double accumulation steps" in dict(app.key_rows())["a"]
         assert "a/A accumulation" in text(app, PendingBar)
         assert text(app, MetricsPanel).startswith("step ")  # no command line
+
+
+async def test_the_quit_dialog_says_what_stop_does_to_a_command_and_to_a_train_run():
+    # gpuwatch keeps no checkpoint of a person's command: its Stop ends the command.
+    for app, link, stop in (
+        (*command_app(CommandEvents().start().hook().hello().steps(5)),
+         "Stop ends your command (SIGTERM, then SIGKILL after the grace); gpuwatch keeps "
+         "no checkpoint of it."),
+        (*make_app("cpu_one_attempt.jsonl"), "Stop checkpoints and ends the run."),
+    ):
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(app, link, pilot)
+            await pilot.press("q")
+            await pilot.pause()
+            assert isinstance(app.screen, QuitScreen)
+            shown = " ".join(str(app.screen.query_one(".dialog-text", Static).render()).split())
+            assert shown.endswith(stop), shown
+            await pilot.press("escape")
+        assert link.commands == []

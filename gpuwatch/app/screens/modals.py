@@ -32,13 +32,23 @@ class QuitScreen(ModalScreen[QuitChoice]):
         Binding("escape", "choose('cancel')", "Cancel", id="quit.cancel", tooltip="Back"),
     ]
 
+    def __init__(self, *, own_command: bool = False) -> None:
+        super().__init__()
+        self.own_command = own_command
+
+    @property
+    def text(self) -> str:
+        """What the dialog says: what Stop does to this run (gpuwatch checkpoints its
+        own trainer; a person's command it ends, and keeps nothing of it)."""
+        stop = ("Stop ends your command (SIGTERM, then SIGKILL after the grace); gpuwatch "
+                "keeps no checkpoint of it." if self.own_command
+                else "Stop checkpoints and ends the run.")
+        return ("Quit the dashboard?\n\nDetach leaves training running; attach again with "
+                f"gpuwatch attach. {stop}")
+
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Static(
-                "Quit the dashboard?\n\nDetach leaves training running; attach again with "
-                "gpuwatch attach. Stop checkpoints and ends the run.",
-                classes="dialog-text",
-            )
+            yield Static(self.text, classes="dialog-text")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Detach (d)", id="detach", variant="primary")
                 yield Button("Stop run (s)", id="stop", variant="error")

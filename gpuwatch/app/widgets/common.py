@@ -27,5 +27,15 @@ def fit_line(line: str, width: int, keep: str = "") -> str:
     return head[:room].rstrip(" ,") + "…" + keep
 
 
+def wrapped(text: str, width: int) -> list[str]:
+    """text in lines of at most width cells, broken at spaces (a word longer than a line
+    is broken inside); one line if width is unknown (0)."""
+    import textwrap
+
+    if width <= 0:
+        return [text]
+    return textwrap.wrap(text, width, break_on_hyphens=False) or [""]
+
+
 def plural(count: int, word: str) -> str:
     return f"{count} {word}" if count == 1 else f"{count} {word}s"

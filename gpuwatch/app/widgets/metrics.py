@@ -6,7 +6,7 @@ from rich.text import Text
 
 from gpuwatch.app import fmt
 from gpuwatch.app.widgets.breakdown import breakdown_lines
-from gpuwatch.app.widgets.common import fit_line
+from gpuwatch.app.widgets.common import fit_line, wrapped
 from gpuwatch.app.widgets.state_panel import StatePanel
 from gpuwatch.runstate import WARMUP_STEPS, CommandView, Figures, RunState, StepPoint
 
@@ -75,8 +75,10 @@ class MetricsPanel(StatePanel):
         unmeasurable = view.input_wait if view is not None else None
         text.append_text(self._figures_line(figures, rate, wait=unmeasurable is None))
         if unmeasurable is not None:  # where the figure would be: why there is none
-            text.append("\n")
-            text.append(fit_line(unmeasurable, self.content_size.width), style="bold")
+            # Whole, over as many lines as it takes: the why and how the loop could change.
+            for line in wrapped(unmeasurable, self.content_size.width):
+                text.append("\n")
+                text.append(line, style="bold")
         parts = breakdown_lines(figures, self.content_size.width, cluster=state.workers > 1)
         if parts:
             text.append("\n")
