@@ -177,8 +177,10 @@ def test_fit_steps_add_up_to_the_scripts_own_clock_across_epochs(timed_fit: Star
     ran = timed_fit.finish()
     assert ran.returncode == 0, ran.output
     printed = float(ran.output.split("examples_per_s=")[1].split()[0])
-    timed = [s for s in ran.steps if s.epoch >= 1]
-    assert [s.epoch for s in timed] == [e for e in range(1, 7) for _ in range(8)]
+    # The second fit's epochs, numbered as Keras numbers them (from 0 again).
+    assert [s.epoch for s in ran.steps[:8]] == [0] * 8
+    timed = ran.steps[8:]
+    assert [s.epoch for s in timed] == [e for e in range(6) for _ in range(8)]
     seconds = sum(s.step_time_ms for s in timed) / 1000.0
     assert sum(s.examples for s in timed) / seconds == pytest.approx(printed, rel=0.05)
 
@@ -195,6 +197,15 @@ def test_a_custom_loop_reports_every_step_with_the_loss_it_printed(eager: bool) 
     assert [s.examples for s in steps] == [64] * 8
     assert ran.hook.loop == ("strategy.run (eager)" if eager else "strategy.run (tf.function)")
     assert ran.hook.input_wait == ""
+    # Its epochs are the script's own, which the hook does not see: none, never "epoch 0".
+    assert all(s.epoch is None for s in steps)
+
+
+def test_fits_epochs_are_numbered_as_keras_numbers_them_from_initial_epoch() -> None:
+    # fit(epochs=3, initial_epoch=1) trains Keras' epochs 1 and 2 ("Epoch 2/3", "3/3").
+    ran = run_hooked(script("fit_mirrored.py", "--epochs", "3", "--initial-epoch", "1"))
+    assert ran.returncode == 0, ran.output
+    assert [s.epoch for s in ran.steps] == [1] * 8 + [2] * 8
 
 
 @pytest.fixture

@@ -142,7 +142,9 @@ class _Reader:
     def read(self, iterator: Any, called: float, rows: Any) -> None:
         watch = self.watch
         if iterator is not self.iterator:  # a new epoch (fit makes an iterator per epoch)
-            if self.iterator is not None:
+            if watch.epoch_start is not None:  # a fit's first: its initial_epoch
+                watch.epoch, watch.epoch_start = watch.epoch_start, None
+            else:
                 watch.epoch += 1
             self.iterator = iterator
         # A step begins where the one before it ended, across epochs too: what Keras does
@@ -161,7 +163,8 @@ class _Reader:
             self.last_end = t2
             watch.report(step_time_ms=max(0.0, (t2 - start) * 1000.0),
                          input_wait_ms=max(0.0, (t1 - t0) * 1000.0),
-                         examples=examples, loss=loss, lr=lr if lr >= 0 else None, end=t2)
+                         examples=examples, loss=loss, lr=lr if lr >= 0 else None, end=t2,
+                         epoch=watch.epoch)
 
 
 def _host_learning_rate(model: Any) -> float | None:
@@ -203,7 +206,7 @@ def with_callback(watch: FitWatch, model: Any, args: tuple[Any, ...], kwargs: di
             self.last = now
             watch.report(step_time_ms=(now - start) * 1000.0, input_wait_ms=None,
                          examples=examples or 0, loss=loss, lr=_host_learning_rate(model),
-                         end=now)
+                         end=now, epoch=watch.epoch)
 
     callback = _Steps()
     if len(args) >= 6:

@@ -83,6 +83,8 @@ def patch_trainer(watch: KerasWatch, module: ModuleType) -> None:
             model._gpuwatch_graphed = False
             watch.set_loop("fit", "not measured", f"fit not watched: {one_line(exc)}")
             return in_keras(original, model, *args, **kwargs)
+        initial = kwargs.get("initial_epoch", args[11] if len(args) > 11 else 0)
+        watch.epoch_start = int(initial or 0)  # Keras numbers this fit's epochs from it
         stop = watch.on_max_steps
         watch.on_max_steps = lambda: setattr(model, "stop_training", True)
         watch.loops.flush_pending()

@@ -287,7 +287,7 @@ class CustomLoops:
         watch = self.watch
         watch.report(step_time_ms=max(0.0, pending["time_ms"]),
                      input_wait_ms=pending["wait_ms"], examples=pending["examples"],
-                     loss=pending["loss"], lr=None, end=pending["end"])
+                     loss=pending["loss"], lr=None, end=pending["end"], epoch=None)
         if watch.stopped:
             self._end_loop(eager=pending["eager"])
 

@@ -85,7 +85,10 @@ class Watch:
         # Steps.
         self.step = 0
         self.position = 0
+        # fit's epoch, as Keras numbers it (initial_epoch first); a custom loop's steps
+        # carry none: its epochs are the script's own, unseen.
         self.epoch = 0
+        self.epoch_start: int | None = None  # set as fit starts: its first epoch's number
         self.hello_sent = False
         self.param_count = 0
         self.param_bytes = 0
@@ -175,7 +178,8 @@ class Watch:
             self.strategy_obj = strategy
 
     def report(self, *, step_time_ms: float, input_wait_ms: float | None, examples: int,
-               loss: float | None, lr: float | None, end: float) -> None:
+               loss: float | None, lr: float | None, end: float,
+               epoch: int | None) -> None:
         if self.stopped:
             return
         if not self.hello_sent:
@@ -184,7 +188,7 @@ class Watch:
         self.position += examples
         finite = loss is not None and loss == loss and abs(loss) != float("inf")
         self.emit(protocol.Step(
-            attempt=self.attempt, step=self.step, micro_step=self.step, epoch=self.epoch,
+            attempt=self.attempt, step=self.step, micro_step=self.step, epoch=epoch,
             loss=loss if finite else None, lr=lr, examples=examples,
             step_time_ms=step_time_ms,
             input_wait_ms=None if input_wait_ms is None else max(0.0, input_wait_ms),

@@ -17,9 +17,11 @@ class FitWatch(Protocol):
     """What fit.py's train function and per-batch callback need: the epoch, and each step."""
 
     epoch: int
+    epoch_start: int | None
 
     def report(self, *, step_time_ms: float, input_wait_ms: float | None, examples: int,
-               loss: float | None, lr: float | None, end: float) -> None: ...
+               loss: float | None, lr: float | None, end: float,
+               epoch: int | None) -> None: ...
 
 
 class PendingSteps(Protocol):
@@ -72,4 +74,5 @@ class LoopsWatch(Protocol):
     def send_hook(self) -> None: ...
 
     def report(self, *, step_time_ms: float, input_wait_ms: float | None, examples: int,
-               loss: float | None, lr: float | None, end: float) -> None: ...
+               loss: float | None, lr: float | None, end: float,
+               epoch: int | None) -> None: ...

@@ -50,7 +50,8 @@ trainer -> supervisor (the trainer's telemetry socket):
               attempt (int): the attempt it belongs to (1, 2, ...)
               step (int): optimizer steps so far, counted across attempts
               micro_step (int): micro-batches so far
-              epoch (int): passes over the data so far (0 for a factory's)
+              epoch (int | None): passes over the data so far (0 for a factory's;
+                null: not known, a script's own loop, whose epochs are its own)
               loss (float | None): mean loss of the update (null if not finite)
               lr (float | None): the learning rate it applied (null: not known, a
                 script's loop)
@@ -128,7 +129,7 @@ agent -> supervisor (past 8 workers, instead of a worker's steps but the chief's
               first_step (int): the first update it covers
               last_step (int): the last update it covers
               count (int): the updates it covers
-              epoch (int): the last update's epoch
+              epoch (int | None): the last update's epoch (null: not known)
               examples (int): examples trained on in them
               loss (float | None): the last finite loss among them (null: none)
               position (int | None): the last update's position

@@ -99,7 +99,9 @@ class Step(Event):
     attempt: int = _attempt()
     step: int = field(metadata=_note("optimizer steps so far, counted across attempts"))
     micro_step: int = field(metadata=_note("micro-batches so far"))
-    epoch: int = field(metadata=_note("passes over the data so far (0 for a factory's)"))
+    epoch: int | None = field(metadata=_note(
+        "passes over the data so far (0 for a factory's; null: not known, a script's own "
+        "loop, whose epochs are its own)"))
     loss: float | None = field(metadata=_note("mean loss of the update (null if not finite)"))
     lr: float | None = field(
         metadata=_note("the learning rate it applied (null: not known, a script's loop)")
@@ -175,7 +177,7 @@ class StepSummary(Event):
     first_step: int = field(metadata=_note("the first update it covers"))
     last_step: int = field(metadata=_note("the last update it covers"))
     count: int = field(metadata=_note("the updates it covers"))
-    epoch: int = field(metadata=_note("the last update's epoch"))
+    epoch: int | None = field(metadata=_note("the last update's epoch (null: not known)"))
     examples: int = field(metadata=_note("examples trained on in them"))
     loss: float | None = field(metadata=_note("the last finite loss among them (null: none)"))
     position: int | None = field(default=None, metadata=_note("the last update's position"))

@@ -14,6 +14,7 @@ import numpy as np
 parser = argparse.ArgumentParser()
 parser.add_argument("--spe", type=int, default=1, help="steps_per_execution")
 parser.add_argument("--epochs", type=int, default=2)
+parser.add_argument("--initial-epoch", type=int, default=0, help="fit's initial_epoch")
 parser.add_argument("--examples", type=int, default=512)
 parser.add_argument("--batch", type=int, default=64, help="global batch")
 parser.add_argument("--lr", type=float, default=0.05)
@@ -83,7 +84,7 @@ if args.dataset:
     model.fit(data, epochs=args.epochs, verbose=0, callbacks=callbacks)
 else:
     model.fit(x, y, batch_size=args.batch, epochs=args.epochs, shuffle=False, verbose=0,
-              callbacks=callbacks)
+              callbacks=callbacks, initial_epoch=args.initial_epoch)
 
 if args.time_epochs:
     class EpochClock(keras.callbacks.Callback):
