@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 TESTED_KERAS = ((3, 7), (3, 15))
 KERAS_TRAINER = "keras.src.backend.tensorflow.trainer"
 KERAS_OPTIMIZER = "keras.src.optimizers.base_optimizer"
+KERAS_MODEL = "keras.src.models.model"
 
 
 def keras_version(text: str) -> tuple[int, int] | None:
@@ -53,9 +54,17 @@ def patch_optimizer(watch: KerasWatch, module: ModuleType) -> None:
                 watch.count_params(list(trainable_variables))
             except Exception:
                 pass
-        return original(optimizer, grads, trainable_variables, *args, **kwargs)
+        # An update outside strategy.run and fit is a step of its own (updates.py).
+        return watch.updates.apply(original, optimizer, grads, trainable_variables, *args,
+                                   **kwargs)
 
     wrap(module.BaseOptimizer, "apply", apply)
+
+
+def patch_model(watch: KerasWatch, module: ModuleType) -> None:
+    """A top-level model call outside fit and strategy.run: its batch's examples are the
+    next update's (updates.py)."""
+    wrap(module.Model, "__call__", watch.updates.model_call)
 
 
 def patch_trainer(watch: KerasWatch, module: ModuleType) -> None:
@@ -85,6 +94,11 @@ def patch_trainer(watch: KerasWatch, module: ModuleType) -> None:
             return in_keras(original, model, *args, **kwargs)
         initial = kwargs.get("initial_epoch", args[11] if len(args) > 11 else 0)
         watch.epoch_start = int(initial or 0)  # Keras numbers this fit's epochs from it
+        if not watch.hello_sent:  # the steps go on from a restored optimizer's count
+            try:
+                watch.step = max(watch.step, int(model.optimizer.iterations.numpy()))
+            except Exception:
+                pass
         stop = watch.on_max_steps
         watch.on_max_steps = lambda: setattr(model, "stop_training", True)
         watch.loops.flush_pending()

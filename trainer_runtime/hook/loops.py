@@ -53,7 +53,7 @@ class CustomLoops:
         self.eager_wait_seen = False
         self.pending: dict[str, Any] | None = None  # a step waiting for its loss
         # autograph's generated modules in the temporary directory: removed at exit by its
-        # atexit handlers, which the exit from inside a traced step skips (_end_loop).
+        # atexit handlers, which the exit from inside a traced step skips (end_loop).
         self.generated: list[str] = []
 
     def install(self, tf: Any) -> None:
@@ -133,6 +133,16 @@ class CustomLoops:
 
     def _run(self, original: Callable[..., Any], strategy: Any, fn: Any, *args: Any,
              **kwargs: Any) -> Any:
+        # While it runs, the updates its function applies are this step's (updates.py
+        # stands by).
+        self.watch.run_depth += 1
+        try:
+            return self._run_step(original, strategy, fn, *args, **kwargs)
+        finally:
+            self.watch.run_depth -= 1
+
+    def _run_step(self, original: Callable[..., Any], strategy: Any, fn: Any, *args: Any,
+                  **kwargs: Any) -> Any:
         watch, tf = self.watch, self.watch.tf
         if self._standing_by() or tf is None:
             return original(strategy, fn, *args, **kwargs)
@@ -289,9 +299,9 @@ class CustomLoops:
                      input_wait_ms=pending["wait_ms"], examples=pending["examples"],
                      loss=pending["loss"], lr=None, end=pending["end"], epoch=None)
         if watch.stopped:
-            self._end_loop(eager=pending["eager"])
+            self.end_loop(eager=pending["eager"])
 
-    def _end_loop(self, *, eager: bool) -> None:
+    def end_loop(self, *, eager: bool) -> None:
         """The loop reached max_steps: end the script. Eagerly, as sys.exit(0) from the
         step would (its finally blocks and atexit run); from inside a traced step there is
         no way back to the script, so the process exits at once (exit 0), removing the

@@ -31,7 +31,13 @@ from typing import Any
 from trainer_runtime import protocol
 from trainer_runtime.hook import keras_patches
 from trainer_runtime.hook.loops import CustomLoops
-from trainer_runtime.hook.patching import AfterImport, excepthook_without_hook_frames, one_line
+from trainer_runtime.hook.patching import (
+    AfterImport,
+    excepthook_without_hook_frames,
+    one_line,
+    wrap,
+)
+from trainer_runtime.hook.updates import PlainUpdates
 from trainer_runtime.telemetry import HOOK_GATHER_S, NullEmitter, SocketEmitter
 
 _watch: Watch | None = None
@@ -95,10 +101,12 @@ class Watch:
         self.stopped = False  # max_steps reached
         self.keras_depth = 0  # inside Keras' fit/evaluate/predict: strategy-level patches stand by
         self.applies = 0  # optimizer applications traced or run so far (custom loops)
+        self.run_depth = 0  # inside strategy.run (its updates are its step's)
         # What ends the script's training at max_steps: fit sets one (stop_training); a
-        # custom loop's step ends the process (CustomLoops._end_loop).
+        # custom loop's step ends the process (CustomLoops.end_loop).
         self.on_max_steps: Callable[[], None] | None = None
         self.loops = CustomLoops(self)
+        self.updates = PlainUpdates(self)
 
     # -- wiring ----------------------------------------------------------------------
 
@@ -110,6 +118,8 @@ class Watch:
             keras_patches.KERAS_OPTIMIZER: self._guard(
                 lambda module: keras_patches.patch_optimizer(self, module),
                 "Keras' optimizer"),
+            keras_patches.KERAS_MODEL: self._guard(
+                lambda module: keras_patches.patch_model(self, module), "Keras' model"),
         }))
         atexit.register(self.at_exit)
         if not getattr(sys.excepthook, "__gpuwatch__", False):
@@ -131,6 +141,9 @@ class Watch:
         self.tensorflow = True
         self.message = "TensorFlow imported: no training loop seen yet"
         self.loops.install(tf)
+        from tensorflow.python.data.ops import iterator_ops
+
+        wrap(iterator_ops.OwnedIterator, "__next__", self.updates.iterator_next)
         self.send_hook()
 
     @property
@@ -217,7 +230,8 @@ class Watch:
             replicas=replicas, device_kind=kind, devices=devices,
             param_count=self.param_count, param_bytes=self.param_bytes,
             global_batch_size=examples, accumulation_steps=1,
-            per_replica_batch=examples // max(1, replicas), start_step=0, start_micro_step=0,
+            per_replica_batch=examples // max(1, replicas), start_step=self.step,
+            start_micro_step=self.step,
             worker=self.worker,
         ))
 

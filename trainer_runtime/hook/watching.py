@@ -30,10 +30,22 @@ class PendingSteps(Protocol):
     def flush_pending(self) -> None: ...
 
 
+class Updates(Protocol):
+    """The script's own updates (updates.PlainUpdates), as keras_patches.py hands them."""
+
+    def apply(self, original: Callable[..., Any], optimizer: Any, *args: Any,
+              **kwargs: Any) -> Any: ...
+
+    def model_call(self, original: Callable[..., Any], model: Any, *args: Any,
+                   **kwargs: Any) -> Any: ...
+
+
 class KerasWatch(FitWatch, Protocol):
     """What keras_patches.py needs (and fit.py, which it hands the Watch to)."""
 
     keras_version: str
+    hello_sent: bool
+    step: int
     keras_depth: int
     applies: int
     param_count: int
@@ -42,6 +54,9 @@ class KerasWatch(FitWatch, Protocol):
 
     @property
     def loops(self) -> PendingSteps: ...
+
+    @property
+    def updates(self) -> Updates: ...
 
     def set_loop(self, loop: str, input_wait: str = "", message: str = "") -> None: ...
 
@@ -55,6 +70,7 @@ class KerasWatch(FitWatch, Protocol):
 class LoopsWatch(Protocol):
     """What loops.py's CustomLoops needs."""
 
+    run_depth: int
     tf: Any
     prefetch: Any
     emitter: Any
@@ -66,6 +82,49 @@ class LoopsWatch(Protocol):
 
     @property
     def own_process(self) -> bool: ...
+
+    def set_loop(self, loop: str, input_wait: str = "", message: str = "") -> None: ...
+
+    def note_strategy(self, strategy: Any) -> None: ...
+
+    def send_hook(self) -> None: ...
+
+    def report(self, *, step_time_ms: float, input_wait_ms: float | None, examples: int,
+               loss: float | None, lr: float | None, end: float,
+               epoch: int | None) -> None: ...
+
+
+class HostLoops(Protocol):
+    """What updates.py needs of loops.py's CustomLoops: the host's wait in next() on a
+    distributed iterator, and the end at max_steps."""
+
+    eager_wait_s: float
+    eager_fetch_start: float | None
+
+    def flush_pending(self) -> None: ...
+
+    def end_loop(self, *, eager: bool) -> None: ...
+
+
+class UpdatesWatch(Protocol):
+    """What updates.py's PlainUpdates needs."""
+
+    tf: Any
+    lock: threading.Lock
+    message: str
+    loop: str
+    input_wait: str
+    keras_depth: int
+    run_depth: int
+    stopped: bool
+    hello_sent: bool
+    step: int
+
+    @property
+    def own_process(self) -> bool: ...
+
+    @property
+    def loops(self) -> HostLoops: ...
 
     def set_loop(self, loop: str, input_wait: str = "", message: str = "") -> None: ...
 

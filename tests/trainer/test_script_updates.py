@@ -1,0 +1,104 @@
+"""Every optimizer update of a person's own loop is a step, whatever the loop's shape.
+
+tests/data/scripts/tape_loops.py trains with GradientTape and apply_gradients and no
+strategy.run, in the guides' shapes (eager, a tf.function step, the whole loop in one
+tf.function, a LossScaleOptimizer that skips overflowing updates, two optimizers a step,
+a new optimizer for a second phase, fit then a loop on the same optimizer), and prints
+each optimizer's iterations at its end: the ground truth the steps shown must equal
+(trainer_runtime/hook/updates.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.support.hooked import Hooked, run_hooked, script
+from trainer_runtime import protocol
+
+pytestmark = pytest.mark.slow
+
+SHAPES = ("eager", "function", "whole", "lso", "two", "phases", "mixed")
+FIT_STEPS = 4  # the mixed shape's fit: 4 batches before its loop
+
+
+def iterations(ran: Hooked) -> dict[str, int]:
+    """What the script printed: each optimizer's iterations at its end."""
+    found = {}
+    for line in ran.output.splitlines():
+        if line.startswith("iterations "):
+            name, _, value = line.removeprefix("iterations ").partition("=")
+            found[name] = int(value)
+    return found
+
+
+def updates_made(shape: str, counts: dict[str, int], restored: int) -> int:
+    """The updates the script made, by its optimizers' own counts: the pace-setting one's
+    (a GAN's second optimizer's are the same steps), both phases' optimizers."""
+    if shape == "phases":
+        return counts["first"] - restored + counts["model"]
+    return counts["model"] - restored
+
+
+# Each shape once a run, its length and a restored optimizer's count drawn: a TensorFlow
+# start-up per example (some 5 s), so one example a shape.
+@pytest.mark.parametrize("shape", SHAPES)
+@settings(max_examples=1, database=None)
+@given(steps=st.integers(12, 20), restored=st.sampled_from([0, 5, 1000]))
+def test_the_steps_shown_are_every_update_the_optimizers_count(
+    shape: str, steps: int, restored: int
+) -> None:
+    argv = ["--shape", shape, "--steps", str(steps), "--restored", str(restored)]
+    if shape == "lso":
+        # Mixed precision with a loss scale that overflows float16: the optimizer skips
+        # the first updates (7 of 24 here) and halves the scale; a skipped one is no step.
+        argv += ["--loss-scale", str(2.0 ** 24)]
+    ran = run_hooked(script("tape_loops.py", *argv))
+    assert ran.returncode == 0, ran.output
+    counts = iterations(ran)
+    made = updates_made(shape, counts, restored)
+    shown = [s.step for s in ran.steps]
+    # The steps go on from a restored optimizer's count; mixed's fit counts from it too.
+    assert shown == list(range(restored + 1, restored + made + 1)), (counts, shown)
+    if shape == "lso":
+        assert made < steps, counts  # some updates were skipped, and not counted
+    else:
+        assert made == steps + (FIT_STEPS if shape == "mixed" else 0), counts
+    (hello,) = ran.of(protocol.Hello)
+    assert hello.start_step == restored
+    assert all(s.examples == 32 for s in ran.steps)
+    assert all(s.epoch is None for s in ran.steps[FIT_STEPS if shape == "mixed" else 0:])
+    loop = ran.hook.loop
+    pace = "sgd_finetune" if shape == "phases" else "sgd"
+    assert loop.startswith(f"{pace} updates ("), loop
+    assert ("optimizers seen, its updates are the steps" in loop) is (shape in ("two", "phases"))
+
+
+def test_a_traced_step_handed_its_batch_shows_the_reads_wait() -> None:
+    # Each batch reads in 10 ms (a sleep in the dataset), taken by the Python loop and
+    # handed to the tf.function step: the host times next(). Past the first steps (tf.data's
+    # own injected read-ahead), every step waits at least half the read, never past the step.
+    ran = run_hooked(script("tape_loops.py", "--shape", "function", "--steps", "16",
+                            "--read-ms", "10"))
+    assert ran.returncode == 0, ran.output
+    assert ran.hook.input_wait == ""
+    for s in ran.steps[4:]:
+        assert s.input_wait_ms is not None and 5.0 <= s.input_wait_ms <= s.step_time_ms + 0.5, s
+
+
+def test_a_loop_inside_one_tf_function_is_counted_and_says_why_its_wait_is_not() -> None:
+    ran = run_hooked(script("tape_loops.py", "--shape", "whole", "--steps", "12"))
+    assert ran.returncode == 0, ran.output
+    assert [s.step for s in ran.steps] == list(range(1, 13))
+    assert all(s.input_wait_ms is None for s in ran.steps)
+    assert ran.hook.input_wait.startswith("its batches are not taken with next() in Python")
+
+
+def test_max_steps_ends_a_tape_loop_as_it_ends_a_custom_loop() -> None:
+    # The 6th update is the last: the traced loop's process exits 0 at once.
+    ran = run_hooked(script("tape_loops.py", "--shape", "function", "--steps", "20"),
+                     max_steps=6)
+    assert ran.returncode == 0, ran.output
+    assert [s.step for s in ran.steps] == list(range(1, 7))
+    assert ran.of(protocol.Done)[-1].reason == "max_steps"
