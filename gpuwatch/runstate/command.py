@@ -19,7 +19,7 @@ NO_TENSORFLOW_MODULE = ("no step metrics: the command's Python has no {module} "
                         "(install it there, or run the Python that has it)")
 # ... and of a TensorFlow program whose hook saw no training loop run (a tf.data
 # benchmark, a strategy tutorial's toy functions): no fit, no strategy.run step.
-NO_TRAINING = "no training seen: neither Keras fit nor a strategy.run step ran"
+NO_TRAINING = "no training seen: no optimizer update ran (fit, a loop of its own)"
 
 
 @dataclass(frozen=True, slots=True)
