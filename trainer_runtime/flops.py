@@ -46,6 +46,7 @@ raises: any error is logged and gives ``None``.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import math
 import re
@@ -108,12 +109,21 @@ class GraphFlops:
         return self.flops / self.examples if self.complete else None
 
 
+# While a count runs with a batch size given (count_graph's batch): the size of a leading
+# dimension the trace left unknown (a dataset batched without drop_remainder, as Keras'
+# fit of arrays has it). Any other unknown dimension stays unknown.
+_LEADING: contextvars.ContextVar[int | None] = contextvars.ContextVar("leading", default=None)
+
+
 def _dims(shape: Any) -> list[int] | None:
-    """A static shape as ints, or None if its rank or any dimension is unknown."""
+    """A static shape as ints, or None if its rank or any dimension is unknown (a leading
+    one is the batch given to count_graph, if one is)."""
     try:
         dims = shape.as_list()
     except ValueError:  # unknown rank
         return None
+    if dims and dims[0] is None:
+        dims[0] = _LEADING.get()
     if any(d is None for d in dims):
         return None
     return [int(d) for d in dims]
@@ -297,24 +307,32 @@ def _sum(parts: Iterable[GraphFlops]) -> GraphFlops:
     return total
 
 
-def count_graph(graph: Any) -> GraphFlops:
-    """FLOPs and examples read in a (Func)Graph, following the functions it calls."""
-    return _Counter(graph).graph(graph)
+def count_graph(graph: Any, batch: int | None = None) -> GraphFlops:
+    """FLOPs and examples read in a (Func)Graph, following the functions it calls; batch:
+    the size of every leading dimension the trace left unknown (a batch seen running)."""
+    token = _LEADING.set(batch)
+    try:
+        return _Counter(graph).graph(graph)
+    finally:
+        _LEADING.reset(token)
 
 
-def count_concrete(fn: Any) -> GraphFlops:
+def count_concrete(fn: Any, batch: int | None = None) -> GraphFlops:
     """FLOPs and examples read in a traced tf.function's concrete function."""
-    return count_graph(fn.graph)
+    return count_graph(fn.graph, batch)
 
 
-def update_flops_per_example(concrete: Any, what: str = "the update") -> float | None:
+def update_flops_per_example(concrete: Any, what: str = "the update",
+                             batch: int | None = None) -> float | None:
     """FLOPs per example of a traced update (forward + backward), or None; never raises.
+    batch: as count_graph's. concrete: a concrete function, or a FuncGraph.
 
     Logs the figure and the time the count took, or why there is none.
     """
     t0 = time.perf_counter()
     try:
-        counted = count_concrete(concrete)
+        graph = getattr(concrete, "graph", concrete)
+        counted = count_graph(graph, batch)
     except Exception as exc:  # a graph this walk does not understand: no figure
         log.warning("FLOPs per example of %s not counted (%s: %s)", what,
                     type(exc).__name__, " ".join(str(exc).split())[:200])
@@ -348,3 +366,27 @@ def trainer_flops_per_example(trainer: Any) -> float | None:
                     type(exc).__name__)
         return None
     return update_flops_per_example(concrete)
+
+
+def step_flops_per_example(graph: Any, examples: int, replicas: int = 1,
+                           what: str = "the script's step") -> float | None:
+    """FLOPs per example of a person's traced training step (the hook's: a fit train
+    function, a strategy.run step, a GradientTape update), seen running with `examples`
+    per step over `replicas`; None where it cannot be counted; never raises.
+
+    A leading dimension the trace left unknown is the per-replica batch seen. A graph
+    that reads its batches is per example read, as the runtime's update is; one handed
+    its batch (no read in it) is one step: its FLOPs over the step's examples."""
+    try:
+        per_replica = examples // replicas if replicas > 0 and examples % replicas == 0 \
+            else None
+        counted = count_graph(graph, per_replica)
+    except Exception as exc:
+        log.warning("FLOPs per example of %s not counted (%s: %s)", what,
+                    type(exc).__name__, " ".join(str(exc).split())[:200])
+        return None
+    if counted.unknown_ops or counted.unknown_reads or not counted.counted_ops:
+        return None
+    if counted.examples:
+        return counted.flops / counted.examples
+    return counted.flops / examples if examples > 0 else None

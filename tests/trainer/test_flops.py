@@ -301,3 +301,44 @@ def test_a_trace_that_fails_gives_none_and_the_trainer_goes_on(strategy: Any, de
 
     monkeypatch.setattr(trainer.graph, "trace_first", broken)
     assert _counted(trainer) is None
+
+
+# ---- a person's own script (gpuwatch run): the hook counts its traced step ------------
+
+
+def test_a_fit_scripts_flops_per_example_are_the_runtimes_for_the_same_model(
+        strategy: Any, devices: Any) -> None:
+    # fit_mirrored.py's model is the runtime's mlp [64] on 32 features and 10 classes: the
+    # hook counts fit's train function as it first runs (its batch dimension left unknown
+    # by Keras' dataset of arrays is the batch seen), the runtime its own update.
+    from tests.support.hooked import run_hooked, script
+    from trainer_runtime import protocol
+    from trainer_runtime.loop import Trainer
+
+    runtime = _counted(Trainer(make_config(model={"hidden_units": [64]},
+                                         data={"input_shape": [32], "classes": 10}),
+                             strategy, devices))
+    assert runtime == pytest.approx(dense_stack_flops([32, 64, 10]), rel=0.05)
+    ran = run_hooked(script("fit_mirrored.py", "--epochs", "1"))
+    assert ran.returncode == 0, ran.output
+    (hello,) = ran.of(protocol.Hello)
+    assert hello.flops_per_example == pytest.approx(runtime, rel=1e-9)
+
+
+@pytest.mark.parametrize(("argv", "sizes"), [
+    # strategy.run in a tf.function: the batch read inside it, or handed to it from Python
+    (["loop_mirrored.py", "--steps", "6"], [32, 64, 64, 10]),
+    (["loop_mirrored.py", "--steps", "6", "--python-next"], [32, 64, 64, 10]),
+    # GradientTape and apply_gradients, no strategy: a step, the whole loop in one function
+    (["tape_loops.py", "--shape", "function"], [16, 32, 4]),
+    (["tape_loops.py", "--shape", "whole"], [16, 32, 4]),
+], ids=["strategy-run", "python-next", "tape-step", "tape-whole-loop"])
+def test_a_custom_loops_flops_per_example_are_the_hand_count(
+        argv: list[str], sizes: list[int]) -> None:
+    from tests.support.hooked import run_hooked, script
+    from trainer_runtime import protocol
+
+    ran = run_hooked(script(*argv))
+    assert ran.returncode == 0, ran.output
+    (hello,) = ran.of(protocol.Hello)
+    assert hello.flops_per_example == pytest.approx(dense_stack_flops(sizes), rel=1e-9)

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 import tensorflow as tf
 from keras.src.backend.tensorflow.trainer import reduce_per_replica
 
+from trainer_runtime.flops import step_flops_per_example
+
 if TYPE_CHECKING:
     from trainer_runtime.hook.watching import FitWatch
 
@@ -117,13 +119,21 @@ def train_function(watch: FitWatch, model: Any) -> Any:
         steps = tf.function(steps, reduce_retracing=True)
 
     reader = _Reader(watch)
+    counted: list[bool] = []
 
     def function(iterator: Any) -> Any:
         if not isinstance(iterator, tf.data.Iterator | tf.distribute.DistributedIterator):
             return keras_function(iterator)
         called = time.time()
         logs, rows = steps(iterator)
-        reader.read(iterator, called, rows.numpy())
+        table = rows.numpy()
+        if not counted and not model.run_eagerly:  # before the first step is sent
+            counted.append(True)
+            examples = round(float(table[0][4]))  # the first step's: its tracker count
+            watch.flops_per_example = step_flops_per_example(
+                steps.get_concrete_function(iterator).graph, examples,
+                int(strategy.num_replicas_in_sync), "fit's train function")
+        reader.read(iterator, called, table)
         return logs
 
     return function

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from trainer_runtime.flops import step_flops_per_example
 from trainer_runtime.hook.patching import (
     DETERMINISM,
     deterministic,
@@ -52,6 +53,10 @@ class CustomLoops:
         self.run_start: float | None = None  # when the last strategy.run began
         self.eager_wait_seen = False
         self.pending: dict[str, Any] | None = None  # a step waiting for its loss
+        # The first traced step's graph and replicas: its FLOPs are counted as it first
+        # runs (its graph is whole then), before that step is sent.
+        self.step_graph: tuple[Any, int] | None = None
+        self.flops_counted = False
         # autograph's generated modules in the temporary directory: removed at exit by its
         # atexit handlers, which the exit from inside a traced step skips (end_loop).
         self.generated: list[str] = []
@@ -183,6 +188,9 @@ class CustomLoops:
         fetch = state.pop("fetch", None)
         run_start = state.pop("run_start", None)
         is_deterministic = deterministic()
+        if self.step_graph is None:
+            self.step_graph = (tf.compat.v1.get_default_graph(),
+                               int(strategy.num_replicas_in_sync))
         if fetch is not None:
             self.watch.set_loop(TRACED)
         # Else the step's runs say (_host_wait): a batch taken with next() at the Python
@@ -278,6 +286,11 @@ class CustomLoops:
                     eager: bool, start: float | None) -> None:
         """A step has ended; start: when it began (its fetch), for the loop's first step
         (the others begin where the one before ended: the loop's own host time counts)."""
+        if not eager and not self.flops_counted and self.step_graph is not None:
+            self.flops_counted = True
+            graph, replicas = self.step_graph
+            self.watch.flops_per_example = step_flops_per_example(
+                graph, examples, replicas, "the strategy.run step")
         with self.watch.lock:
             self.flush_pending()
             begun = self.last_end if self.last_end is not None else start

@@ -17,9 +17,11 @@ optimizers, the first to apply sets the steps (a GAN's second optimizer updates 
 same steps), until another applies twice with no update of the first between (a new
 optimizer for a new phase): it sets them from then on; the hook names the one whose
 updates are the steps. The first step's number goes on from the optimizer's own
-``iterations`` (a restored one's; fit's too, keras_patches.py). The batch's examples are the leading size of the last top-level Keras model call's input
-(a model is called with the batch before its gradients exist); input wait, the host's
-time in ``next()`` on a ``tf.data`` or distributed iterator since the last update.
+``iterations`` (a restored one's; fit's too, keras_patches.py). The batch's examples
+are the leading size of the last top-level Keras model call's input (a model is called
+with the batch before its gradients exist); input wait, the host's time in ``next()``
+on a ``tf.data`` or distributed iterator since the last update. A traced update's FLOPs
+per example are counted in its function's graph as it first runs.
 
 While ``strategy.run`` runs (loops.py counts those) or ``fit`` does, nothing here acts.
 """
@@ -30,6 +32,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from trainer_runtime.flops import step_flops_per_example
 from trainer_runtime.hook.patching import graph_state, one_line
 
 if TYPE_CHECKING:
@@ -60,6 +63,8 @@ class PlainUpdates:
         self.first_seen: float | None = None  # the first update's apply began (host)
         self.batch: int | None = None  # eagerly: the last top-level model call's batch
         self.wait_s = 0.0  # the host's time in next() since the last update
+        self.step_graph: Any = None  # the traced update's function graph (its FLOPs)
+        self.flops_counted = False
         self.waited = False
 
     def watching(self) -> bool:
@@ -165,6 +170,11 @@ class PlainUpdates:
         iterations = tf.cast(tf.identity(optimizer.iterations), tf.float64)
         with tf.control_dependencies([iterations]):
             t_end = tf.timestamp()
+        if self.step_graph is None:  # the traced function's own (a branch's or body's outer)
+            outer = tf.compat.v1.get_default_graph()
+            while hasattr(getattr(outer, "outer_graph", None), "outer_graph"):
+                outer = outer.outer_graph
+            self.step_graph = outer
 
         def on_update(iterations: Any, t_end: Any, examples: Any) -> None:
             count = float(examples)
@@ -211,6 +221,10 @@ class PlainUpdates:
         if not watch.hello_sent:
             # The steps go on from the optimizer's own count (a restored one's too).
             watch.step = max(watch.step, iterations - 1)
+        if not eager and self.step_graph is not None and not self.flops_counted:
+            self.flops_counted = True  # the traced update's, before its first step is sent
+            watch.flops_per_example = step_flops_per_example(
+                self.step_graph, examples or 0, 1, "the script's update")
         begun = self.last_end if self.last_end is not None else self.first_seen
         self.last_end = end
         watch.report(step_time_ms=max(0.0, (end - (begun or end)) * 1000.0),

@@ -98,6 +98,9 @@ class Watch:
         self.hello_sent = False
         self.param_count = 0
         self.param_bytes = 0
+        # FLOPs per example of the watched step, counted in its traced graph
+        # (trainer_runtime.flops.step_flops_per_example) before its first step is sent.
+        self.flops_per_example: float | None = None
         self.stopped = False  # max_steps reached
         self.keras_depth = 0  # inside Keras' fit/evaluate/predict: strategy-level patches stand by
         self.applies = 0  # optimizer applications traced or run so far (custom loops)
@@ -232,7 +235,7 @@ class Watch:
             global_batch_size=examples, accumulation_steps=1,
             per_replica_batch=examples // max(1, replicas), start_step=self.step,
             start_micro_step=self.step,
-            worker=self.worker,
+            worker=self.worker, flops_per_example=self.flops_per_example,
         ))
 
     def count_params(self, variables: Sequence[Any]) -> None:

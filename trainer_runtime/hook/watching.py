@@ -18,6 +18,7 @@ class FitWatch(Protocol):
 
     epoch: int
     epoch_start: int | None
+    flops_per_example: float | None
 
     def report(self, *, step_time_ms: float, input_wait_ms: float | None, examples: int,
                loss: float | None, lr: float | None, end: float,
@@ -71,6 +72,7 @@ class LoopsWatch(Protocol):
     """What loops.py's CustomLoops needs."""
 
     run_depth: int
+    flops_per_example: float | None
     tf: Any
     prefetch: Any
     emitter: Any
@@ -119,6 +121,7 @@ class UpdatesWatch(Protocol):
     stopped: bool
     hello_sent: bool
     step: int
+    flops_per_example: float | None
 
     @property
     def own_process(self) -> bool: ...
