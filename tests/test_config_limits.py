@@ -1019,13 +1019,27 @@ def test_a_commands_directory_is_an_absolute_path(tmp_path: Path) -> None:
     assert message == "gpuwatch run: command.cwd: must be an absolute path (got 'relative')"
 
 
-def test_a_command_never_has_a_cluster(tmp_path: Path) -> None:
-    path, _ = with_command(tmp_path, extra="cluster:\n  workers: 2\n")
-    message = refusal(load_config, path)
-    assert message.startswith(f"{path}:") and ": cluster: cannot go with a command" in message
-    assert "runs on this host alone" in message
-    message = refusal(apply_overrides, COMMAND_BASE, {"cluster": {"workers": 2}})
-    assert message.startswith("relaunch: cluster: cannot go with a command"), message
+def test_a_commands_cluster_is_workers_on_this_host_only(tmp_path: Path) -> None:
+    # `gpuwatch run --workers N`: the command started N times here, each its TF_CONFIG.
+    config = command_config(["python", "t.py"], "/w", (), None, 2)
+    assert config.cluster is not None and config.cluster.launcher == "local"
+    assert len(config.cluster.workers) == 2
+    message = refusal(command_config, ["python", "t.py"], "/w", (), None, 0)
+    from trainer_runtime.schema import MAX_WORKERS
+
+    assert message == f"--workers: cluster.workers: must be from 1 to {MAX_WORKERS} (got 0)"
+    # Over ssh or Slurm, a command is not started yet: said, with the way that works.
+    for launcher in ("ssh", "slurm"):
+        workers = "[a, b]" if launcher == "ssh" else "2"
+        path, _ = with_command(tmp_path, extra=f"cluster:\n  launcher: {launcher}\n"
+                                               f"  workers: {workers}\n")
+        message = refusal(load_config, path)
+        assert message.startswith(f"{path}:"), message
+        assert (f"a command (gpuwatch run) runs its workers on this host (--workers N); "
+                f"launcher {launcher} starts only the bundled runtime so far") in message
+    message = refusal(apply_overrides, COMMAND_BASE,
+                      {"cluster": {"launcher": "ssh", "workers": ["a", "b"]}})
+    assert message.startswith("relaunch: cluster"), message
 
 
 def test_a_command_takes_only_the_settings_its_hook_applies() -> None:

@@ -529,11 +529,12 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _settings_fit_together(self) -> RunConfig:
-        if self.command is not None and self.cluster is not None:
+        if (self.command is not None and self.cluster is not None
+                and self.cluster.launcher != "local"):
             raise LimitError(
                 ("cluster", "command"),
-                "cluster cannot go with a command: a command (gpuwatch run) runs on this "
-                "host alone, under its own strategy; leave the cluster section out",
+                f"a command (gpuwatch run) runs its workers on this host (--workers N); "
+                f"launcher {self.cluster.launcher} starts only the bundled runtime so far",
             )
         if self.cluster is not None and self.strategy.replicas is not None:
             raise LimitError(

@@ -99,8 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
     run = command("run",
         help="start your own command under gpuwatch and watch it: gpuwatch run -- python "
         "train.py",
-        usage="gpuwatch run [-h] [--name N] [--set KEY=VALUE] [--headless | --detach] "
-        "[--max-steps N] -- COMMAND [ARGS ...]",
+        usage="gpuwatch run [-h] [--name N] [--workers N] [--set KEY=VALUE] "
+        "[--headless | --detach] [--max-steps N] -- COMMAND [ARGS ...]",
         description="Start COMMAND (everything after --) as gpuwatch train starts its "
         "runtime: under a detached supervisor, listed by ls, with attach, stop, logs, export "
         "and TensorBoard scalars, its processes and GPUs sampled, and a crash's cause. A "
@@ -112,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--name", default=None, metavar="N",
                      help="the run's name (default: the script's or the program's)")
+    run.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="start the command N times on this host, as the workers of a "
+                     "MultiWorkerMirroredStrategy cluster: each gets its TF_CONFIG "
+                     "(worker 0 is the chief) and the dashboard shows them all")
     _add_run_options(run, "a setting the hook applies: data.prefetch=off|on|autotune|N, "
                      "train.max_steps=N, name=N (repeatable); a script's other settings are "
                      "its own", "start the command, print the run id and return",

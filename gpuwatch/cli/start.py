@@ -91,7 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     cwd = os.getcwd()
     name = args.name if args.name is not None else command_name(args.argv)
     try:
-        config = command_config(args.argv, cwd, overrides, name=name)
+        config = command_config(args.argv, cwd, overrides, name=name, workers=args.workers)
     except ConfigError as exc:
         err(str(exc))
         return EXIT_USAGE

@@ -78,13 +78,15 @@ def load_config(path: str | Path, overrides: Sequence[str] = ()) -> LoadedConfig
 
 
 def command_config(
-    argv: Sequence[str], cwd: str, overrides: Sequence[str] = (), name: str | None = None
+    argv: Sequence[str], cwd: str, overrides: Sequence[str] = (), name: str | None = None,
+    workers: int | None = None,
 ) -> RunConfig:
-    """The config of a person's own command (`gpuwatch run [--name N] [--set K=V] -- ARGV`):
-    the command and the directory it runs in, with the few settings a command takes
-    (changes.COMMAND_KEYS) as `--set` and `--name`, validated by the same schema and bounded
-    like a file. ConfigError (one line) if not: a `--set` of any other key names it and
-    says why (changes.command_setting_refusal)."""
+    """The config of a person's own command (`gpuwatch run [--name N] [--workers N]
+    [--set K=V] -- ARGV`): the command and the directory it runs in, with the few settings
+    a command takes (changes.COMMAND_KEYS) as `--set` and `--name`, and `--workers N` as a
+    local cluster of N workers (the command started N times, each with its TF_CONFIG),
+    validated by the same schema and bounded like a file. ConfigError (one line) if not: a
+    `--set` of any other key names it and says why (changes.command_setting_refusal)."""
     shown = "gpuwatch run"
     try:
         check_overrides_length(overrides)
@@ -93,6 +95,8 @@ def command_config(
         settings: list[tuple[str, Any, str]] = []
         if name is not None:
             settings.append(("name", name, "--name"))
+        if workers is not None:
+            settings.append(("cluster.workers", workers, "--workers"))
         for override in overrides:
             key, value = parse_bounded_override(override, budget)
             refuse_command_keys([key], f"--set {shorten(key)}")

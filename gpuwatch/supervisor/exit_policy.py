@@ -105,7 +105,7 @@ class ExitPolicy:
         chief = self.exits.get(0, ended)
         status, fields = exit_status(
             chief, relaunching=self.relaunching, stop_requested=self.run.stop_requested,
-            next_follows=self.next_follows,
+            next_follows=self.next_follows, command=self.run.config.command is not None,
         )
         if status == "crashed":
             who = self.workers.who(0)

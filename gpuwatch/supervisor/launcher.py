@@ -96,7 +96,7 @@ class TrainerLauncher:
             raise AgentStartError(f"could not write {self.log_path}: {exc}") from None
         self._stepped = False
         if self.command:
-            return await self._start_command(attempt, config_path)
+            return await self._start_command(attempt, config_path, launch)
         args = ["--run-dir", str(self.worker_dir), "--config", str(config_path)]
         args += ["--attempt", str(attempt)]
         if launch is not None:
@@ -123,9 +123,10 @@ class TrainerLauncher:
                                  "the trainer")
 
     async def _start_command(
-        self, attempt: int, config_path: Path
+        self, attempt: int, config_path: Path, launch: WorkerLaunch | None = None
     ) -> tuple[asyncio.subprocess.Process, socket.socket]:
-        """A person's own command, as this attempt's config says (gpuwatch run)."""
+        """A person's own command, as this attempt's config says (gpuwatch run); a cluster's
+        worker (`--workers N`) with its TF_CONFIG."""
         from gpuwatch.config import ConfigError, load_config
 
         try:
@@ -136,7 +137,7 @@ class TrainerLauncher:
         if command is None:
             raise AgentStartError(f"{config_path} holds no command")
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        env = command_env(config, attempt, child_sock.fileno())
+        env = command_env(config, attempt, child_sock.fileno(), launch)
         return await self._spawn(list(command.argv), env, command.cwd, parent_sock, child_sock,
                                  f"the command {command.argv[0]!r}")
 
@@ -244,12 +245,16 @@ def trainer_env(launch: WorkerLaunch | None = None) -> dict[str, str]:
     return trainer_environment(os.environ, launch.env if launch is not None else None)
 
 
-def command_env(config: RunConfig, attempt: int, telemetry_fd: int) -> dict[str, str]:
+def command_env(config: RunConfig, attempt: int, telemetry_fd: int,
+                launch: WorkerLaunch | None = None) -> dict[str, str]:
     """A person's own command's environment (gpuwatch run, gpuwatch/environment.py): theirs
     as they typed gpuwatch in, with the hook's directory first on PYTHONPATH, the
-    telemetry socket's fd and the hook's settings."""
+    telemetry socket's fd and the hook's settings; a cluster's worker (`--workers N`) gets
+    its TF_CONFIG too, in place of any of the person's."""
     return command_environment(os.environ, str(HOOK_DIR), {
+        **(dict(launch.env) if launch is not None else {}),
         ENV_FD: str(telemetry_fd),
         ENV_SETTINGS: hook_settings(attempt=attempt, prefetch=config.data.prefetch,
-                                    max_steps=config.train.max_steps),
+                                    max_steps=config.train.max_steps,
+                                    worker=launch.index if launch is not None else 0),
     })

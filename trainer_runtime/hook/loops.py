@@ -173,13 +173,18 @@ class CustomLoops:
         return out
 
     def _examples(self, strategy: Any, call_args: Any) -> Any:
-        """The batch's examples (the leading size of the first tensor of the step's
-        arguments, summed over the local replicas), or None."""
+        """The update's examples (the leading size of the first tensor of the step's
+        arguments, summed over the local replicas, and over every worker's as the runtime
+        counts a cluster's: each worker trains as many), or None."""
         tf = self.watch.tf
         for part in tf.nest.flatten(call_args):
             locals_ = strategy.experimental_local_results(part)
             if locals_ and all(tf.is_tensor(x) and x.shape.rank for x in locals_):
-                return tf.add_n([tf.shape(x, out_type=tf.int64)[0] for x in locals_])
+                local = tf.add_n([tf.shape(x, out_type=tf.int64)[0] for x in locals_])
+                in_sync = int(strategy.num_replicas_in_sync)
+                if in_sync != len(locals_) and in_sync % len(locals_) == 0:
+                    local = local * (in_sync // len(locals_))  # workers x this worker's
+                return local
         return None
 
     def _graph_step(self, strategy: Any, out: Any, call_args: Any) -> None:

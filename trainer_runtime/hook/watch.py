@@ -228,6 +228,9 @@ class Watch:
         except Exception:
             devices = []
         kind = "gpu" if any("GPU" in d.upper() for d in devices) else "cpu"
+        # A cluster's workers (MultiWorkerMirroredStrategy): the replicas in sync over this
+        # worker's own.
+        workers = replicas // len(devices) if devices and replicas % len(devices) == 0 else 1
         self.emit(protocol.Hello(
             attempt=self.attempt, pid=os.getpid(), tf_version=str(tf.__version__),
             replicas=replicas, device_kind=kind, devices=devices,
@@ -235,7 +238,8 @@ class Watch:
             global_batch_size=examples, accumulation_steps=1,
             per_replica_batch=examples // max(1, replicas), start_step=self.step,
             start_micro_step=self.step,
-            worker=self.worker, flops_per_example=self.flops_per_example,
+            worker=self.worker, workers=max(1, workers),
+            flops_per_example=self.flops_per_example,
         ))
 
     def count_params(self, variables: Sequence[Any]) -> None:
