@@ -89,7 +89,8 @@ def test_the_ways_in_are_commands_gpuwatch_takes_on_configs_that_load() -> None:
         commands.append(args.command)
         if getattr(args, "config", None):
             load_config(ROOT / args.config, args.overrides)  # raises on a wrong key or value
-    assert commands == ["train", "run", "scale"]
+    # train, run (a script, and a multi-worker one on its workers), scale
+    assert commands == ["train", "run", "run", "scale"]
 
 
 def test_the_key_table_is_the_apps_keys() -> None:
