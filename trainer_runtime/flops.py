@@ -290,8 +290,14 @@ class _Counter:
         if not called:
             return GraphFlops()
         parts = [self.function(name, graph) for name in called]
-        if kind in _BRANCHING:  # one branch runs: the largest is counted
-            return max(parts, key=lambda p: p.flops)
+        if kind in _BRANCHING:
+            # One branch runs: the largest is counted; of branches as large, the one that
+            # reads the most (a distributed iterator's partial-batch cond: the branch with
+            # the batch against the one without). Never the order the graph lists them in:
+            # that order is a map's, and it differed from process to process (a count of
+            # half the examples read, so twice the FLOPs per example, one run in three).
+            return max(parts, key=lambda p: (p.flops, p.examples + p.unknown_reads,
+                                             -p.unknown_ops))
         total = _sum(parts)
         if kind in _LOOPS and total.counted_ops and not (total.examples or total.unknown_reads):
             # A loop that reads no batch (a recurrent layer over time steps, or its

@@ -342,3 +342,38 @@ def test_a_custom_loops_flops_per_example_are_the_hand_count(
     assert ran.returncode == 0, ran.output
     (hello,) = ran.of(protocol.Hello)
     assert hello.flops_per_example == pytest.approx(dense_stack_flops(sizes), rel=1e-9)
+
+
+@pytest.mark.parametrize("outer", ["as listed", "reversed"])
+@pytest.mark.parametrize("inner", ["as listed", "reversed"])
+def test_a_distributed_iterators_partial_batch_cond_counts_the_branch_that_reads(
+        strategy: Any, devices: Any, monkeypatch: pytest.MonkeyPatch, outer: str,
+        inner: str) -> None:
+    # next() on a distributed iterator inside a tf.function reads each replica's batch in
+    # conds (an If, and a StatelessIf per replica inside it: the branch with the batch,
+    # and one without). Every branch counts 0 FLOPs; the one counted must be the one that
+    # reads, whatever order the graph lists its branches in (a protobuf map's: it differed
+    # between processes, and one suite run counted half the examples: twice the FLOPs
+    # per example). Each order of each level, here.
+    import numpy as np
+    import tensorflow as tf
+
+    from trainer_runtime import flops
+
+    listed = flops._called_functions
+    flipped = {kind for kind, order in (("If", outer), ("StatelessIf", inner))
+               if order == "reversed"}
+    monkeypatch.setattr(flops, "_called_functions",
+                        lambda op: listed(op)[::-1] if op.type in flipped else listed(op))
+    weights = tf.Variable(np.ones((32, 8), "float32"))
+    data = tf.data.Dataset.from_tensor_slices(np.ones((256, 32), "float32")).batch(64)
+    iterator = iter(strategy.experimental_distribute_dataset(data))
+
+    @tf.function
+    def step(iterator: Any) -> Any:
+        return strategy.run(lambda batch: tf.matmul(batch, weights), args=(next(iterator),))
+
+    step(iterator)
+    counted = flops.count_graph(step.get_concrete_function(iterator).graph, batch=32)
+    assert counted.examples == 64, counted  # both replicas' reads of 32
+    assert counted.per_example == pytest.approx(2 * 32 * 8)
