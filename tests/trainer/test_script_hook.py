@@ -232,20 +232,23 @@ def test_the_tutorials_loop_times_the_batch_it_takes_at_the_python_level() -> No
     # The distributed-training tutorial's loop: `for x in dist_dataset: step(x)` over
     # strategy.experimental_distribute_dataset, the step a tf.function handed its batch.
     # The batch comes from next() on the distributed iterator in Python; the hook times
-    # that on the host. Each batch reads in 15 ms. The iterator's own buffer, filled while
-    # the first step traces, serves the first few steps (here: steps 2-7 waited 2 ms);
-    # after it, every step waits at least half the read (a sleep only lasts longer on a
-    # busy box: 14-17 ms here), and never longer than the step.
-    ran = run_hooked(script("loop_mirrored.py", "--steps", "20", "--python-next",
-                            "--read-ms", "15"))
+    # that on the host. Each batch reads in 60 ms, one read at a time: read-ahead (the
+    # iterator's buffer, tf.data's own injected prefetch, filled while the first step
+    # traces) serves the first steps; once it is spent, a step that computes in a few ms
+    # waits most of the read. With a 15 ms read and a CPU burner beside the suite, the
+    # buffer outlasted 20 steps (2 ms waits at step 20, h-1 at ab3427a): so a long read,
+    # and the last steps of 30, each at least half the read, never more than the step.
+    ran = run_hooked(script("loop_mirrored.py", "--steps", "30", "--python-next",
+                            "--read-ms", "60"))
     assert ran.returncode == 0, ran.output
     assert (ran.hook.loop, ran.hook.input_wait) == ("strategy.run (tf.function)", "")
     steps = ran.steps
     _contiguous(steps)
-    assert len(steps) == 20
+    assert len(steps) == 30
     assert [s.loss for s in steps] == pytest.approx(printed_losses(ran.output), abs=2e-6)
-    for s in steps[10:]:  # past the buffer
-        assert s.input_wait_ms is not None and 7.5 <= s.input_wait_ms <= s.step_time_ms + 0.5, s
+    assert all(s.input_wait_ms is not None for s in steps)
+    for s in steps[-5:]:  # the buffer long spent
+        assert s.input_wait_ms is not None and 30.0 <= s.input_wait_ms <= s.step_time_ms + 0.5, s
 
 
 def test_a_traced_step_handed_tensors_says_why_its_wait_is_not_measured() -> None:
