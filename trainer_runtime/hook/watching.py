@@ -68,18 +68,16 @@ class KerasWatch(FitWatch, Protocol):
     def send_hook(self) -> None: ...
 
 
-class LoopsWatch(Protocol):
-    """What loops.py's CustomLoops needs."""
+class StepWatch(Protocol):
+    """What both loop patches need (loops.py's CustomLoops, updates.py's PlainUpdates):
+    the state they stand by on, the hook event, and each step they report."""
 
     run_depth: int
     flops_per_example: float | None
     tf: Any
-    prefetch: Any
-    emitter: Any
     lock: threading.Lock
     message: str
     keras_depth: int
-    applies: int
     stopped: bool
 
     @property
@@ -94,6 +92,14 @@ class LoopsWatch(Protocol):
     def report(self, *, step_time_ms: float, input_wait_ms: float | None, examples: int,
                loss: float | None, lr: float | None, end: float,
                epoch: int | None) -> None: ...
+
+
+class LoopsWatch(StepWatch, Protocol):
+    """What loops.py's CustomLoops needs."""
+
+    prefetch: Any
+    emitter: Any
+    applies: int
 
 
 class HostLoops(Protocol):
@@ -108,33 +114,13 @@ class HostLoops(Protocol):
     def end_loop(self, *, eager: bool) -> None: ...
 
 
-class UpdatesWatch(Protocol):
+class UpdatesWatch(StepWatch, Protocol):
     """What updates.py's PlainUpdates needs."""
 
-    tf: Any
-    lock: threading.Lock
-    message: str
     loop: str
     input_wait: str
-    keras_depth: int
-    run_depth: int
-    stopped: bool
     hello_sent: bool
     step: int
-    flops_per_example: float | None
-
-    @property
-    def own_process(self) -> bool: ...
 
     @property
     def loops(self) -> HostLoops: ...
-
-    def set_loop(self, loop: str, input_wait: str = "", message: str = "") -> None: ...
-
-    def note_strategy(self, strategy: Any) -> None: ...
-
-    def send_hook(self) -> None: ...
-
-    def report(self, *, step_time_ms: float, input_wait_ms: float | None, examples: int,
-               loss: float | None, lr: float | None, end: float,
-               epoch: int | None) -> None: ...
