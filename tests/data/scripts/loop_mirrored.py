@@ -16,6 +16,9 @@ parser.add_argument("--eager", action="store_true", help="no tf.function")
 parser.add_argument("--read-ms", type=float, default=0.0, help="host cost of each batch")
 parser.add_argument("--burst", type=int, default=1,
                     help="every Nth batch costs N x read-ms, the others nothing")
+parser.add_argument("--no-read-ahead", action="store_true",
+                    help="turn off tf.data's read-ahead (its injected prefetch and its autotuner, "
+                         "which reads ahead without it): a batch is read when the step asks")
 parser.add_argument("--width", type=int, default=64, help="hidden units (compute per step)")
 parser.add_argument("--raise-at", type=int, default=0, help="raise an error at this step")
 parser.add_argument("--no-strategy", action="store_true", help="plain tf.function, no strategy")
@@ -66,6 +69,11 @@ def batches(batch: int) -> tf.data.Dataset:
     if args.read_ms:
         data = data.enumerate().map(
             lambda i, b: (tf.py_function(read, [i], tf.int64), b)).map(lambda i, b: b)
+    if args.no_read_ahead:
+        options = tf.data.Options()
+        options.experimental_optimization.inject_prefetch = False
+        options.autotune.enabled = False
+        data = data.with_options(options)
     return data
 
 

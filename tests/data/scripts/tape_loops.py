@@ -25,6 +25,9 @@ parser.add_argument("--batch", type=int, default=32)
 parser.add_argument("--restored", type=int, default=0,
                     help="the optimizer's iterations as a restored checkpoint left them")
 parser.add_argument("--read-ms", type=float, default=0.0, help="host cost of each batch")
+parser.add_argument("--no-read-ahead", action="store_true",
+                    help="turn off tf.data's read-ahead (its injected prefetch and its autotuner, "
+                         "which reads ahead without it): each batch is read when next() asks")
 parser.add_argument("--loss-scale", type=float, default=2.0 ** 15,
                     help="lso: the initial loss scale (a huge one overflows: skipped updates)")
 args = parser.parse_args()
@@ -51,6 +54,11 @@ data = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch)
 if args.read_ms:
     data = data.enumerate().map(
         lambda i, b: (tf.py_function(read, [i], tf.int64), b)).map(lambda i, b: b)
+if args.no_read_ahead:
+    options = tf.data.Options()
+    options.experimental_optimization.inject_prefetch = False
+    options.autotune.enabled = False
+    data = data.with_options(options)
 
 
 def make_model():
