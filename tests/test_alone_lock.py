@@ -27,6 +27,7 @@ from tests.support.alone import (
     RunLock,
     _keeps_alone,
     ends_folder,
+    first_in_line,
     lock_paths,
 )
 
@@ -403,6 +404,66 @@ def test_a_waiting_tests_processes_go_idle_and_get_their_own_policy_back(
     finally:
         child.kill()
         child.wait()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_first_stretch_idles_every_other_workers_processes_and_gives_them_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.conftest import wait_for
+    from tests.support.alone import can_idle_and_back, processes_of_other_tests
+
+    if not can_idle_and_back():
+        pytest.skip("this user may not take a thread back from SCHED_IDLE (no CAP_SYS_NICE "
+                    "and RLIMIT_NICE under 20): `run_first` then runs the stretch alone")
+    # This process is worker gw0 of run "r1" (xdist's variables, which every process a
+    # worker starts inherits).
+    monkeypatch.setenv("PYTEST_XDIST_TESTRUNUID", "r1")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("GPUWATCH_HOME", str(tmp_path / "gpuwatch-home"))
+    pids: list[int] = []
+
+    def busy(run: str, worker: str) -> int:
+        """A busy process of that run's worker (nobody's child here, as a detached
+        supervisor's trainer is no worker's)."""
+        env = {**os.environ, "PYTEST_XDIST_TESTRUNUID": run, "PYTEST_XDIST_WORKER": worker,
+               "GPUWATCH_HOME": str(tmp_path / f"home-{run}-{worker}")}
+        out = subprocess.run([sys.executable, "-c", _ORPHAN, _BUSY], text=True,
+                             capture_output=True, check=True, timeout=60, env=env)
+        pids.append(int(out.stdout))
+        return pids[-1]
+
+    try:
+        other_worker = busy("r1", "gw1")
+        mine = busy("r1", "gw0")  # this worker's own, from an earlier test, say
+        other_run = busy("r2", "gw1")  # another test run's
+        found = processes_of_other_tests()
+        assert other_worker in found and mine not in found and other_run not in found
+        with first_in_line(tmp_path / "first"):
+            assert _policies(other_worker) == {os.SCHED_IDLE}
+            assert _policies(mine) == {os.SCHED_OTHER}
+            assert _policies(other_run) == {os.SCHED_OTHER}
+            # A process the other worker starts meanwhile goes idle too.
+            late = busy("r1", "gw2")
+            wait_for(lambda: _policies(late) == {os.SCHED_IDLE}, 10, "the late one idle")
+            # And a stretch on another worker waits for this one to end.
+            second = threading.Event()
+
+            def stretch() -> None:
+                with first_in_line(tmp_path / "first"):
+                    second.set()
+
+            other = threading.Thread(target=stretch, daemon=True)
+            other.start()
+            assert not second.wait(HOLDS_S), "two first stretches ran at once"
+        assert second.wait(5.0), "the second stretch did not run once the first ended"
+        other.join(10.0)
+        for name, pid in {"other_worker": other_worker, "late": late, "mine": mine,
+                          "other_run": other_run}.items():
+            assert _policies(pid) == {os.SCHED_OTHER}, name
+    finally:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)

@@ -137,7 +137,7 @@ async def _live_dashboard(run_dir: Path, home: Path) -> tuple[GpuwatchApp, Tap, 
     return GpuwatchApp(tap, home=home, run_id=run_dir.name), tap, link
 
 
-@pytest.mark.alone
+@pytest.mark.alone(first=True)
 async def test_a_killed_supervisor_shows_lost_at_once_not_reconnecting(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -293,7 +293,7 @@ def test_a_headless_run_never_starts_a_spare(spares_on: Path) -> None:
     assert "spare trainer pid" not in (run_dir / "trainer.log").read_text()
 
 
-@pytest.mark.alone
+@pytest.mark.alone(first=True)
 def test_a_spare_waits_only_while_a_dashboard_is_attached(spares_on: Path) -> None:
     run_dir, _ = start("detach", TINY, spares_on)
     hello_pids(run_dir)

@@ -209,13 +209,13 @@ def test_a_sigkilled_trainer_crashes_the_run_and_a_resume_counts_the_lost_steps(
 
 
 def test_a_killed_supervisor_takes_its_trainer_down_and_the_lost_run_resumes(
-    home: Path, run_alone: RunAlone
+    home: Path, run_first: RunAlone
 ) -> None:
     run_id = gpuwatch("train", str(TINY), "--detach", check=True).stdout.split()[-1]
     run_dir = runs.runs_root(home) / run_id
     wait_for(lambda: any(e["step"] >= 10 for e in of(run_dir, "step")), 120, "10 steps")
     groups = run_groups(run_dir)
-    with run_alone():  # from the kill to the last process gone: a measured time
+    with run_first():  # from the kill to the last process gone: a measured time
         os.kill(runs.read_supervisor_info(run_dir)["pid"], signal.SIGKILL)
         killed_at = time.time()
         # The trainer sees its socket close, checkpoints, and exits by itself.

@@ -75,7 +75,7 @@ def long_run(short_dir: Path) -> LongRun:
     return write_long_run(run_dir, EVENTS)
 
 
-@pytest.mark.alone
+@pytest.mark.alone(first=True)
 async def test_attach_to_a_million_event_run_shows_it_within_2_s(
     short_dir: Path, long_run: LongRun, monkeypatch: pytest.MonkeyPatch
 ) -> None:

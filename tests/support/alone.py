@@ -17,6 +17,12 @@ The rule is a readers-writer lock on two files shared by the workers (flock):
   one module);
 - a test whose measured part is only a stretch of its body takes it exclusively for that
   stretch (the fixture ``run_alone``: ``with run_alone(): ...``);
+- a short stretch of the test's own processes' work with a bound (a kill, then the seconds
+  until all is gone) need not empty the suite: ``run_first`` (or a test marked
+  ``alone(first=True)``, for its body) runs it first in line for the CPU, every other
+  test's processes at idle priority (SCHED_IDLE) meanwhile, with no drain; their tests
+  go on with what it leaves. A drain cost 10-36 s of a worker's time for such holds of
+  0.1-4 s (docs/benchmarks.md);
 - a worker that wants it exclusively first takes the gate, which every taker passes
   through: no new test starts while an `alone` test waits for the running ones to end
   (a drain), with one exception, the backfill (as a batch scheduler backfills a queue):
@@ -67,6 +73,11 @@ POLL_S = 0.05  # how often a worker held at the gate looks for a backfill
 def lock_paths(folder: Path) -> tuple[Path, Path]:
     """The gate and the lock of one test run, in the folder the controller made for it."""
     return folder / "gate", folder / "lock"
+
+
+def first_path(folder: Path) -> Path:
+    """The lock that lets one `run_first` stretch run at a time."""
+    return folder / "first"
 
 
 def ends_folder(folder: Path) -> Path:
@@ -211,6 +222,29 @@ def processes_of_the_test() -> list[int]:
     return sorted(found)
 
 
+def processes_of_other_tests() -> list[int]:
+    """Every process of this test run's other workers: the workers themselves and what
+    their tests started, found by the variables xdist gives each worker and every
+    process inherits (PYTEST_XDIST_TESTRUNUID the run's, PYTEST_XDIST_WORKER another's);
+    never this worker's test's own (``processes_of_the_test``)."""
+    run, worker = os.environ.get("PYTEST_XDIST_TESTRUNUID"), os.environ.get("PYTEST_XDIST_WORKER")
+    if not run or not worker:
+        return []
+    me = os.getpid()
+    mine = set(processes_of_the_test())
+    of_the_run = f"\0PYTEST_XDIST_TESTRUNUID={run}\0".encode()
+    of_mine = f"\0PYTEST_XDIST_WORKER={worker}\0".encode()
+    found = []
+    for pid in _parents():
+        if pid == me or pid in mine:
+            continue
+        with contextlib.suppress(OSError):
+            environ = b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
+            if of_the_run in environ and of_mine not in environ:
+                found.append(pid)
+    return found
+
+
 def _threads(pid: int) -> list[int]:
     try:
         return [int(tid) for tid in os.listdir(f"/proc/{pid}/task")]
@@ -242,22 +276,41 @@ def can_idle_and_back() -> bool:
 
 
 class Quieted:
-    """The test's processes at idle CPU priority (SCHED_IDLE) while its worker waits for
-    the lock, and each thread's own policy back after (``restore``). Only what is still
-    idle then is touched (a spare that became a trainer meanwhile set its own policy): a
-    thread of its own takes back what it had, one started meanwhile (which inherited the
-    idle policy) its process's, a process started meanwhile SCHED_OTHER, but a spare
-    trainer, which picks idle itself, is left as it is."""
+    """Processes at idle CPU priority (SCHED_IDLE) while it lasts, and each thread's own
+    policy back after (``restore``): by default the test's own (``processes_of_the_test``)
+    while its worker waits for the lock; ``find`` names others (``run_first``: every other
+    test's), and ``quiet_new`` takes those found since. Only what is still idle at the
+    end is touched (a spare that became a trainer meanwhile set its own policy): a thread
+    of its own takes back what it had, one started meanwhile (which inherited the idle
+    policy) its process's, a process started meanwhile SCHED_OTHER, but a spare trainer,
+    which picks idle itself, is left as it is."""
 
-    def __init__(self) -> None:
+    def __init__(self, find: Callable[[], list[int]] | None = None) -> None:
+        self.find = find or processes_of_the_test
         self.policies: dict[int, dict[int, int]] = {}
+        self._looked = False  # quiet_new has looked once
         if not can_idle_and_back():
             return
-        for pid in processes_of_the_test():
-            threads = self.policies[pid] = {}
+        self.quiet_new()
+
+    def quiet_new(self) -> None:
+        """Idle what `find` names that is not idled yet. What it finds after the first
+        look, idle already, inherited that from a process idled here (a trainer a quieted
+        supervisor started, a thread of a quieted process): it gets its process's policy
+        back, or SCHED_OTHER, at the end; a spare trainer keeps its own idle."""
+        later = self._looked
+        self._looked = True
+        for pid in self.find():
+            known = pid in self.policies
+            threads = self.policies.setdefault(pid, {})
             for tid in _threads(pid):
+                if tid in threads:
+                    continue
                 with contextlib.suppress(OSError):
-                    threads[tid] = os.sched_getscheduler(tid)
+                    policy = os.sched_getscheduler(tid)
+                    if later and policy == os.SCHED_IDLE and not _is_spare(pid):
+                        policy = threads.get(pid, os.SCHED_OTHER) if known else os.SCHED_OTHER
+                    threads[tid] = policy
                     os.sched_setscheduler(tid, os.SCHED_IDLE, os.sched_param(0))
 
     def restore(self) -> None:
@@ -265,7 +318,7 @@ class Quieted:
             return
         # Those it idled (found again or not: a reparented one may no longer be), and
         # those started meanwhile.
-        for pid in sorted(set(self.policies) | set(processes_of_the_test())):
+        for pid in sorted(set(self.policies) | set(self.find())):
             known = self.policies.get(pid)
             if known is None and _is_spare(pid):
                 continue
@@ -282,22 +335,26 @@ class Quieted:
 
 _lock: RunLock | None = None
 _folder: Path | None = None  # the controller's: made for the first worker, removed at the end
+_first_lock: Path | None = None  # a worker's: one `run_first` stretch at a time
+# How often a `run_first` stretch looks for processes the other tests started since.
+FIRST_RESCAN_S = 0.25
 _durations = Durations()  # each test's predicted seconds (the backfill)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "alone: asserts a measured time; runs with no other test under way "
-                   "(tests/support/alone.py)")
+        "markers", "alone: asserts a measured time; runs with no other test under way, or "
+                   "with first=True first in line for the CPU (tests/support/alone.py)")
     config.addinivalue_line(
         "markers", "keeps_running: the module's (or class's) fixtures keep a run going "
                    "between its tests; it holds the suite's lock shared from its first "
                    "test to its last (tests/support/alone.py)")
-    global _lock
+    global _lock, _first_lock
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:  # an xdist worker
         folder = Path(workerinput["gpuwatch_lock_folder"])
         _lock = RunLock(*lock_paths(folder), ends=ends_folder(folder))
+        _first_lock = first_path(folder)
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -333,7 +390,17 @@ def _run_keeper(item: pytest.Item) -> object | None:
 
 
 def _is_alone(item: pytest.Item | None) -> bool:
-    return item is not None and item.get_closest_marker("alone") is not None
+    """Marked `alone`: its body runs with no other test under way (not `first=True`)."""
+    if item is None:
+        return False
+    mark = item.get_closest_marker("alone")
+    return mark is not None and not mark.kwargs.get("first", False)
+
+
+def _is_first(item: pytest.Item) -> bool:
+    """Marked `alone(first=True)`: its body runs first in line for the CPU (``run_first``)."""
+    mark = item.get_closest_marker("alone")
+    return mark is not None and bool(mark.kwargs.get("first", False))
 
 
 def _predicted_hold(item: pytest.Item) -> float | None:
@@ -397,6 +464,15 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         _lock.release()
 
 
+def _log_hold(kind: str, kept: bool, asked: float, taken: float) -> None:
+    log = os.environ.get(ALONE_LOG_VARIABLE)
+    if log:
+        with open(log, "a") as out:
+            out.write(json.dumps({"test": _current, "kind": kind, "kept": kept,
+                                  "waited_s": round(taken - asked, 2),
+                                  "held_s": round(time.monotonic() - taken, 2)}) + "\n")
+
+
 @contextlib.contextmanager
 def _exclusive(*, then_shared: bool = True) -> Iterator[None]:
     """This worker holds the lock alone while the block runs; after it, shared again (or,
@@ -415,16 +491,62 @@ def _exclusive(*, then_shared: bool = True) -> Iterator[None]:
     try:
         yield
     finally:
-        log = os.environ.get(ALONE_LOG_VARIABLE)
-        if log:
-            with open(log, "a") as out:
-                out.write(json.dumps({"test": _current, "kept": was_held,
-                                      "waited_s": round(taken - asked, 2),
-                                      "held_s": round(time.monotonic() - taken, 2)}) + "\n")
+        _log_hold("alone", was_held, asked, taken)
         if then_shared:
             _lock.take(SHARED)
             # Back to the end predicted when the test started (a `run_alone` stretch).
             _lock.publish(_predicted_end)
+
+
+@contextlib.contextmanager
+def first_in_line(lock_path: Path) -> Iterator[None]:
+    """The block runs first in line for the CPU: every other test's processes
+    (``processes_of_other_tests``, looked for again every FIRST_RESCAN_S) wait at idle
+    CPU priority while it runs, and get their own policies back after (``Quieted``). One
+    such block at a time among those that flock `lock_path`."""
+    import threading
+
+    with open(lock_path, "ab") as first:
+        fcntl.flock(first, fcntl.LOCK_EX)
+        others = Quieted(processes_of_other_tests)
+        done = threading.Event()
+
+        def rescan() -> None:
+            while not done.wait(FIRST_RESCAN_S):
+                others.quiet_new()
+
+        scanner = threading.Thread(target=rescan, name="run-first-rescan", daemon=True)
+        scanner.start()
+        try:
+            yield
+        finally:
+            done.set()
+            scanner.join()
+            others.restore()
+
+
+@contextlib.contextmanager
+def _first() -> Iterator[None]:
+    """The block (a `run_first` stretch, an `alone(first=True)` test's body) runs first in
+    line for the CPU (``first_in_line``), with no drain: the running tests go on, at idle
+    priority, so the block's own processes take the cores whenever they want them and the
+    others use only what they leave. None runs during an `alone` hold (this worker holds
+    the lock shared throughout). Where priorities cannot be taken back (no CAP_SYS_NICE),
+    it runs alone instead (``_exclusive``)."""
+    if _lock is None or _first_lock is None:
+        yield
+        return
+    if not can_idle_and_back():
+        with _exclusive():
+            yield
+        return
+    asked = time.monotonic()
+    with first_in_line(_first_lock):
+        taken = time.monotonic()
+        try:
+            yield
+        finally:
+            _log_hold("first", False, asked, taken)
 
 
 def _keeps_alone(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
@@ -443,6 +565,10 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """An `alone` test's body (what it measures) runs with no other test under way; the
     next test, if also `alone` and in the same module, keeps the lock from there (its
     set-up included)."""
+    if _is_first(item):
+        with _first():
+            yield
+        return
     if not _is_alone(item):
         yield
         return
@@ -450,7 +576,7 @@ def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
         yield
 
 
-# What the fixture `run_alone` gives a test: call it for a context manager.
+# What the fixtures `run_alone` and `run_first` give a test: call it for a context manager.
 RunAlone = Callable[[], contextlib.AbstractContextManager[None]]
 
 
@@ -461,3 +587,13 @@ def run_alone() -> RunAlone:
     stretch with no other test under way, and the rest (starting TensorFlow, resuming,
     checks on the record) beside other tests. The test is not marked `alone`."""
     return _exclusive
+
+
+@pytest.fixture
+def run_first() -> RunAlone:
+    """For a test whose measured part is a short stretch of its own processes' work with a
+    bound (a kill and the seconds until everything is gone): ``with run_first(): ...``
+    runs that stretch first in line for the CPU, every other test's processes at idle
+    priority meanwhile (``_first``), with no drain of the running tests: a drain cost
+    10-36 s of a worker's time for holds of 0.1-4 s (docs/benchmarks.md)."""
+    return _first

@@ -255,14 +255,13 @@ def test_accumulating_workers_stop_at_one_step_on_sigterm_and_resume_from_chief_
 
 
 def test_sigkilled_worker_fails_the_others_within_the_collective_timeout(
-        tmp_path: Path, run_alone: RunAlone) -> None:
-    # Slow reads (mostly asleep): the workers train on while this test waits its turn to
-    # run alone, without taking the CPU from the tests that run meanwhile.
+        tmp_path: Path, run_first: RunAlone) -> None:
+    # Slow reads (mostly asleep): the workers leave the CPU to the other tests.
     config = _config(tmp_path, [{}, {}], read_latency_ms=100)
     workers = _launch(tmp_path, config, 2, "--max-steps", "100000")
     try:
         workers[0].wait_for(lambda e: isinstance(e, protocol.Step) and e.step >= 5, "step 5")
-        with run_alone():  # from the kill to the survivor's exit: a measured time
+        with run_first():  # from the kill to the survivor's exit: a measured time
             os.killpg(workers[1].proc.pid, signal.SIGKILL)
             killed = time.monotonic()
             code = workers[0].finish(TIMEOUT_S + 10)
