@@ -121,6 +121,17 @@ def test_slurm_workers_dial_each_node_by_name_at_the_port_its_agent_found(
         "cluster": {"worker": ["node01:4001", "node02:4002", "node03:4001"]},
         "task": {"type": "worker", "index": 1},
     }
+    # The bundled runtime's workers get TF_CONFIG alone; a person's command also gets
+    # Slurm's step variables of the whole cluster (its agent's step is one task).
+    assert set(launches[1].env) == {"TF_CONFIG"}
+    command = RunConfig.model_validate({**config.model_dump(),
+                                        "command": {"argv": ["python", "t.py"], "cwd": "/w"}})
+    launch = worker_launches(command, plans, prepared, this_host="head")[1]
+    assert launch is not None and {k: v for k, v in launch.env.items() if k != "TF_CONFIG"} == {
+        "SLURM_PROCID": "1", "SLURM_NODEID": "1", "SLURM_LOCALID": "0", "SLURM_NTASKS": "3",
+        "SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_NUM_NODES": "3",
+        "SLURM_STEP_NODELIST": "node01,node02,node03", "SLURM_STEP_TASKS_PER_NODE": "1(x3)",
+    }
     # cluster.ports under slurm: its first port on every node.
     fixed = cluster_config({"launcher": "slurm", "workers": 3, "ports": [8888]})
     launch = worker_launches(fixed, plans, prepared)[2]

@@ -1019,7 +1019,7 @@ def test_a_commands_directory_is_an_absolute_path(tmp_path: Path) -> None:
     assert message == "gpuwatch run: command.cwd: must be an absolute path (got 'relative')"
 
 
-def test_a_commands_cluster_is_workers_on_this_host_only(tmp_path: Path) -> None:
+def test_a_commands_cluster_is_where_its_workers_run_not_how_they_train(tmp_path: Path) -> None:
     # `gpuwatch run --workers N`: the command started N times here, each its TF_CONFIG.
     config = command_config(["python", "t.py"], "/w", (), None, 2)
     assert config.cluster is not None and config.cluster.launcher == "local"
@@ -1028,18 +1028,38 @@ def test_a_commands_cluster_is_workers_on_this_host_only(tmp_path: Path) -> None
     from trainer_runtime.schema import MAX_WORKERS
 
     assert message == f"--workers: cluster.workers: must be from 1 to {MAX_WORKERS} (got 0)"
-    # Over ssh or Slurm, a command is not started yet: said, with the way that works.
+    # Over ssh or Slurm: as `--set` keys, or a file's cluster section.
+    config = command_config(["python", "t.py"], "/w",
+                            ["cluster.launcher=ssh", "cluster.workers=[a, b]",
+                             "cluster.ssh_options=[-p, '2222']"])
+    assert config.cluster is not None and config.cluster.launcher == "ssh"
+    assert [w.host for w in config.cluster.workers] == ["a", "b"]
+    assert config.cluster.ssh_options == ["-p", "2222"]
+    config = command_config(["python", "t.py"], "/w", ["cluster.launcher=slurm"], None, 2)
+    assert config.cluster is not None and config.cluster.launcher == "slurm"
+    assert config.cluster.count == 2
     for launcher in ("ssh", "slurm"):
         workers = "[a, b]" if launcher == "ssh" else "2"
         path, _ = with_command(tmp_path, extra=f"cluster:\n  launcher: {launcher}\n"
                                                f"  workers: {workers}\n")
-        message = refusal(load_config, path)
-        assert message.startswith(f"{path}:"), message
-        assert (f"a command (gpuwatch run) runs its workers on this host (--workers N); "
-                f"launcher {launcher} starts only the bundled runtime so far") in message
-    message = refusal(apply_overrides, COMMAND_BASE,
-                      {"cluster": {"launcher": "ssh", "workers": ["a", "b"]}})
-    assert message.startswith("relaunch: cluster"), message
+        assert load_config(path).config.cluster.launcher == launcher
+    # How the bundled runtime trains on them is refused, saying why, in one line.
+    message = refusal(command_config, ["python", "t.py"], "/w", ["cluster.collective=ring"],
+                      None, 2)
+    assert message.startswith("--set cluster.collective: "), message
+    assert "picks its collective" in message
+    path, _ = with_command(tmp_path, extra="cluster:\n  workers:\n    - host: localhost\n"
+                                           "    - host: localhost\n"
+                                           "      data: {read_latency_ms: 60}\n")
+    message = refusal(load_config, path)
+    assert message.startswith(f"{path}:"), message
+    assert message.endswith("cluster.workers[1].data: changes the bundled runtime's input "
+                            "pipeline: a command reads its own data"), message
+    # A relaunch takes the cluster key by key, as `--set` does.
+    config = apply_overrides(COMMAND_BASE, {"cluster": {"launcher": "ssh", "workers": ["a", "b"]}})
+    assert config.cluster is not None and config.cluster.launcher == "ssh"
+    message = refusal(refuse_command_keys, ["cluster"], "relaunch")
+    assert message.startswith("relaunch: cluster: set a command's cluster key by key"), message
 
 
 def test_a_command_takes_only_the_settings_its_hook_applies() -> None:
@@ -1051,7 +1071,7 @@ def test_a_command_takes_only_the_settings_its_hook_applies() -> None:
         ("train.accumulation_steps", "keras-team/keras#20582"),
         ("data.parallel_calls", "a script's own code decides it"),
         ("command.cwd", "the command is the run's own"),
-        ("cluster.workers", "runs on this host alone"),
+        ("cluster.collective", "picks its collective"),
     ):
         message = refusal(command_config, ["python"], "/w", [f"{key}=2"])
         assert message.startswith(f"--set {key}: ") and reason in message, message

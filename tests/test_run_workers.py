@@ -9,7 +9,11 @@ reads os.environ['TF_CONFIG'] and trains with MultiWorkerMirroredStrategy.
   counts them), the dashboard's workers panel shows both, and the run finishes;
 - a SIGKILL of worker 1: the run is crashed, naming worker 1, and nothing is left;
 - the same script run by hand, twice, each with the person's own TF_CONFIG (two
-  `gpuwatch run`s, one a worker): both finish (gpuwatch hands TF_CONFIG on intact).
+  `gpuwatch run`s, one a worker): both finish (gpuwatch hands TF_CONFIG on intact);
+- its workers over ssh (a real sshd on localhost): `--set cluster.launcher=ssh` with two
+  hosts, each worker's agent started over ssh and the command by the agent there.
+(Its workers under Slurm, and the script's own SlurmClusterResolver under srun:
+tests/test_slurm_drill.py.)
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from gpuwatch import runs
 from gpuwatch.runs import pid_alive
 from tests.conftest import ROOT, gpuwatch, wait_for
 from tests.support.run_record import events, last_step, of
+
+from .support.sshd import SshServer, sshd  # noqa: F401 - the fixture
 
 pytestmark = pytest.mark.slow
 
@@ -145,3 +151,32 @@ def test_the_script_run_by_hand_twice_with_its_own_tf_config_finishes_on_both(
     for info in the_runs(home):
         logs = gpuwatch("logs", info.run_id, check=True).stdout
         assert "trained" in logs and "KeyError" not in logs, logs
+
+
+def test_its_workers_over_ssh_each_start_the_script_with_its_tf_config_and_finish(
+    home: Path, sshd: SshServer  # noqa: F811
+) -> None:
+    # As a person types it: two hosts (localhost twice here, over a real sshd), their ssh
+    # options, and the Python there that runs gpuwatch's agent.
+    proc = gpuwatch("run", "--headless", "--set", "cluster.launcher=ssh",
+                    "--set", "cluster.workers=[localhost, localhost]",
+                    "--set", f"cluster.python={sys.executable}",
+                    "--set", f"cluster.ssh_options=['-F', '{sshd.client_config}']",
+                    "--", sys.executable, SCRIPT, "--steps", "10", timeout_s=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (info,) = the_runs(home)
+    run_dir = info.run_dir
+    recorded = events(run_dir)
+    hellos = {e["worker"]: e for e in recorded if e["type"] == "hello"}
+    assert set(hellos) == {0, 1}
+    assert all(h["replicas"] == 2 for h in hellos.values()), hellos
+    for worker in (0, 1):
+        steps = of(run_dir, "step", worker=worker, attempt=1)
+        assert [s["step"] for s in steps] == list(range(1, 11))
+        assert all(s["examples"] == 2 * PER_WORKER_BATCH for s in steps)
+    assert [e["status"] for e in of(run_dir, "status")][-1] == "finished"
+    summary = next(line for line in proc.stdout.splitlines() if line.startswith("summary: "))
+    assert " workers=2 " in summary, summary
+    # Each worker's output, relayed by its agent: its own TF_CONFIG's index.
+    worker_logs = "".join(path.read_text() for path in run_dir.rglob("trainer.log"))
+    assert "worker 0 trained" in worker_logs and "worker 1 trained" in worker_logs

@@ -12,7 +12,12 @@ salloc's shell. Every worker's agent is an ``srun`` step on its node.
   the chief's checkpoint on both; a stop then ends every step (`squeue -s` lists
   none, no process is left);
 - `scancel` of the allocation stops both trainers after the same step, checkpointed,
-  and leaves no process and no job.
+  and leaves no process and no job;
+- a person's own multi-worker script (tests/data/scripts/mwms_worker.py): `gpuwatch run
+  --workers 2 --set cluster.launcher=slurm` starts it on both nodes, each with its
+  TF_CONFIG, and both finish; and the same script building its cluster from Slurm's step
+  itself (SlurmClusterResolver), each task of `srun --ntasks=2` a `gpuwatch run` of it:
+  Slurm's variables reach it intact, and both tasks train as one cluster and finish.
 """
 
 from __future__ import annotations
@@ -34,11 +39,18 @@ from tests.conftest import gpuwatch, wait_for
 from tests.support.run_record import events, last_step, of  # noqa: F401
 from trainer_runtime.protocol import TERMINAL_STATUSES
 
-from .support.slurm import SlurmCluster, alive, processes_with, slurm_cluster  # noqa: F401
+from .support.slurm import (  # noqa: F401 - the fixture
+    SlurmCluster,
+    _free_ports,
+    alive,
+    processes_with,
+    slurm_cluster,
+)
 
 pytestmark = pytest.mark.slow
 
 TIMEOUT_S = 10
+SCRIPT = str(Path(__file__).parent / "data" / "scripts" / "mwms_worker.py")
 
 CONFIG = """\
 name: slurm-drill
@@ -262,3 +274,54 @@ def test_scancel_of_the_allocation_ends_the_run_and_leaves_nothing(
     wait_for(lambda: not slurm_cluster.jobs(), 15,
              lambda: f"no job left: {slurm_cluster.jobs()}")
     allocation.release()
+
+
+def test_a_persons_script_runs_on_both_nodes_under_salloc_and_finishes(
+    home: Path, allocation: Allocation
+) -> None:
+    done = gpuwatch("run", "--headless", "--workers", "2", "--set", "cluster.launcher=slurm",
+                    "--set", f"cluster.python={sys.executable}", "--set",
+                    f"cluster.timeout_s={TIMEOUT_S}", "--", sys.executable, SCRIPT,
+                    "--steps", "10", timeout_s=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (info,) = runs.list_runs(home)
+    assert {e["worker"]: e["host"] for e in of(info.run_dir, "hello")} == {0: "node1", 1: "node2"}
+    for worker in (0, 1):
+        assert contiguous(info.run_dir, worker, 1) == list(range(1, 11))
+    logs = "".join(path.read_text() for path in info.run_dir.rglob("trainer.log"))
+    assert "worker 0 trained" in logs and "worker 1 trained" in logs, logs[-2000:]
+    wait_for(lambda: supervisor_gone(info.run_dir) and not ours(home), 30,
+             lambda: f"no process of the run left: {ours(home)}")
+
+
+def test_the_scripts_own_slurm_cluster_resolver_under_srun_trains_both_tasks(
+    home: Path, allocation: Allocation
+) -> None:
+    # Two tasks on one node (the emulated nodes share this host: SlurmClusterResolver
+    # gives a node's tasks port_base + their local index, so only one node's tasks can
+    # bind here), each `gpuwatch run` of the script, with the environment srun gives it.
+    port_base = _free_ports(2)[0]
+    done = subprocess.run(
+        # --overcommit: the emulated nodes have one CPU each (two tasks of one core here).
+        ["srun", "--nodes=1", "--ntasks=2", "--overcommit", "--overlap", sys.executable, "-m",
+         "gpuwatch", "run",
+         "--headless", "--", sys.executable, SCRIPT, "--resolver", "slurm",
+         "--port-base", str(port_base), "--steps", "10"],
+        capture_output=True, text=True, timeout=300, cwd=Path(SCRIPT).parents[3],
+        env=os.environ.copy(), check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    finished = runs.list_runs(home)
+    assert len(finished) == 2 and {info.status for info in finished} == {"finished"}, finished
+    seen = set()
+    for info in finished:
+        log = (info.run_dir / "trainer.log").read_text()
+        task = re.search(r"^worker (\d) of 2: ", log, re.M)
+        assert task is not None, log[-2000:]
+        seen.add(int(task.group(1)))
+        assert f"worker {task.group(1)} trained" in log
+        assert [e["step"] for e in of(info.run_dir, "step")] == list(range(1, 11))
+        # One cluster of two: MultiWorkerMirroredStrategy's two replicas in sync.
+        (hello,) = of(info.run_dir, "hello")
+        assert hello["replicas"] == 2, hello
+    assert seen == {0, 1}
+    wait_for(lambda: not ours(home), 30, lambda: f"no process of the runs left: {ours(home)}")

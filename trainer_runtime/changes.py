@@ -28,6 +28,11 @@ LIVE_KEYS = frozenset({
 # Every other setting is the script's own business: refused by `--set`, a relaunch and
 # the dashboard's keys alike, with the reason command_setting_refusal gives.
 COMMAND_KEYS = ("data.prefetch", "train.max_steps", "name")
+# Where a multi-worker command runs (gpuwatch run --workers N, --set cluster.KEY=V): the
+# launcher and its hosts; each worker gets the TF_CONFIG its place needs. Set when the
+# run starts or relaunches, never live.
+COMMAND_CLUSTER_KEYS = ("cluster.launcher", "cluster.workers", "cluster.ports",
+                        "cluster.timeout_s", "cluster.python", "cluster.ssh_options")
 ACCUMULATION_REFUSAL = (
     "a script's gradient accumulation is not changed from outside: Keras' "
     "gradient_accumulation_steps is wrong under MirroredStrategy inside tf.function "
@@ -38,22 +43,25 @@ _COMMAND_REFUSALS = {
     "train.accumulation_steps": ACCUMULATION_REFUSAL,
     "train.global_batch_size": BATCH_REFUSAL,
     "command": "the command is the run's own: start another run with gpuwatch run",
-    "cluster": "a command runs on this host alone (its own strategy decides its devices)",
+    "cluster.collective": "a command's own MultiWorkerMirroredStrategy picks its collective "
+                          "(its CommunicationOptions)",
+    "cluster": f"set a command's cluster key by key: {', '.join(COMMAND_CLUSTER_KEYS)}",
 }
 
 
 def command_setting_refusal(key: str) -> str | None:
     """Why the dotted setting `key` cannot be set for a person's own command, in words; None
-    for the settings it can (COMMAND_KEYS)."""
+    for the settings it can (COMMAND_KEYS, and where its workers run: COMMAND_CLUSTER_KEYS)."""
     key = key.strip()
-    if key in COMMAND_KEYS:
+    if key in COMMAND_KEYS or key in COMMAND_CLUSTER_KEYS or key.startswith(
+            tuple(f"{cluster_key}." for cluster_key in COMMAND_CLUSTER_KEYS)):
         return None
     section = key.partition(".")[0]
     reason = _COMMAND_REFUSALS.get(key) or _COMMAND_REFUSALS.get(section)
     if reason is not None:
         return reason
     return (f"a script's own code decides it: for a command gpuwatch sets only "
-            f"{', '.join(COMMAND_KEYS)}")
+            f"{', '.join(COMMAND_KEYS)} and where its workers run (cluster.*)")
 
 
 def dotted_settings(settings: Any, prefix: str = "") -> dict[str, Any]:

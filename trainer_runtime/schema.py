@@ -527,15 +527,28 @@ class RunConfig(_Strict):
             raise ValueError(f"must be printable text on one line (got {value!r})")
         return value
 
+    @staticmethod
+    def _command_cluster(cluster: ClusterConfig) -> None:
+        """A command's workers (gpuwatch run): where they run, not how the bundled runtime
+        trains on them: no collective, no worker's own input pipeline."""
+        if cluster.collective != "auto":
+            raise LimitError(
+                ("cluster.collective", "command"),
+                f"{cluster.collective} is the bundled runtime's: a command's own "
+                "MultiWorkerMirroredStrategy picks its collective (its CommunicationOptions)",
+            )
+        for i, worker in enumerate(cluster.workers):
+            if worker.data != WorkerDataOverride():
+                raise LimitError(
+                    (f"cluster.workers.{i}.data", "command"),
+                    "changes the bundled runtime's input pipeline: a command reads its own "
+                    "data",
+                )
+
     @model_validator(mode="after")
     def _settings_fit_together(self) -> RunConfig:
-        if (self.command is not None and self.cluster is not None
-                and self.cluster.launcher != "local"):
-            raise LimitError(
-                ("cluster", "command"),
-                f"a command (gpuwatch run) runs its workers on this host (--workers N); "
-                f"launcher {self.cluster.launcher} starts only the bundled runtime so far",
-            )
+        if self.command is not None and self.cluster is not None:
+            self._command_cluster(self.cluster)
         if self.cluster is not None and self.strategy.replicas is not None:
             raise LimitError(
                 ("strategy.replicas", "cluster"),

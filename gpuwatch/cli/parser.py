@@ -26,6 +26,9 @@ EXAMPLES: dict[str, list[tuple[str, str]]] = {
         ("gpuwatch run -- python train.py --epochs 3", "your script under gpuwatch, watched"),
         ("gpuwatch run --set data.prefetch=autotune --headless -- python train.py",
          "with the hook's prefetch, no dashboard"),
+        ("gpuwatch run --workers 2 -- python main.py", "a multi-worker script, 2 workers here"),
+        ("gpuwatch run --set cluster.launcher=ssh --set 'cluster.workers=[gpu1, gpu2]' -- "
+         "python main.py", "its workers on two hosts, over your ssh"),
     ],
     "scale": [
         ("gpuwatch scale demo/demo.yaml", "1 and 2 devices (1 to every GPU), weak scaling"),
@@ -113,12 +116,15 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--name", default=None, metavar="N",
                      help="the run's name (default: the script's or the program's)")
     run.add_argument("--workers", type=int, default=None, metavar="N",
-                     help="start the command N times on this host, as the workers of a "
+                     help="start the command N times, as the workers of a "
                      "MultiWorkerMirroredStrategy cluster: each gets its TF_CONFIG "
-                     "(worker 0 is the chief) and the dashboard shows them all")
+                     "(worker 0 is the chief) and the dashboard shows them all; on this host, "
+                     "or with --set cluster.launcher=slurm on the nodes of your allocation")
     _add_run_options(run, "a setting the hook applies: data.prefetch=off|on|autotune|N, "
-                     "train.max_steps=N, name=N (repeatable); a script's other settings are "
-                     "its own", "start the command, print the run id and return",
+                     "train.max_steps=N, name=N, or where the workers run: cluster.launcher="
+                     "local|ssh|slurm, cluster.workers=N|[host, ...], cluster.ssh_options, "
+                     "cluster.python, cluster.ports, cluster.timeout_s (repeatable); a script's "
+                     "other settings are its own", "start the command, print the run id and return",
                      "end the command's training loop after N optimizer steps (the hook's)")
     # Anything before the -- that is not an option: a command typed without its --.
     run.add_argument("words", nargs="*", help=argparse.SUPPRESS)

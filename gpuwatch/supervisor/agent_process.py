@@ -63,6 +63,7 @@ class _AgentProcess:
         trainer_module: str,
         sample: bool,
         out: asyncio.StreamWriter,
+        command: bool = False,
     ) -> None:
         self.run_dir = run_dir
         self.index = index
@@ -75,6 +76,7 @@ class _AgentProcess:
             on_sample=self._on_sample,
             trainer_module=trainer_module,
             sample=sample,
+            command=command,
         )
         self.dropped = 0
         self._log_offset = _file_size(self.agent.log_path)
@@ -302,7 +304,8 @@ def _account() -> str:
         return f"uid {os.getuid()}"
 
 
-async def agent_main(run_dir: Path, index: int, trainer_module: str, sample: bool) -> int:
+async def agent_main(run_dir: Path, index: int, trainer_module: str, sample: bool,
+                     command: bool = False) -> int:
     """Serve one link on stdin/stdout until stdin ends; 0, or 2 if the link sent garbage."""
     loop = asyncio.get_running_loop()
     # stdout is the link's alone: keep a private copy of it and point fd 1 at stderr,
@@ -322,7 +325,7 @@ async def agent_main(run_dir: Path, index: int, trainer_module: str, sample: boo
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         loop.add_signal_handler(sig, link_ended.set)
 
-    served = _AgentProcess(run_dir, index, trainer_module, sample, out)
+    served = _AgentProcess(run_dir, index, trainer_module, sample, out, command)
     served.agent.start_sampling(loop)
     relay = asyncio.create_task(served.relay_log_forever())
     status = 0
@@ -374,6 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--index", required=True, type=int)
     parser.add_argument("--trainer-module", default="trainer_runtime")
     parser.add_argument("--no-sample", action="store_true", help="do not sample this host")
+    parser.add_argument("--command", action="store_true",
+                        help="start the person's own command the config holds (gpuwatch run), "
+                             "not the trainer module")
     args = parser.parse_args(argv)
     if args.run_dir is not None:
         run_dir: Path = args.run_dir
@@ -389,7 +395,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return asyncio.run(
-            agent_main(run_dir, args.index, args.trainer_module, not args.no_sample)
+            agent_main(run_dir, args.index, args.trainer_module, not args.no_sample,
+                       args.command)
         )
     except KeyboardInterrupt:
         return 130

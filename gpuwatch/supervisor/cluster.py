@@ -15,7 +15,10 @@ address (chief first). Under slurm an address is the node's Slurm name (what its
 agent says, SLURMD_NODENAME) and a port its agent found free there, or
 ``cluster.ports[0]`` on every node when given: a fixed port for all (TensorFlow's
 SlurmClusterResolver uses 8888) fails wherever two workers share a node, or the
-port is taken there (a real scheduler's emulated nodes showed it).
+port is taken there (a real scheduler's emulated nodes showed it). A person's own
+command (gpuwatch run) under slurm also gets Slurm's step variables of the whole cluster
+(``slurm_step_env``): its agent's step is one task, and a script that resolves its
+cluster from Slurm should see them all.
 """
 
 from __future__ import annotations
@@ -219,7 +222,30 @@ def worker_launches(
     if cluster.launcher == "slurm" and ports is not None:
         ports = [ports[0]] * count  # the one port every node uses
     addresses = tf_addresses(plans, prepared, ports=ports, this_host=this_host)
+    nodes = [host for host, _ in prepared]
     return [
-        WorkerLaunch(plan.index, count, {"TF_CONFIG": tf_config(addresses, plan.index)})
+        WorkerLaunch(plan.index, count, {
+            "TF_CONFIG": tf_config(addresses, plan.index),
+            **(slurm_step_env(nodes, plan.index)
+               if cluster.launcher == "slurm" and config.command is not None else {}),
+        })
         for plan in plans
     ]
+
+
+def slurm_step_env(nodes: Sequence[str], index: int) -> dict[str, str]:
+    """Slurm's step variables for worker `index` of a person's command on `nodes` (one task
+    each, in order), as `srun --ntasks-per-node=1` across them would set them: each agent
+    is a one-task step of its own, and a script that builds its cluster from Slurm
+    (SlurmClusterResolver, a rank from SLURM_PROCID) sees the whole cluster instead."""
+    count = len(nodes)
+    return {
+        "SLURM_PROCID": str(index),
+        "SLURM_NODEID": str(index),
+        "SLURM_LOCALID": "0",
+        "SLURM_NTASKS": str(count),
+        "SLURM_STEP_NUM_TASKS": str(count),
+        "SLURM_STEP_NUM_NODES": str(count),
+        "SLURM_STEP_NODELIST": ",".join(nodes),
+        "SLURM_STEP_TASKS_PER_NODE": f"1(x{count})",
+    }

@@ -136,6 +136,12 @@ class TrainerLauncher:
         command = config.command
         if command is None:
             raise AgentStartError(f"{config_path} holds no command")
+        if not os.path.isdir(command.cwd):  # noqa: ASYNC240 - one stat
+            # A worker on another host: the command starts in the directory `gpuwatch run`
+            # was typed in, on every worker (a filesystem they share).
+            raise AgentStartError(
+                f"the command's directory {command.cwd} is not on {socket.gethostname()}: "
+                "every worker starts it there (a filesystem the workers share)")
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = command_env(config, attempt, child_sock.fileno(), launch)
         return await self._spawn(list(command.argv), env, command.cwd, parent_sock, child_sock,

@@ -69,8 +69,13 @@ class RemoteAgent:
         remote_dir: str | None = None,
         remote_env: Mapping[str, str] | None = None,
         host: str | None = None,
+        command: bool = False,
     ) -> None:
         self.index = index
+        # A person's own command (gpuwatch run) runs there: no reconfigure frame reaches it;
+        # every change of its settings is a relaunch.
+        self.command_run = command
+        self.live_capable = not command
         self.run_dir = run_dir
         self.worker_dir = worker_dir(run_dir, index)  # here: the relayed log's copy
         self.log_path = self.worker_dir / "trainer.log"
@@ -133,6 +138,8 @@ class RemoteAgent:
                   "--index", str(self.index), "--trainer-module", self.trainer_module]
         if not self.sample:
             remote.append("--no-sample")
+        if self.command_run:
+            remote.append("--command")
         if self.remote_env:
             remote = ["env", *(f"{k}={v}" for k, v in self.remote_env.items()), *remote]
         return remote_argv(self.argv_prefix, remote)

@@ -98,6 +98,7 @@ class Workers:
             sample=plan.sample,
             trainer_module=trainer_module,
             host=plan.host,
+            command=config.command is not None,
         )
 
     def who(self, index: int) -> str:

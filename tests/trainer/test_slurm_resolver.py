@@ -108,3 +108,20 @@ def test_trainer_with_bad_tf_config_exits_2_with_a_config_error(tmp_path: Path) 
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert errors == ["error: TF_CONFIG says task index 0 but this is --worker 1"]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_a_commands_worker_under_launcher_slurm_is_resolved_as_srun_across_the_nodes(
+        monkeypatch: pytest.MonkeyPatch, index: int) -> None:
+    # gpuwatch run --set cluster.launcher=slurm: each worker's agent is a one-task step of
+    # its own; the command gets the step variables of the whole cluster
+    # (gpuwatch/supervisor/cluster.py: slurm_step_env), so a script's own
+    # SlurmClusterResolver sees every worker, in gpuwatch's order, itself at its index.
+    from gpuwatch.supervisor.cluster import slurm_step_env
+
+    env = slurm_step_env(["node01", "node02", "node03"], index)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    tf_config = tf_config_from_slurm(env, port_base=9123, gpus=0)
+    assert tf_config == {"cluster": {"worker": ["node01:9123", "node02:9123", "node03:9123"]},
+                         "task": {"type": "worker", "index": index}}

@@ -238,7 +238,7 @@ class Watch:
             global_batch_size=examples, accumulation_steps=1,
             per_replica_batch=examples // max(1, replicas), start_step=self.step,
             start_micro_step=self.step,
-            worker=self.worker, workers=max(1, workers),
+            worker=self.worker, workers=max(1, workers), host=protocol.host_name(),
             flops_per_example=self.flops_per_example,
         ))
 

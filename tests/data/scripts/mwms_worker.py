@@ -16,16 +16,34 @@ import numpy as np
 parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=20)
 parser.add_argument("--per-worker-batch", type=int, default=32)
+parser.add_argument("--resolver", choices=["tf-config", "slurm"], default="tf-config",
+                    help="slurm: the cluster from Slurm's step (SlurmClusterResolver, srun)")
+parser.add_argument("--port-base", type=int, default=8888, help="slurm: the first port")
 args = parser.parse_args()
 
-tf_config = json.loads(os.environ["TF_CONFIG"])
-num_workers = len(tf_config["cluster"]["worker"])
-task = tf_config["task"]["index"]
+if args.resolver == "tf-config":
+    tf_config = json.loads(os.environ["TF_CONFIG"])
+    num_workers = len(tf_config["cluster"]["worker"])
+    task = tf_config["task"]["index"]
 
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-strategy = tf.distribute.MultiWorkerMirroredStrategy()
+if args.resolver == "slurm":
+    # Its GPU count given (it would ask nvidia-smi) and at least one slot a task: the
+    # resolver divides by it. No GPU here; it leaves CUDA_VISIBLE_DEVICES alone.
+    tasks_here = max(int(n.split("(")[0])
+                     for n in os.environ["SLURM_STEP_TASKS_PER_NODE"].split(","))
+    slots = max(len(tf.config.list_physical_devices("GPU")), tasks_here)
+    resolver = tf.distribute.cluster_resolver.SlurmClusterResolver(
+        port_base=args.port_base, gpus_per_node=slots, gpus_per_task=slots // tasks_here,
+        auto_set_gpu=False)
+    num_workers = resolver.cluster_spec().num_tasks("worker")
+    task = resolver.task_id
+    print(f"worker {task} of {num_workers}: {resolver.cluster_spec().as_dict()}", flush=True)
+    strategy = tf.distribute.MultiWorkerMirroredStrategy(cluster_resolver=resolver)
+else:
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
 global_batch_size = args.per_worker_batch * num_workers
 
 rng = np.random.default_rng(0)
