@@ -49,6 +49,7 @@ import contextlib
 import fcntl
 import json
 import os
+import re
 import shutil
 import tempfile
 import time
@@ -78,6 +79,11 @@ def lock_paths(folder: Path) -> tuple[Path, Path]:
 def first_path(folder: Path) -> Path:
     """The lock that lets one `run_first` stretch run at a time."""
     return folder / "first"
+
+
+def workers_folder(folder: Path) -> Path:
+    """Where each worker says its pid (a file named by it)."""
+    return folder / "workers"
 
 
 def ends_folder(folder: Path) -> Path:
@@ -223,26 +229,70 @@ def processes_of_the_test() -> list[int]:
 
 
 def processes_of_other_tests() -> list[int]:
-    """Every process of this test run's other workers: the workers themselves and what
-    their tests started, found by the variables xdist gives each worker and every
-    process inherits (PYTEST_XDIST_TESTRUNUID the run's, PYTEST_XDIST_WORKER another's);
-    never this worker's test's own (``processes_of_the_test``)."""
-    run, worker = os.environ.get("PYTEST_XDIST_TESTRUNUID"), os.environ.get("PYTEST_XDIST_WORKER")
-    if not run or not worker:
-        return []
+    """Every process of this test run's other workers: the workers themselves (each says
+    its pid in the lock's folder: xdist sets its variables after the worker started, so
+    the worker's own /proc environ lacks them), their descendants, and what their tests
+    started elsewhere (a detached supervisor and its trainers, a tmux server): by the
+    variables xdist gives each worker, which what it starts inherits
+    (PYTEST_XDIST_TESTRUNUID the run's, PYTEST_XDIST_WORKER another's), or by a gpuwatch
+    home in another worker's temporary directory (a test's cleaned environment keeps that
+    one). Never this worker's test's own (``processes_of_the_test``)."""
     me = os.getpid()
-    mine = set(processes_of_the_test())
-    of_the_run = f"\0PYTEST_XDIST_TESTRUNUID={run}\0".encode()
-    of_mine = f"\0PYTEST_XDIST_WORKER={worker}\0".encode()
-    found = []
-    for pid in _parents():
-        if pid == me or pid in mine:
-            continue
-        with contextlib.suppress(OSError):
-            environ = b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
-            if of_the_run in environ and of_mine not in environ:
-                found.append(pid)
-    return found
+    parents = _parents()
+    mine = set(processes_of_the_test()) | {me}
+    workers = {pid for pid in _worker_pids() if pid != me and pid in parents}
+    children: dict[int, list[int]] = {}
+    for pid, parent in parents.items():
+        children.setdefault(parent, []).append(pid)
+    found: set[int] = set()
+    todo = list(workers) + [pid for pid in parents if pid not in mine and _of_another(pid)]
+    while todo:
+        pid = todo.pop()
+        if pid not in found and pid not in mine:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return sorted(found)
+
+
+def _worker_pids() -> list[int]:
+    if _workers_dir is None:
+        return []
+    with contextlib.suppress(OSError, ValueError):
+        return [int(entry.name) for entry in os.scandir(_workers_dir)]
+    return []
+
+
+# Whether a process (by pid and start time, and who asks) is another worker's, by its
+# environment, which does not change: each is read once.
+_another: dict[tuple[int, str, str, str], bool] = {}
+
+
+def _of_another(pid: int) -> bool:
+    try:
+        started = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return False
+    key = (pid, started, os.environ.get("PYTEST_XDIST_TESTRUNUID", ""),
+           os.environ.get("PYTEST_XDIST_WORKER", ""))
+    if key not in _another:
+        _another[key] = _environ_of_another(pid)
+    return _another[key]
+
+
+def _environ_of_another(pid: int) -> bool:
+    run, worker = os.environ.get("PYTEST_XDIST_TESTRUNUID"), os.environ.get("PYTEST_XDIST_WORKER")
+    try:
+        environ = b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    if run and worker and f"\0PYTEST_XDIST_TESTRUNUID={run}\0".encode() in environ:
+        return f"\0PYTEST_XDIST_WORKER={worker}\0".encode() not in environ
+    if _session_tmp is not None and _own_tmp is not None:
+        home = re.search(rb"\0GPUWATCH_HOME=([^\0]*)", environ)
+        if home is not None:
+            path = os.fsdecode(home.group(1)) + "/"
+            return path.startswith(_session_tmp) and not path.startswith(_own_tmp)
+    return False
 
 
 def _threads(pid: int) -> list[int]:
@@ -336,8 +386,13 @@ class Quieted:
 _lock: RunLock | None = None
 _folder: Path | None = None  # the controller's: made for the first worker, removed at the end
 _first_lock: Path | None = None  # a worker's: one `run_first` stretch at a time
+_workers_dir: Path | None = None  # where each worker says its pid
+# The run's temporary directory and this worker's in it ("/"-ended): another worker's
+# test's gpuwatch home lies in the first and not in the second.
+_session_tmp: str | None = None
+_own_tmp: str | None = None
 # How often a `run_first` stretch looks for processes the other tests started since.
-FIRST_RESCAN_S = 0.25
+FIRST_RESCAN_S = 0.5
 _durations = Durations()  # each test's predicted seconds (the backfill)
 
 
@@ -349,12 +404,15 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "keeps_running: the module's (or class's) fixtures keep a run going "
                    "between its tests; it holds the suite's lock shared from its first "
                    "test to its last (tests/support/alone.py)")
-    global _lock, _first_lock
+    global _lock, _first_lock, _workers_dir, _config
     workerinput = getattr(config, "workerinput", None)
     if workerinput is not None:  # an xdist worker
         folder = Path(workerinput["gpuwatch_lock_folder"])
         _lock = RunLock(*lock_paths(folder), ends=ends_folder(folder))
         _first_lock = first_path(folder)
+        _workers_dir = workers_folder(folder)
+        (_workers_dir / str(os.getpid())).touch()
+        _config = config
 
 
 @pytest.hookimpl(optionalhook=True)
@@ -366,6 +424,7 @@ def pytest_configure_node(node: Any) -> None:
         for path in lock_paths(_folder):
             path.touch()
         ends_folder(_folder).mkdir()
+        workers_folder(_folder).mkdir()
     node.workerinput["gpuwatch_lock_folder"] = str(_folder)
 
 
@@ -525,6 +584,19 @@ def first_in_line(lock_path: Path) -> Iterator[None]:
             others.restore()
 
 
+_config: pytest.Config | None = None
+
+
+def _note_temporary_directories() -> None:
+    """The run's temporary directory and this worker's (``_environ_of_another``), once."""
+    global _session_tmp, _own_tmp
+    if _own_tmp is not None or _config is None:
+        return
+    with contextlib.suppress(Exception):
+        own = _config._tmp_path_factory.getbasetemp()  # type: ignore[attr-defined]
+        _own_tmp, _session_tmp = f"{own}/", f"{own.parent}/"
+
+
 @contextlib.contextmanager
 def _first() -> Iterator[None]:
     """The block (a `run_first` stretch, an `alone(first=True)` test's body) runs first in
@@ -540,6 +612,7 @@ def _first() -> Iterator[None]:
         with _exclusive():
             yield
         return
+    _note_temporary_directories()
     asked = time.monotonic()
     with first_in_line(_first_lock):
         taken = time.monotonic()
