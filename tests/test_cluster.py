@@ -128,9 +128,11 @@ def test_slurm_workers_dial_each_node_by_name_at_the_port_its_agent_found(
                                         "command": {"argv": ["python", "t.py"], "cwd": "/w"}})
     launch = worker_launches(command, plans, prepared, this_host="head")[1]
     assert launch is not None and {k: v for k, v in launch.env.items() if k != "TF_CONFIG"} == {
-        "SLURM_PROCID": "1", "SLURM_NODEID": "1", "SLURM_LOCALID": "0", "SLURM_NTASKS": "3",
+        "SLURM_PROCID": "1", "SLURM_NODEID": "1", "SLURM_LOCALID": "0", "SLURM_GTIDS": "1",
+        "SLURM_NTASKS": "3", "SLURM_NPROCS": "3", "SLURM_NNODES": "3",
         "SLURM_STEP_NUM_TASKS": "3", "SLURM_STEP_NUM_NODES": "3",
-        "SLURM_STEP_NODELIST": "node01,node02,node03", "SLURM_STEP_TASKS_PER_NODE": "1(x3)",
+        "SLURM_NODELIST": "node01,node02,node03", "SLURM_STEP_NODELIST": "node01,node02,node03",
+        "SLURM_TASKS_PER_NODE": "1(x3)", "SLURM_STEP_TASKS_PER_NODE": "1(x3)",
     }
     # cluster.ports under slurm: its first port on every node.
     fixed = cluster_config({"launcher": "slurm", "workers": 3, "ports": [8888]})

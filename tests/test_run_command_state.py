@@ -392,3 +392,22 @@ def test_a_command_is_shortened_to_fit_a_line() -> None:
     short = shorten_command(argv, 30)
     assert len(short) == 30 and short.endswith("…")
     assert shorten_command(["echo", "a\nb"], 80) == "echo 'a?b'"
+
+
+def test_a_commands_directory_gone_or_not_on_a_workers_host_is_named_in_one_line(
+    tmp_path: Path,
+) -> None:
+    """The directory `gpuwatch run` was typed in, gone by the attempt (or not on a worker's
+    host: every worker starts the command there): named, with why, in one line."""
+    import socket
+
+    gone = tmp_path / "gone"
+    path = tmp_path / "attempt-1.yaml"
+    path.write_text(dump_config(command_config(["python", "t.py"], str(gone))))
+    agent = _agent(tmp_path, command=True)
+    with pytest.raises(AgentStartError) as refused:
+        asyncio.run(agent.start(1, path, fresh=False))
+    message = str(refused.value)
+    assert message == (f"the command's directory {gone} on {socket.gethostname()}: No such file "
+                       "or directory (every worker starts the command there)"), message
+    assert agent.process is None

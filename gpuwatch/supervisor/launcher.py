@@ -23,9 +23,11 @@ would. Never a spare: a spare has the runtime imported, which a command does not
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import socket
+import stat
 import sys
 import time
 from collections.abc import Sequence
@@ -136,12 +138,18 @@ class TrainerLauncher:
         command = config.command
         if command is None:
             raise AgentStartError(f"{config_path} holds no command")
-        if not os.path.isdir(command.cwd):  # noqa: ASYNC240 - one stat
-            # A worker on another host: the command starts in the directory `gpuwatch run`
-            # was typed in, on every worker (a filesystem they share).
+        try:
+            if not stat.S_ISDIR(os.stat(command.cwd).st_mode):
+                raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+            if not os.access(command.cwd, os.X_OK):
+                raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+        except OSError as exc:
+            # Gone since it was typed in, or, a worker on another host, not there (the
+            # command starts in that directory on every worker: a filesystem they share),
+            # or not this account's to enter.
             raise AgentStartError(
-                f"the command's directory {command.cwd} is not on {socket.gethostname()}: "
-                "every worker starts it there (a filesystem the workers share)")
+                f"the command's directory {command.cwd} on {socket.gethostname()}: "
+                f"{exc.strerror or exc} (every worker starts the command there)") from None
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = command_env(config, attempt, child_sock.fileno(), launch)
         return await self._spawn(list(command.argv), env, command.cwd, parent_sock, child_sock,
