@@ -42,14 +42,17 @@ def updates_made(shape: str, counts: dict[str, int], restored: int) -> int:
 
 
 # Each shape once a run, its length and a restored optimizer's count drawn: a TensorFlow
-# start-up per example (some 5 s), so one example a shape.
+# start-up per example (some 5 s), so one example a shape. After each update the script
+# evaluates the model on 7 examples (training=False, and a plain call outside the tape), as
+# the tutorial's test step does: the update's examples stay its batch's 32.
 @pytest.mark.parametrize("shape", SHAPES)
 @settings(max_examples=1, database=None)
 @given(steps=st.integers(12, 20), restored=st.sampled_from([0, 5, 1000]))
 def test_the_steps_shown_are_every_update_the_optimizers_count(
     shape: str, steps: int, restored: int
 ) -> None:
-    argv = ["--shape", shape, "--steps", str(steps), "--restored", str(restored)]
+    argv = ["--shape", shape, "--steps", str(steps), "--restored", str(restored),
+            "--eval-batch", "7"]
     if shape == "lso":
         # Mixed precision with a loss scale that overflows float16: the optimizer skips
         # the first updates (7 of 24 here) and halves the scale; a skipped one is no step.
@@ -106,3 +109,19 @@ def test_max_steps_ends_a_tape_loop_as_it_ends_a_custom_loop() -> None:
     assert ran.returncode == 0, ran.output
     assert [s.step for s in ran.steps] == list(range(1, 7))
     assert ran.of(protocol.Done)[-1].reason == "max_steps"
+
+
+@pytest.mark.parametrize("loop", ["graph", "eager"])
+def test_a_strategy_run_loops_steps_go_on_from_a_restored_optimizers_count(loop: str) -> None:
+    # The distributed-training tutorial's loop (`for x in dist_dataset`, strategy.run in a
+    # tf.function, or eagerly) on an optimizer a checkpoint left at 1000 updates: the
+    # steps shown are 1001 on, the optimizer's own count at the end the last of them.
+    ran = run_hooked(script("loop_mirrored.py", "--steps", "6", "--python-next",
+                            "--restored", "1000", *(["--eager"] if loop == "eager" else [])))
+    assert ran.returncode == 0, ran.output
+    (hello,) = ran.of(protocol.Hello)
+    assert hello.start_step == 1000
+    at_end = int(next(line for line in ran.output.splitlines()
+                      if line.startswith("iterations ")).split()[1])
+    assert at_end == 1006
+    assert [s.step for s in ran.steps] == list(range(1001, at_end + 1))

@@ -49,6 +49,8 @@ def patch_optimizer(watch: KerasWatch, module: ModuleType) -> None:
     def apply(original: Callable[..., Any], optimizer: Any, grads: Any,
               trainable_variables: Any = None, *args: Any, **kwargs: Any) -> Any:
         watch.applies += 1
+        if watch.applied_by is None:  # the step's first (a GAN's generator's, say)
+            watch.applied_by = optimizer
         if trainable_variables is not None and not watch.param_count:
             try:
                 watch.count_params(list(trainable_variables))

@@ -152,6 +152,7 @@ class CustomLoops:
         if self._standing_by() or tf is None:
             return original(strategy, fn, *args, **kwargs)
         applied = watch.applies
+        watch.applied_by = None  # the first optimizer this step applies (its count numbers)
         self.run_start = time.time()
         if not tf.executing_eagerly() and not deterministic():
             # When the step began, if no fetch is timed in this graph (no deps: it runs
@@ -204,15 +205,18 @@ class CustomLoops:
         examples = self._examples(strategy, call_args)
         none = tf.constant(_NO_STAMP, tf.float64)
         count = tf.cast(examples, tf.float64) if examples is not None else none
+        # The optimizer's count after this step's update (read after it: the function
+        # orders reads of a variable after the writes traced before them).
+        iterations = self._iterations_tensor()
         if is_deterministic:  # the step's end as the host sees it, when its results are ready
             with tf.control_dependencies(flat):
-                tf.py_function(self._on_graph_step_host, [count], Tout=[])
+                tf.py_function(self._on_graph_step_host, [count, iterations], Tout=[])
             return
         with tf.control_dependencies(flat):
             t_end = tf.timestamp()
         began = fetch[0] if fetch else run_start if run_start is not None else none
         values = [t_end, fetch[0] if fetch else none, fetch[1] if fetch else none, began,
-                  count]
+                  count, iterations]
         tf.py_function(self._on_graph_step, values, Tout=[])
         state["step_end"] = t_end
 
@@ -229,13 +233,33 @@ class CustomLoops:
         self.watch.set_loop(TRACED, DETERMINISM if in_graph else NOT_FETCHED)
         return None, None
 
-    def _on_graph_step_host(self, examples: Any) -> None:
+    def _iterations_tensor(self) -> Any:
+        """The step's optimizer's iterations, read in the step's graph (float64), or -1."""
+        tf = self.watch.tf
+        optimizer = self.watch.applied_by
+        try:
+            return tf.cast(tf.identity(optimizer.iterations), tf.float64)
+        except Exception:
+            return tf.constant(_NO_STAMP, tf.float64)
+
+    def _eager_iterations(self) -> int | None:
+        """The step's optimizer's count, read while the steps' numbers are not yet set (a
+        read waits for the device: once, not every step)."""
+        if self.watch.hello_sent or self.last_end is not None:
+            return None
+        try:
+            return int(self.watch.applied_by.iterations.numpy())
+        except Exception:
+            return None
+
+    def _on_graph_step_host(self, examples: Any, iterations: Any) -> None:
         count = int(float(examples)) if float(examples) >= 0 else 0
         wait_ms, _fetched = self._host_wait(in_graph=True)
-        self._step_ended(time.time(), wait_ms, count, eager=False, start=None)
+        self._step_ended(time.time(), wait_ms, count, eager=False, start=None,
+                         iterations=_count(iterations))
 
-    def _on_graph_step(self, t_end: Any, t0: Any, t1: Any, began: Any, examples: Any
-                       ) -> None:
+    def _on_graph_step(self, t_end: Any, t0: Any, t1: Any, began: Any, examples: Any,
+                       iterations: Any) -> None:
         end = float(t_end)
         start = float(began) if float(began) >= 0 else None
         if float(t0) >= 0:
@@ -244,7 +268,8 @@ class CustomLoops:
             wait_ms, fetched = self._host_wait(in_graph=False)
             start = fetched if fetched is not None else start
         count = int(float(examples)) if float(examples) >= 0 else 0
-        self._step_ended(end, wait_ms, count, eager=False, start=start)
+        self._step_ended(end, wait_ms, count, eager=False, start=start,
+                         iterations=_count(iterations))
 
     def _eager_step(self, strategy: Any, out: Any, call_args: Any) -> None:
         self.watch.set_loop(EAGER, "" if self.eager_wait_seen else NOT_FETCHED)
@@ -253,7 +278,7 @@ class CustomLoops:
         self.eager_wait_s = 0.0
         start, self.eager_fetch_start = self.eager_fetch_start or self.run_start, None
         self._step_ended(time.time(), wait_ms, int(examples) if examples is not None else 0,
-                         eager=True, start=start)
+                         eager=True, start=start, iterations=self._eager_iterations())
 
     def _reduce(self, original: Callable[..., Any], strategy: Any, *args: Any,
                 **kwargs: Any) -> Any:
@@ -288,9 +313,11 @@ class CustomLoops:
     # -- steps -------------------------------------------------------------------------
 
     def _step_ended(self, end: float, wait_ms: float | None, examples: int, *,
-                    eager: bool, start: float | None) -> None:
+                    eager: bool, start: float | None, iterations: int | None = None) -> None:
         """A step has ended; start: when it began (its fetch), for the loop's first step
-        (the others begin where the one before ended: the loop's own host time counts)."""
+        (the others begin where the one before ended: the loop's own host time counts);
+        iterations: its optimizer's count after it, from which the steps go on (a
+        restored optimizer's), as a GradientTape loop's and fit's do."""
         if not eager and not self.flops_counted and self.step_graph is not None:
             self.flops_counted = True
             graph, replicas = self.step_graph
@@ -304,7 +331,7 @@ class CustomLoops:
             self.pending = {"end": end,
                             "time_ms": None if begun is None else (end - begun) * 1000.0,
                             "wait_ms": wait_ms, "examples": examples, "loss": None,
-                            "eager": eager}
+                            "eager": eager, "iterations": iterations}
 
     def flush_pending(self) -> None:
         """Send the step that waits for its loss (it has it, or the next step started, or
@@ -313,6 +340,9 @@ class CustomLoops:
         if pending is None or pending["time_ms"] is None:
             return  # nothing waits, or a first step with no start known: not sent
         watch = self.watch
+        if not watch.hello_sent and pending["iterations"] is not None:
+            # The first step sent: the steps go on from its optimizer's count before it.
+            watch.step = max(watch.step, pending["iterations"] - 1)
         watch.report(step_time_ms=max(0.0, pending["time_ms"]),
                      input_wait_ms=pending["wait_ms"], examples=pending["examples"],
                      loss=pending["loss"], lr=None, end=pending["end"], epoch=None)
@@ -367,3 +397,9 @@ class CustomLoops:
             return module, file_name
 
         loader.load_source = load_source
+
+
+def _count(value: Any) -> int | None:
+    """A count a step's graph read (float64), or None where it could not (-1)."""
+    number = float(value)
+    return int(number) if number >= 0 else None

@@ -18,9 +18,11 @@ same steps), until another applies twice with no update of the first between (a 
 optimizer for a new phase): it sets them from then on; the hook names the one whose
 updates are the steps. The first step's number goes on from the optimizer's own
 ``iterations`` (a restored one's; fit's too, keras_patches.py). The batch's examples
-are the leading size of the last top-level Keras model call's input (a model is called
-with the batch before its gradients exist); input wait, the host's time in ``next()``
-on a ``tf.data`` or distributed iterator since the last update. A traced update's FLOPs
+are the leading size of the last top-level Keras model call's input made under a
+GradientTape (a model is called with the batch before its gradients exist; a call
+outside any tape is an evaluation, not the update's); input wait,
+the host's time in ``next()`` on a ``tf.data`` or distributed iterator since the last
+update. A traced update's FLOPs
 per example are counted in its function's graph as it first runs.
 
 While ``strategy.run`` runs (loops.py counts those) or ``fit`` does, nothing here acts.
@@ -45,6 +47,16 @@ _UNKNOWN = -1.0  # an examples count the graph could not take
 # (an iterator inside the tf.function, or tensors the script slices itself).
 NOT_HOST_FETCHED = ("its batches are not taken with next() in Python: iterate a tf.data "
                     "dataset in Python and hand each batch to the step")
+
+
+def _recording() -> bool:
+    """Whether a GradientTape may be recording here (eagerly, or in the function being
+    traced): a forward pass whose gradients an update will apply."""
+    try:
+        from tensorflow.python.eager import record
+    except ImportError:  # an internal moved: every top-level call counts, as before
+        return True
+    return bool(record.could_possibly_record())
 
 
 class PlainUpdates:
@@ -86,7 +98,12 @@ class PlainUpdates:
         finally:
             self.call_depth -= 1
         try:
-            self._note_batch(args[0] if args else kwargs.get("inputs"))
+            # A training call's batch: one under a GradientTape (training=False there too:
+            # a frozen BatchNorm's fine-tuning). An evaluation between updates, outside
+            # any tape (the tutorial's test step, a validation batch of another size), is
+            # not the update's batch.
+            if _recording():
+                self._note_batch(args[0] if args else kwargs.get("inputs"))
         except Exception:
             pass  # no examples known for this update: it is still counted
         return out

@@ -104,6 +104,7 @@ class Watch:
         self.stopped = False  # max_steps reached
         self.keras_depth = 0  # inside Keras' fit/evaluate/predict: strategy-level patches stand by
         self.applies = 0  # optimizer applications traced or run so far (custom loops)
+        self.applied_by: Any = None  # the first optimizer a strategy.run step applied
         self.run_depth = 0  # inside strategy.run (its updates are its step's)
         # What ends the script's training at max_steps: fit sets one (stop_training); a
         # custom loop's step ends the process (CustomLoops.end_loop).

@@ -49,6 +49,7 @@ class KerasWatch(FitWatch, Protocol):
     step: int
     keras_depth: int
     applies: int
+    applied_by: Any
     param_count: int
     stopped: bool
     on_max_steps: Callable[[], None] | None
@@ -70,9 +71,12 @@ class KerasWatch(FitWatch, Protocol):
 
 class StepWatch(Protocol):
     """What both loop patches need (loops.py's CustomLoops, updates.py's PlainUpdates):
-    the state they stand by on, the hook event, and each step they report."""
+    the state they stand by on, the hook event, and each step they report (numbered on
+    from `step`, which a restored optimizer's count sets before the hello)."""
 
     run_depth: int
+    hello_sent: bool
+    step: int
     flops_per_example: float | None
     tf: Any
     lock: threading.Lock
@@ -100,6 +104,7 @@ class LoopsWatch(StepWatch, Protocol):
     prefetch: Any
     emitter: Any
     applies: int
+    applied_by: Any
 
 
 class HostLoops(Protocol):
@@ -119,8 +124,6 @@ class UpdatesWatch(StepWatch, Protocol):
 
     loop: str
     input_wait: str
-    hello_sent: bool
-    step: int
 
     @property
     def loops(self) -> HostLoops: ...

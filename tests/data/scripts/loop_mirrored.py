@@ -29,6 +29,8 @@ parser.add_argument("--from-function", action="store_true",
 parser.add_argument("--python-next", action="store_true",
                     help="the distributed-training tutorial's loop: `for x in dist_dataset`, "
                          "each batch passed to the tf.function step")
+parser.add_argument("--restored", type=int, default=0,
+                    help="the optimizer's iterations as a restored checkpoint left them")
 parser.add_argument("--tensors", action="store_true",
                     help="each step passed tensors the script slices itself (no dataset)")
 args = parser.parse_args()
@@ -86,6 +88,8 @@ with strategy.scope():
     ])
     optimizer = keras.optimizers.SGD(0.05)
     optimizer.build(model.trainable_variables)
+    if args.restored:
+        optimizer.iterations.assign(args.restored)
     loss_object = keras.losses.SparseCategoricalCrossentropy(
         from_logits=True, reduction="none")
 
@@ -143,4 +147,5 @@ else:
             raise RuntimeError(f"the script's own error at step {step}")
         loss = train_step(iterator)
         print(f"step {step} loss {float(loss):.6f}", flush=True)
+print(f"iterations {int(optimizer.iterations.numpy())}", flush=True)
 print("trained", file=sys.stderr, flush=True)

@@ -28,6 +28,9 @@ parser.add_argument("--read-ms", type=float, default=0.0, help="host cost of eac
 parser.add_argument("--no-read-ahead", action="store_true",
                     help="turn off tf.data's read-ahead (its injected prefetch and its autotuner, "
                          "which reads ahead without it): each batch is read when next() asks")
+parser.add_argument("--eval-batch", type=int, default=0,
+                    help="after each update, evaluate the model on a batch of this size "
+                         "(training=False, and a plain call), as the tutorial's test step does")
 parser.add_argument("--loss-scale", type=float, default=2.0 ** 15,
                     help="lso: the initial loss scale (a huge one overflows: skipped updates)")
 args = parser.parse_args()
@@ -92,6 +95,10 @@ def step(features, labels):
             critic_loss = loss_fn(labels, critic(features, training=True))
         grads = tape.gradient(critic_loss, critic.trainable_variables)
         critic_optimizer.apply_gradients(zip(grads, critic.trainable_variables, strict=True))
+    if args.eval_batch:
+        held_out = tf.constant(x[: args.eval_batch])
+        model(held_out, training=False)
+        model(held_out)
     return loss
 
 
