@@ -175,12 +175,13 @@ def test_all_reduce_time_is_the_same_all_reduce_alone_and_grows_with_the_bytes(
     print("all-reduce ms (update, alone, the larger p90-p10):", figures)
     for sync, by_itself, noise in figures:
         assert by_itself - noise <= sync <= by_itself + noise, (sync, by_itself, noise)
-    # Four times the bytes. The same all-reduce by itself (the ground truth) takes more
-    # time, not out of proportion; in the update, where it overlaps the backward pass and
-    # only the part left over is bracketed, more time too. A narrower gap did not hold on
-    # a loaded box: with 2x the bytes the updates' quartiles came out 1.48 and 1.52 ms
-    # (the alone ones 1.63 and 2.65), and under a CPU burner the small model's exposed
-    # part fell to 0.13-0.19 ms while the large one's stayed 3.7-4.1 (alone 1.3-1.4 and
-    # 5.5-7.8: a ratio of 3.9-5.9).
-    assert figures[1][0] > figures[0][0], figures
+    # Four times the bytes: the same all-reduce by itself (the ground truth) takes more
+    # time, not out of proportion. In the update it overlaps the backward pass and only
+    # the part left over is bracketed: never more than the all-reduce by itself (above),
+    # but how much is left over is the overlap's, not the bytes'. With 2x the bytes the
+    # updates' quartiles came out 1.48 and 1.52 ms (the alone ones 1.63 and 2.65); under a
+    # CPU burner the small model's exposed part fell to 0.13-0.19 ms while the large one's
+    # stayed 3.7-4.1; and once (s-2 at 1a29ef1) both were nearly all hidden, the large
+    # model's 0.18 ms against the small one's 0.20 (alone 4.79 and 1.37): so the exposed
+    # part is not asserted to grow.
     assert 2.0 <= figures[1][1] / figures[0][1] <= 10.0, figures
