@@ -31,7 +31,6 @@ from gpuwatch import runs
 from gpuwatch.client import RunClient
 from gpuwatch.headless import recorded_state
 from tests.conftest import ROOT, TINY, gpuwatch, wait_for
-from tests.support.alone import RunAlone
 from tests.support.attached import Attached
 
 # How long after its end a run may still have a process (the bound).
@@ -294,9 +293,8 @@ def test_a_headless_run_never_starts_a_spare(spares_on: Path) -> None:
     assert "spare trainer pid" not in (run_dir / "trainer.log").read_text()
 
 
-def test_a_spare_waits_only_while_a_dashboard_is_attached(
-    spares_on: Path, run_first: RunAlone
-) -> None:
+@pytest.mark.alone
+def test_a_spare_waits_only_while_a_dashboard_is_attached(spares_on: Path) -> None:
     run_dir, _ = start("detach", TINY, spares_on)
     hello_pids(run_dir)
     info = runs.read_run_info(run_dir)
@@ -305,35 +303,25 @@ def test_a_spare_waits_only_while_a_dashboard_is_attached(
     assert not spare_processes(run_dir), "a spare before any dashboard attached"
     for _ in range(2):  # attach, detach, and again
         dashboard = Attached(info.socket_path)
-        closed = False
         try:
             spares = wait_for(lambda: spare_processes(run_dir), 20, "a spare to wait")
             assert status_of(info.socket_path)["spare_pids"] == spares
-            # The 5 s bounds first in line for the CPU (the spare runs at idle priority:
-            # a busy box would starve its exit); its start runs beside other tests.
-            with run_first():
-                detached_at, closed = dashboard.close(), True
-                wait_for(lambda: not spare_processes(run_dir), END_TO_GONE_S,
-                         "the spare to go once the dashboard detached")
         finally:
-            if not closed:
-                dashboard.close()
+            detached_at = dashboard.close()
+        wait_for(lambda: not spare_processes(run_dir), END_TO_GONE_S,
+                 "the spare to go once the dashboard detached")
         assert time.time() - detached_at <= END_TO_GONE_S
         assert runs.read_run_info(run_dir).live, "detaching ends nothing but the spare"
     dashboard = Attached(info.socket_path)
-    closed = False
     try:
         wait_for(lambda: spare_processes(run_dir), 20, "a spare to wait")
-        with run_first():
-            gpuwatch("stop", run_dir.name, check=True)
-            # The run ended: no relaunch needs the spare, though the dashboard stays.
-            wait_for(lambda: not spare_processes(run_dir), END_TO_GONE_S,
-                     "the spare to go once the run ended")
-            detached_at, closed = dashboard.close(), True
-            assert_gone_by(run_dir, set(), detached_at + END_TO_GONE_S, "after the last detach")
+        gpuwatch("stop", run_dir.name, check=True)
+        # The run ended: no relaunch needs the spare, though the dashboard stays.
+        wait_for(lambda: not spare_processes(run_dir), END_TO_GONE_S,
+                 "the spare to go once the run ended")
     finally:
-        if not closed:
-            dashboard.close()
+        detached_at = dashboard.close()
+    assert_gone_by(run_dir, set(), detached_at + END_TO_GONE_S, "after the last detach")
 
 
 def test_a_relaunch_from_an_attached_dashboard_after_the_end_starts_the_next_attempt(
