@@ -81,6 +81,7 @@ def shorten_command(argv: Sequence[str], width: int) -> str:
 
 def cmd_logs(args: argparse.Namespace) -> int:
     from gpuwatch.runs import read_run_info, resolve_run, worker_dir
+    from gpuwatch.runstate.logtext import LogText
 
     info = resolve_run(args.run)  # RunError: main() prints it, exit 2
     if not _has_worker(info, args.worker):
@@ -92,15 +93,20 @@ def cmd_logs(args: argparse.Namespace) -> int:
     if not path.is_file():
         err(f"{path} is not a file: run {info.run_id}'s trainer log cannot be read")
         return EXIT_FAILED
+    # What the run printed reaches the terminal as text (runstate/logtext.py): colour only
+    # on a terminal that wants it, never another control sequence, nothing raw in a pipe.
+    text = LogText(colour=sys.stdout.isatty() and not os.environ.get("NO_COLOR"))
     with open(path, "rb") as fh:
         while True:
             chunk = fh.read(1 << 16)
             if chunk:
-                sys.stdout.buffer.write(chunk)
+                sys.stdout.buffer.write(text.feed(chunk).encode())
                 continue
-            sys.stdout.flush()
             if not args.follow or not read_run_info(info.run_dir).live:
+                sys.stdout.buffer.write(text.close().encode())
+                sys.stdout.flush()
                 return EXIT_OK
+            sys.stdout.flush()
             time.sleep(0.5)
 
 
