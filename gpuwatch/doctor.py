@@ -199,7 +199,8 @@ def diagnose(tf: TfReport, nv: NvmlReport) -> tuple[int, list[str]]:
         lines.append(f"Training can use {len(tf.gpus)} GPU(s) with TensorFlow {tf.version}.")
         if len(tf.gpus) < len(nvml_gpus):
             lines.append(
-                f"TensorFlow sees {len(tf.gpus)} of the {len(nvml_gpus)} GPUs NVML sees "
+                f"TensorFlow sees {len(tf.gpus)} of the {len(nvml_gpus)} "
+                f"GPU{'s' if len(nvml_gpus) != 1 else ''} NVML sees "
                 f"(CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')!r})."
             )
         lost = len(nv.gpus) - len(nvml_gpus)

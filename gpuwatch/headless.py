@@ -134,7 +134,9 @@ def summary_figures(state: RunState) -> tuple[Figures, str]:
     figures = replace(steps, examples_per_s=rate, workers=now.workers, tflops=tflops,
                       mfu_pct=mfu, link=now.link,
                       bus_pct_of_link=share_of_link(steps.bus_bytes_per_s, now.link))
-    return figures, f"all its {len(points)} steps, warm-up included (too few to leave it out)"
+    steps_word = "step" if len(points) == 1 else "steps"
+    return figures, (f"all its {len(points)} {steps_word}, warm-up included "
+                     "(too few to leave it out)")
 
 
 def summary_window(state: RunState) -> tuple[float | None, float | None, str]:

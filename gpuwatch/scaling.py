@@ -376,7 +376,8 @@ def shared_cores_note(plan: Scale, rows: Sequence[ScalingRow]) -> str | None:
         return None
     what = "logical CPU replicas" if plan.unit == "replicas" else "CPU workers"
     counts = ", ".join(map(str, shared))
-    return (f"* {counts} {what} share {plan.cores} cores: more replicas than cores is not a "
+    cores = f"{plan.cores} core" + ("s" if plan.cores != 1 else "")
+    return (f"* {counts} {what} share {cores}: more replicas than cores is not a "
             "real scaling measure")
 
 

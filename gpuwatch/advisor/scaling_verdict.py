@@ -71,7 +71,8 @@ def poor_scaling(rows: Sequence[ScalingRow], plan: Scale) -> Advice | None:
     unit = plan.unit
     remedies: list[Remedy] = []
     if any(row.shares_cores for row in measured):
-        remedies.append(Remedy(f"{worst.count} {unit} share {plan.cores} cores: not a real "
+        cores = f"{plan.cores} core" + ("s" if plan.cores != 1 else "")
+        remedies.append(Remedy(f"{worst.count} {unit} share {cores}: not a real "
                                "scaling measure (run it where every replica has its own "
                                "device)"))
 

@@ -75,6 +75,20 @@ async def test_no_gpu_says_so_with_replicas_and_host():
         assert "NVML: NVML Shared Library Not Found" in devices
 
 
+async def test_one_replica_is_said_in_the_singular():
+    # The same run on one logical CPU device: "1 logical CPU replica", never "replicas".
+    events = load_events("cpu_one_attempt.jsonl")
+    for event in events:
+        if event["type"] == "hello":
+            event.update(replicas=1, devices=[event["devices"][0]], per_replica_batch=256)
+    link = ReplayLink(events, batch_size=50)
+    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        assert text(app, DevicesPanel).splitlines()[0] == (
+            "No NVIDIA GPU found: training uses 1 logical CPU replica (CPU:0)")
+
+
 async def test_gpu_lines_show_rates_with_units_and_na():
     app, link = make_app("gpu_running.jsonl")
     async with app.run_test(size=SIZE) as pilot:

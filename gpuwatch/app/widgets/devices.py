@@ -52,7 +52,8 @@ class DevicesPanel(StatePanel):
         ]
         cluster = cluster_line(state)
         if kind == "gpu":
-            text.append(f"{replicas} GPU replicas, but no GPU readings", style="bold yellow")
+            text.append(f"{plural(replicas, 'GPU replica')}, but no GPU readings",
+                        style="bold yellow")
             if cluster:
                 text.append(f": {cluster}")
         else:
@@ -63,7 +64,7 @@ class DevicesPanel(StatePanel):
                 # A person's own command: its replicas are its own, told by its hook's hello.
                 text.append(": the command runs on this host's CPUs")
             else:
-                text.append(f": training uses {replicas} logical CPU replicas")
+                text.append(f": training uses {plural(replicas, 'logical CPU replica')}")
         if devices and not cluster:
             text.append(f" ({', '.join(devices)})", style="dim")
         text.append("\n")

@@ -8,7 +8,7 @@ from rich.text import Text
 from textual import events
 
 from gpuwatch.app import fmt
-from gpuwatch.app.widgets.common import is_tall
+from gpuwatch.app.widgets.common import is_tall, plural
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
 from gpuwatch.runstate import RunState
 
@@ -46,7 +46,8 @@ class HistoryPanel(StatePanel):
         self.set_text(self._build(self.size.width))
         # In a cluster the steps are the chief's; the headline's input wait may not be.
         whose = "the chief's " if state.workers > 1 else ""
-        show_title(self, f"history: {whose}last {len(rates)} steps after warm-up, all attempts")
+        show_title(self, f"history: {whose}last {plural(len(rates), 'step')} after warm-up, "
+                         "all attempts")
 
     def on_resize(self, event: events.Resize) -> None:
         self.set_text(self._build(event.size.width))

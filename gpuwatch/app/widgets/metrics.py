@@ -6,7 +6,7 @@ from rich.text import Text
 
 from gpuwatch.app import fmt
 from gpuwatch.app.widgets.breakdown import breakdown_lines
-from gpuwatch.app.widgets.common import fit_line, wrapped
+from gpuwatch.app.widgets.common import fit_line, plural, wrapped
 from gpuwatch.app.widgets.state_panel import StatePanel
 from gpuwatch.runstate import WARMUP_STEPS, CommandView, Figures, RunState, StepPoint
 
@@ -56,7 +56,7 @@ class MetricsPanel(StatePanel):
             hello = state.hello
             if hello:
                 text.append(f"\nbatch {hello.global_batch_size} over ")
-                text.append(f"{hello.replicas} replicas")
+                text.append(plural(hello.replicas, "replica"))
             self.set_text(text)
             return
         accumulation = (state.current.accumulation_steps if state.current else None) or 1

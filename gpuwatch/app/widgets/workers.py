@@ -10,7 +10,7 @@ from rich.text import Text
 from gpuwatch.advisor import Straggler
 from gpuwatch.app import fmt
 from gpuwatch.app.widgets.breakdown import look, pct_cell
-from gpuwatch.app.widgets.common import is_tall, is_wide
+from gpuwatch.app.widgets.common import is_tall, is_wide, plural
 from gpuwatch.app.widgets.devices import device_summary
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
 from gpuwatch.runstate import RunState, WorkerSummary
@@ -125,7 +125,7 @@ class WorkersPanel(StatePanel):
                 text.append(f"\n{more} ", style="dim")
                 text.append_text(worker_strip(rows, cells))
             else:
-                text.append(f"\n{more} workers", style="dim")
+                text.append(f"\n{plural(more, 'worker')}", style="dim")
         if not rows:
             text.append("\nno worker has said hello yet", style="dim")
         if straggler is not None and not crashed_short:
