@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from textual.binding import Binding, BindingType
 
-from trainer_runtime.changes import ACCUMULATION_REFUSAL, BATCH_REFUSAL
+from trainer_runtime.changes import ACCUMULATION_REFUSAL, BATCH_REFUSAL, LIVE_KEYS
 
 # How the app shows a key ("p", "?", "ctrl+c"): App.get_key_display.
 Display = Callable[[Binding], str]
@@ -65,6 +65,14 @@ def pending_hint(
     return "press " + ", ".join(f"{display(b)} to {words(b)}" for b in bindings)
 
 
+def _applied(what: str, key: str) -> str:
+    """A setting key's tooltip: what it does, and when r applies it (trainer_runtime.changes
+    says which settings a running trainer takes live; the pending bar says it the same way)."""
+    if key in LIVE_KEYS:
+        return f"{what}: pending until r (live while the trainer runs, else a relaunch)"
+    return f"{what}: pending until r relaunches with it"
+
+
 # The keys that change a pending setting; the pending bar's hint lists them.
 SETTING_BINDINGS: list[Binding] = [
     Binding(
@@ -72,7 +80,7 @@ SETTING_BINDINGS: list[Binding] = [
         "toggle_prefetch",
         "prefetch",
         id="prefetch",
-        tooltip="Flip data.prefetch off/on for the next relaunch",
+        tooltip=_applied("Flip data.prefetch off/on", "data.prefetch"),
     ),
     Binding(
         "a",
@@ -80,7 +88,7 @@ SETTING_BINDINGS: list[Binding] = [
         "accumulation ×2",
         id="accumulation.up",
         group=_ACCUMULATION,
-        tooltip="Double accumulation steps for the next relaunch",
+        tooltip=_applied("Double accumulation steps", "train.accumulation_steps"),
     ),
     Binding(
         "A",
@@ -88,7 +96,7 @@ SETTING_BINDINGS: list[Binding] = [
         "accumulation ÷2",
         id="accumulation.down",
         group=_ACCUMULATION,
-        tooltip="Halve accumulation steps for the next relaunch",
+        tooltip=_applied("Halve accumulation steps", "train.accumulation_steps"),
     ),
     Binding(
         "b",
@@ -96,7 +104,7 @@ SETTING_BINDINGS: list[Binding] = [
         "batch ×2",
         id="batch.up",
         group=_BATCH,
-        tooltip="Double the global batch for the next relaunch",
+        tooltip=_applied("Double the global batch", "train.global_batch_size"),
     ),
     Binding(
         "B",
@@ -104,7 +112,7 @@ SETTING_BINDINGS: list[Binding] = [
         "batch ÷2",
         id="batch.down",
         group=_BATCH,
-        tooltip="Halve the global batch for the next relaunch",
+        tooltip=_applied("Halve the global batch", "train.global_batch_size"),
     ),
 ]
 # The settings screen: every setting that changes live, typed in (not in the pending bar's

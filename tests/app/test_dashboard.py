@@ -355,6 +355,22 @@ async def test_keys_screen_lists_every_key():
         assert not isinstance(app.screen, KeysScreen)
 
 
+async def test_the_keys_screen_says_live_where_the_pending_bar_does():
+    # p pends a live change ("pending (live)"); the keys screen (?) says the same of p, a,
+    # A, b and B, never "for the next relaunch".
+    app, link = make_app("cpu_one_attempt.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("p")
+        assert text(app, PendingBar).startswith("pending (live): prefetch off→on")
+        await pilot.press("question_mark")
+        listing = str(app.screen.query_one("#keys-text").render())
+        for key in ("p", "a", "A", "b", "B"):
+            (row,) = [line for line in listing.splitlines() if line.startswith(f" {key}  ")]
+            assert "pending until r (live while the trainer runs" in row, row
+        assert "next relaunch" not in listing
+
+
 def test_pending_bar_hints_are_made_from_the_bindings():
     class Rebound(GpuwatchApp):
         SETTING_BINDINGS: ClassVar[list[Binding]] = [
