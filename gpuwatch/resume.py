@@ -123,20 +123,7 @@ def resume_run(
     """
     from gpuwatch.starting import check_startable, start_supervisor
 
-    current = runs.read_run_info(info.run_dir)
-    if current.supervisor_pid is not None:
-        if current.live:
-            raise ResumeError(
-                f"run {info.run_id} is {current.status}: it needs no resume "
-                f"(gpuwatch attach {info.run_id} watches it)"
-            )
-        # Up after the end for a dashboard: one attached, or the one that started the run
-        # on its way (--await-follower). Attaching and `r` works in either case.
-        raise ResumeError(
-            f"run {info.run_id} has ended ({current.status}) but its supervisor is still up "
-            f"for a dashboard (one attached, or the one that started it): gpuwatch attach "
-            f"{info.run_id} and press r"
-        )
+    current = _once_its_supervisor_is_gone(info, say)
     settings = settings_path(current)
     loaded = load_config(settings, overrides)
     if loaded.config.command is not None:
@@ -157,6 +144,90 @@ def resume_run(
         raise ResumeError(f"cannot write {path}: {exc.strerror or exc}") from None
     return start_supervisor(info.run_dir, extra=("--resume", "--config", str(path)),
                             follow=follow)
+
+
+# An ended run's supervisor with nobody holding it goes within its linger (LINGER_S, 1 s,
+# after the last follower left: a chained `gpuwatch resume --headless` has just been one)
+# and its shutdown (the hub's flush, up to 2 s; the samplers' join, up to 3 s). A resume
+# that meets it waits this long for it to go.
+ENDING_WAIT_S = float(os.environ.get("GPUWATCH_ENDING_WAIT_S", "20"))
+ENDING_POLL_S = 0.1
+# How often, while waiting, the supervisor is asked what keeps it up.
+ENDING_ASK_S = 1.0
+
+
+def _once_its_supervisor_is_gone(
+    info: runs.RunInfo, say: Callable[[str], None] | None = None
+) -> runs.RunInfo:
+    """The run's record once no supervisor is up on it. One still up after the end with
+    nothing keeping it (it is on its way out) is waited for, up to ENDING_WAIT_S; one that
+    a dashboard or the follower it was started for keeps up is a ResumeError naming it,
+    as is a run that is live."""
+    import time
+
+    began = time.monotonic()
+    deadline = began + ENDING_WAIT_S
+    asked_at = 0.0
+    said = False
+    while True:
+        current = runs.read_run_info(info.run_dir)
+        if current.supervisor_pid is None:
+            return current
+        if current.live:
+            raise ResumeError(
+                f"run {info.run_id} is {current.status}: it needs no resume "
+                f"(gpuwatch attach {info.run_id} watches it)"
+            )
+        now = time.monotonic()
+        if now - asked_at >= ENDING_ASK_S:
+            asked_at = now
+            held = _what_holds(current)
+            if held.get("dashboards"):
+                raise ResumeError(
+                    f"run {info.run_id} has ended ({current.status}) and a dashboard "
+                    f"attached to it keeps its supervisor up: press r there, or quit it "
+                    f"and resume again"
+                )
+            if held.get("awaiting_follower"):
+                raise ResumeError(
+                    f"run {info.run_id} has ended ({current.status}); its supervisor waits "
+                    f"for the dashboard of the command that started it: gpuwatch attach "
+                    f"{info.run_id} and press r"
+                )
+            if now >= deadline:
+                followers = held.get("followers") or 0
+                whom = (f"{followers} follower{'s' if followers != 1 else ''} attached"
+                        if followers else "nothing attached")
+                raise ResumeError(
+                    f"run {info.run_id} has ended ({current.status}) but its supervisor "
+                    f"(pid {current.supervisor_pid}) is still up {ENDING_WAIT_S:g} s later, "
+                    f"{whom}: gpuwatch stop {info.run_id} ends it"
+                )
+        if not said and say is not None and now - began >= 1.0:
+            say(f"waiting for run {info.run_id}'s supervisor to exit (the run ended)")
+            said = True
+        time.sleep(ENDING_POLL_S)
+
+
+def _what_holds(info: runs.RunInfo) -> dict[str, object]:
+    """The supervisor's own word on what keeps it up (its status reply: dashboards,
+    followers, awaiting_follower); {} if it does not answer (it is exiting)."""
+    import asyncio
+
+    from gpuwatch.client import ClientError, RunClient
+
+    socket_path = info.socket_path
+    if socket_path is None:
+        return {}
+
+    async def ask() -> dict[str, object]:
+        async with RunClient(socket_path) as client:
+            return await client.command("status", timeout_s=2.0)
+
+    try:
+        return asyncio.run(asyncio.wait_for(ask(), 3.0))
+    except (ClientError, OSError, TimeoutError):
+        return {}
 
 
 def has_checkpoint(run_dir: Path) -> bool:

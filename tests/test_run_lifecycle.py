@@ -343,6 +343,13 @@ def test_a_relaunch_from_an_attached_dashboard_after_the_end_starts_the_next_att
             async with RunClient(info.socket_path) as client:
                 return await client.command("relaunch", overrides={}, live=True)
 
+        # `gpuwatch resume` meanwhile: the supervisor says a dashboard is attached, and the
+        # refusal says so (and what works), at once.
+        refused = gpuwatch("resume", run_dir.name, "--detach")
+        assert refused.returncode == 2 and refused.stdout == ""
+        assert refused.stderr == (
+            f"gpuwatch: run {run_dir.name} has ended (stopped) and a dashboard attached to it "
+            f"keeps its supervisor up: press r there, or quit it and resume again\n")
         reply = asyncio.run(relaunch())
         assert reply["attempt"] == 2
         hello_pids(run_dir, 2)
@@ -387,13 +394,14 @@ def test_a_run_that_crashes_before_its_own_dashboard_attaches_waits_for_it(
         "it left before its dashboard attached"
     info = runs.read_run_info(run_dir)
     assert info.socket_path is not None and info.status == "crashed"
-    # Meanwhile `gpuwatch resume` is refused in one line, naming what works: attach, r.
+    # Meanwhile `gpuwatch resume` is refused in one line, naming what the supervisor waits
+    # for (its own status says so) and what works: attach, r.
     refused = gpuwatch("resume", info.run_id, "--detach")
     assert refused.returncode == 2 and refused.stdout == ""
     assert refused.stderr == (
-        f"gpuwatch: run {info.run_id} has ended (crashed) but its supervisor is still up for "
-        f"a dashboard (one attached, or the one that started it): gpuwatch attach "
-        f"{info.run_id} and press r\n"
+        f"gpuwatch: run {info.run_id} has ended (crashed); its supervisor waits for the "
+        f"dashboard of the command that started it: gpuwatch attach {info.run_id} and "
+        f"press r\n"
     )
     dashboard = Attached(info.socket_path)
     try:

@@ -118,12 +118,20 @@ def test_a_finished_headless_run_leaves_nothing_is_read_without_its_supervisor_a
     assert board and board[0].stat().st_size > 0
 
     again = gpuwatch("resume", run_dir.name, "--headless", "--max-steps", "45")
+    # And again at once, as a script or a Slurm job's next step chains them: the last
+    # one's supervisor is still on its way out (seconds), nobody attached a dashboard,
+    # and this one waits for it to go, then goes on.
+    chained = gpuwatch("resume", run_dir.name, "--headless", "--max-steps", "50")
     assert again.returncode == 0, again.stderr
     assert "summary: steps=45" in again.stdout and "attempt=2" in again.stdout
+    assert chained.returncode == 0, chained.stderr
+    assert "dashboard" not in chained.stderr, chained.stderr
+    assert "summary: steps=50" in chained.stdout and "attempt=3" in chained.stdout
     assert_resumed(run_dir, 2, 12)
+    assert_resumed(run_dir, 3, 45)
     gone_after_end(run_dir)
     info = runs.read_run_info(run_dir)
-    assert (info.status, info.attempt, info.step) == ("finished", 2, 45)
+    assert (info.status, info.attempt, info.step) == ("finished", 3, 50)
 
 
 def test_a_stopped_run_resumes_from_the_checkpoint_its_stop_wrote_and_ctrl_c_stops_it_headless(

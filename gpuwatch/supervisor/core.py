@@ -184,6 +184,12 @@ class Supervisor(Attempts):
             "supervisor_pid": os.getpid(),
             "bad_frames": self.bad_frames,
             "dropped_clients": self.hub.dropped_clients,
+            # What keeps an ended run's supervisor up (gpuwatch resume asks): dashboards
+            # attached, any followers, the first follower it waits for (--await-follower).
+            "dashboards": self.hub.dashboards,
+            "followers": self.hub.attached,
+            "awaiting_follower": self.await_follower and not self.hub.ever_attached,
+            "exiting": self.exiting,
         }
 
     @property
