@@ -118,14 +118,15 @@ class WorkersPanel(StatePanel):
             text.append(f" {status:<7}", style=style)
             text.append(f" {device_summary(row.sample, wide)}")
         if len(shown) < len(rows):
-            more = f"… and {len(rows) - len(shown)} more"
+            hidden = len(rows) - len(shown)
+            more = f"… and {hidden} more"
             cells = (self.content_size.width or 78) - len(more) - 1
             if len(rows) > 8 and cells >= 16:
                 # Every worker at a glance, by index (worker_strip), after the count.
                 text.append(f"\n{more} ", style="dim")
                 text.append_text(worker_strip(rows, cells))
             else:
-                text.append(f"\n{plural(more, 'worker')}", style="dim")
+                text.append(f"\n… and {plural(hidden, 'more worker')}", style="dim")
         if not rows:
             text.append("\nno worker has said hello yet", style="dim")
         if straggler is not None and not crashed_short:
