@@ -352,6 +352,10 @@ def _threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
 
+# Its assertions are scheduling policies, which another worker's `run_first` stretch
+# would change under it (its processes, under this worker's temporary directory, are
+# "another test's" there): it holds the first-in-line lock itself, so none runs meanwhile.
+@pytest.mark.alone(first=True)
 def test_a_waiting_tests_processes_go_idle_and_get_their_own_policy_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -409,6 +413,10 @@ def test_a_waiting_tests_processes_go_idle_and_get_their_own_policy_back(
                 os.kill(pid, signal.SIGKILL)
 
 
+# Its assertions are scheduling policies, which another worker's `run_first` stretch
+# would change under it (its processes, under this worker's temporary directory, are
+# "another test's" there): it holds the first-in-line lock itself, so none runs meanwhile.
+@pytest.mark.alone(first=True)
 def test_a_first_stretch_idles_every_other_workers_processes_and_gives_them_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
