@@ -29,7 +29,7 @@ def _frames_within(sock: socket.socket, seconds: float) -> list[dict]:
     return seen
 
 
-@pytest.mark.alone(first=True)
+@pytest.mark.alone
 def test_steps_gather_until_a_frame_that_must_not_wait_sends_them_all() -> None:
     ours, theirs = socket.socketpair()
     emitter = SocketEmitter(ours, gather_s=30.0)  # far longer than this test
@@ -46,7 +46,7 @@ def test_steps_gather_until_a_frame_that_must_not_wait_sends_them_all() -> None:
         theirs.close()
 
 
-@pytest.mark.alone(first=True)
+@pytest.mark.alone
 def test_a_close_sends_what_gathered_and_the_runtimes_emitter_never_waits() -> None:
     ours, theirs = socket.socketpair()
     emitter = SocketEmitter(ours, gather_s=30.0)

@@ -235,7 +235,7 @@ def alone_rate(count: int, steps: int) -> float:
 @pytest.mark.slow
 @pytest.mark.timeout(600)  # 4 real trainings, and the wait for the others to end
 def test_the_probes_figures_match_separate_headless_runs_within_10_percent(
-    home: Path, run_first: RunAlone
+    home: Path, run_alone: RunAlone
 ) -> None:
     """Each count's examples/s from the probe against `gpuwatch train --headless` with the
     same settings, both the median of the attempt's steps after warm-up; and each under
@@ -243,9 +243,7 @@ def test_the_probes_figures_match_separate_headless_runs_within_10_percent(
 
     The steps are the test's own: a known read and a small model (TRUTH_SETTINGS), so what
     either figure measures is mostly that read, whatever else the box runs. The rounds run
-    first in line for the CPU (`run_first`, tests/support/alone.py): every other test's
-    processes wait at idle priority meanwhile and use only what the rounds leave, mostly
-    the reads' sleeps; no drain of the running tests first (it cost 15 s a run). A round
+    alone still (tests/support/alone.py): no other test is under way meanwhile. A round
     runs the probe and the two separate runs back to back (in alternating order, where
     there are more rounds), and the 10 % bound is on the geometric mean over the rounds of
     each round's probe / separate run. One round is enough: its ratios were 0.995-1.004
@@ -257,7 +255,7 @@ def test_the_probes_figures_match_separate_headless_runs_within_10_percent(
     ratios: dict[int, list[float]] = {1: [], 2: []}
     seen: list[dict[str, Any]] = []
     first_probe: subprocess.CompletedProcess[str] | None = None
-    with run_first():
+    with run_alone():
         for round_index in range(TRUTH_ROUNDS):
             order: list[Any] = ["probe", 1, 2] if round_index % 2 == 0 else [2, 1, "probe"]
             probed: dict[int, float] = {}

@@ -176,15 +176,15 @@ def measured_prefetch_switch(
 
 
 def test_demo_prefetch_toggle_and_relaunch_cut_the_input_wait(
-    home: Path, tmux_env: dict[str, str], run_first: RunAlone
+    home: Path, tmux_env: dict[str, str], run_alone: RunAlone
 ) -> None:
     term = Tmux("demo", gpuwatch_command("train", "demo/demo.yaml"), tmux_env)
     # Within ~15 s of start (TensorFlow's import included) steps show; give CI slack.
     term.wait_screen(r"step\s+(?:[2-9]\d|\d{3,})\b", timeout_s=90)
     # From here to the figures read off the screen, the verdict and both attempts' input
-    # wait are measured: first in line for the CPU, every other test's processes idle.
+    # wait are measured: nothing else runs on the box meanwhile.
     info = the_run(home)
-    with run_first():
+    with run_alone():
         row1, row2 = measured_prefetch_switch(term, home)
         record = events(info.run_dir)
     attempts = {e["attempt"]: e["settings"] for e in record if e["type"] == "attempt"}
@@ -298,7 +298,7 @@ def test_demo_refuses_a_batch_past_its_data_before_relaunch(
 
 
 def test_settings_screen_change_applies_live_and_a_full_relaunch_takes_the_spare(
-    home: Path, tmux_env: dict[str, str], run_first: RunAlone
+    home: Path, tmux_env: dict[str, str], run_alone: RunAlone
 ) -> None:
     env = {**tmux_env, "GPUWATCH_SPARE_TRAINER": "1"}
     # The demo reading slowly (200 ms a batch, not its 12): while this test waits its turn
@@ -309,10 +309,9 @@ def test_settings_screen_change_applies_live_and_a_full_relaunch_takes_the_spare
     term.wait_screen(r"step\s+(?:[2-9]\d|\d{3,})\b", timeout_s=90)
     info = the_run(home)
     log = info.run_dir / "trainer.log"
-    # Measured first in line for the CPU, every other test's processes idle: both
-    # attempts' input wait, and the spare's start (it imports TensorFlow at idle CPU
-    # priority, which a busy box would starve; the others are idle now too).
-    with run_first():
+    # Measured alone: both attempts' input wait, and the spare's start (it imports
+    # TensorFlow at idle CPU priority, which a busy box would starve).
+    with run_alone():
         # The spare first, while attempt 1 mostly sleeps on its reads: at idle priority
         # it would wait out attempt 2, which keeps the cores busy.
         wait_for(lambda: "ready for the next attempt" in log.read_text(errors="replace"), 90,

@@ -45,7 +45,7 @@ def _measure(strategy: Any, devices: Any, latency_ms: float, prefetch: Any,
             float(np.median(step_ms - wait_ms)))
 
 
-@pytest.mark.alone(first=True)
+@pytest.mark.alone
 def test_read_latency_without_prefetch_is_all_input_wait(strategy: Any, devices: Any) -> None:
     # Compute time C comes from the same run's frames (same load on a noisy
     # box); the latency L is the injected ground truth, not a measurement.
@@ -54,7 +54,7 @@ def test_read_latency_without_prefetch_is_all_input_wait(strategy: Any, devices:
     assert abs(fraction - expected) <= 0.05, (fraction, expected, compute_ms)
 
 
-@pytest.mark.alone(first=True)
+@pytest.mark.alone
 def test_prefetch_hides_a_read_shorter_than_the_compute(strategy: Any, devices: Any) -> None:
     # Compute twice the read by construction: one batch read ahead, serially, is ready
     # before the step asks for it, however fast the machine is. The autotuned buffer
@@ -66,7 +66,7 @@ def test_prefetch_hides_a_read_shorter_than_the_compute(strategy: Any, devices: 
     assert fraction < 0.05, fraction
 
 
-@pytest.mark.alone(first=True)
+@pytest.mark.alone
 def test_parallel_reads_hide_what_prefetch_alone_cannot(strategy: Any, devices: Any) -> None:
     # A read (L = 30 ms) longer than the rest of the step (S, measured in the same run:
     # at least the model's 4 ms sleep). Prefetch alone overlaps one read with the step and
@@ -86,7 +86,7 @@ def test_parallel_reads_hide_what_prefetch_alone_cannot(strategy: Any, devices: 
     assert parallel_wait_ms < latency_ms / 10, (parallel_wait_ms, serial_wait_ms)
 
 
-@pytest.mark.alone(first=True)
+@pytest.mark.alone
 def test_decode_cost_adds_input_time(strategy: Any, devices: Any) -> None:
     from trainer_runtime.loop import Trainer
 

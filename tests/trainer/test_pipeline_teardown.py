@@ -72,7 +72,7 @@ class ReadGate:
             time.sleep(0.01)
 
 
-@pytest.mark.alone(first=True)
+@pytest.mark.alone
 @pytest.mark.slow
 def test_live_switch_is_answered_while_the_old_pipeline_is_still_tearing_down(
     strategy: Any, devices: Any, monkeypatch: pytest.MonkeyPatch

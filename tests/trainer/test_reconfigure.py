@@ -173,7 +173,7 @@ def input_bound(tmp_path: Path) -> Iterator[SpareTrainer]:
     _kill_all([trainer])
 
 
-@pytest.mark.alone(first=True)
+@pytest.mark.alone
 def test_prefetch_switch_applies_live_without_a_new_process(input_bound: SpareTrainer) -> None:
     trainer = input_bound
     trainer.go()

@@ -63,13 +63,13 @@ ALONE_PRELOADS: list[tuple[str, list[str], dict[str, Any]]] = [
 @pytest.fixture(scope="module")
 def preloaded(request: pytest.FixtureRequest) -> Iterator[Preload]:
     """Starts a hooked script that imports TensorFlow and Keras (seconds that measure
-    nothing), then waits; the script runs at finish(). An `alone(first=True)` test's
-    body (first in line for the CPU, every other test's processes idle meanwhile:
-    tests/support/alone.py) so times the script, not the import.
+    nothing), then waits; the script runs at finish(). An `alone` test's body
+    (tests/support/alone.py) so times the script, not the import.
 
-    At the first such test's set-up, beside other tests, every script the selected ones
-    run (ALONE_PRELOADS) starts and imports, side by side, and each test takes its own;
-    none imports inside a measured body."""
+    The module's `alone` tests run one after another in one hold of the suite's lock,
+    set-ups included: so at the first one's set-up, beside other tests, every script the
+    selected ones run (ALONE_PRELOADS) starts and imports, side by side, and each test
+    takes its own; none imports inside the hold."""
     selected = {getattr(item, "originalname", item.name) for item in request.session.items
                 if item.module is request.module}
     pool: list[tuple[list[str], dict[str, Any], Started]] = []
@@ -171,7 +171,7 @@ def timed_fit(preloaded: Preload) -> Started:
     return preloaded(TIMED_FIT)
 
 
-@pytest.mark.alone(first=True)
+@pytest.mark.alone
 def test_fit_steps_add_up_to_the_scripts_own_clock_across_epochs(timed_fit: Started) -> None:
     # Keras spends real time between epochs (a new iterator, callbacks): it lands on each
     # epoch's first step, so the steps of the epochs the script times itself add up to its
@@ -216,7 +216,7 @@ def slow_reads(loop: str, preloaded: Preload) -> Started:
     return preloaded(_slow_reads_argv(loop))
 
 
-@pytest.mark.alone(first=True)
+@pytest.mark.alone
 @pytest.mark.parametrize("loop", LOOPS)
 def test_a_known_read_latency_shows_as_input_wait(loop: str, slow_reads: Started) -> None:
     latency_ms = _latency_ms(loop)
@@ -333,7 +333,7 @@ def bursty_reads(preloaded: Preload) -> dict[object, Started]:
             for prefetch in BURST_PREFETCHES}
 
 
-@pytest.mark.alone(first=True)
+@pytest.mark.alone
 def test_prefetch_hides_a_bursty_read_and_the_wait_falls(
     bursty_reads: dict[object, Started],
 ) -> None:
@@ -378,7 +378,7 @@ def slower_reads(preloaded: Preload) -> dict[object, Started]:
     return {prefetch: preloaded(SLOWER_READS, prefetch=prefetch) for prefetch in PREFETCHES}
 
 
-@pytest.mark.alone(first=True)
+@pytest.mark.alone
 def test_prefetch_cannot_hide_a_read_slower_than_the_step_and_the_figure_says_so(
     slower_reads: dict[object, Started],
 ) -> None:
