@@ -32,7 +32,7 @@ from textual import events, on, work
 from textual.actions import parse as parse_textual_action
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.reactive import var
 from textual.screen import ModalScreen
 from textual.widgets import Footer
@@ -141,10 +141,12 @@ class GpuwatchApp(CommandsMixin, App[str]):
         yield CrashPanel(id="crash")
         yield AttemptsPanel(id="attempts")
         yield ScalingPanel(id="scaling")
-        yield PendingBar(
-            idle_hint=self.settings_keys_hint(), pending_hint=self.pending_keys_hint, id="pending"
-        )
-        yield Footer(compact=True)
+        with Vertical(id="bottom"):
+            yield PendingBar(
+                idle_hint=self.settings_keys_hint(), pending_hint=self.pending_keys_hint,
+                id="pending",
+            )
+            yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#devices").border_title = "devices"

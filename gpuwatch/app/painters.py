@@ -258,6 +258,7 @@ class Repainter:
         main = app.default_screen  # the dashboard, even while a modal is on top
         with app.batch_update():
             main.set_class(app.state.workers > 1, "-cluster")
+            main.set_class(len(app.state.attempts) > 1, "-compare")
             main.set_class(self.gpus_shown(), "-gpus")
             main.set_class(app.state.scale is not None, "-scale")
             for painter in due:

@@ -59,26 +59,15 @@ class AttemptsPanel(StatePanel):
         self._last_state = state
         text = Text()
         recent = list(state.attempts.values())[-self.MAX_ROWS:]
-        # The latest attempts that fit under the header: on a short screen the newest stay
-        # in view, not the oldest.
-        lines = self.content_size.height - 1 if self.content_size.height else self.MAX_ROWS
         width = self.content_size.width or 78
-        attempts = recent
-        columns: Differences = []
-        notes: Differences = []
-        for count in range(len(recent), 0, -1):
-            attempts = recent[-count:]
-            columns, notes = self._differences(attempts, width)
-            needed = count * (2 if notes else 1) + any(s.data_restarted for s in attempts)
-            if needed <= lines:
-                break
+        attempts, columns, notes, shared = self._fit(recent, width)
         # A workers column only for a cluster: one-host runs read as they always did.
         cluster = any(s.workers > 1 for s in attempts)
         split = self._split_label(state, attempts, columns, cluster, width)
         text.append(self._header(columns, cluster, split), style="bold")
         for summary in attempts:
             text.append("\n" + self._row(state, summary, columns, cluster, split))
-            if notes:  # under the row, as many as the width holds
+            if notes and not shared:  # under the row, as many as the width holds
                 note = Text("  ")
                 for index, (label, values) in enumerate(notes):
                     note.append("  " if index else " ")
@@ -87,6 +76,9 @@ class AttemptsPanel(StatePanel):
                 note.truncate(width, overflow="ellipsis")
                 text.append("\n")
                 text.append_text(note)
+        if shared:
+            text.append("\n")
+            text.append_text(self._shared_note(attempts, notes, width))
         restarted = [s for s in attempts if s.data_restarted]
         if restarted:
             last = restarted[-1]
@@ -100,6 +92,45 @@ class AttemptsPanel(StatePanel):
             title += f"; {split}: % compute / {part_label('sync', cluster)}"
         show_title(self, title + ")")
         self.set_text(text)
+
+    def _fit(
+        self, recent: list[AttemptSummary], width: int
+    ) -> tuple[list[AttemptSummary], Differences, Differences, bool]:
+        """The latest attempts that fit under the header, and how their differing settings
+        show: (attempts, as columns, as notes, notes shared in one line).
+
+        On a short screen the newest stay in view, not the oldest, and as many of them as
+        the height holds: where a note under each row would leave room for one attempt
+        only, one line under the rows gives each differing setting's values in row order
+        ("max steps 300/450"), so the current attempt and the ones before it still show
+        side by side."""
+        lines = self.content_size.height - 1 if self.content_size.height else self.MAX_ROWS
+        attempts = recent
+        columns: Differences = []
+        notes: Differences = []
+        for count in range(len(recent), 0, -1):
+            attempts = recent[-count:]
+            columns, notes = self._differences(attempts, width)
+            restarted = any(s.data_restarted for s in attempts)
+            if not notes and count + restarted <= lines:
+                return attempts, columns, notes, False
+            if notes and 2 * count + restarted <= lines:
+                return attempts, columns, notes, False
+            if notes and count + 1 + restarted <= lines:
+                return attempts, columns, notes, True
+        return attempts, columns, notes, False
+
+    @staticmethod
+    def _shared_note(attempts: list[AttemptSummary], notes: Differences, width: int) -> Text:
+        """One line for the rows above: each differing setting, its values in row order."""
+        note = Text("  ")
+        note.append("rows above:", style="dim")
+        for label, values in notes:
+            note.append("  ")
+            note.append(f"{label} ", style="dim")
+            note.append("/".join(values[s.attempt] for s in attempts))
+        note.truncate(width, overflow="ellipsis")
+        return note
 
     def _differences(
         self, attempts: list[AttemptSummary], width: int

@@ -291,16 +291,7 @@ def cpu_crashed() -> None:
     rec.write("cpu_crashed.jsonl")
 
 
-def cpu_two_workers() -> None:
-    """MultiWorkerMirroredStrategy over two hosts; worker 1 reads with 80 ms latency.
-
-    Ground truth after warm-up: every worker's step is 200 ms (synchronous); the chief
-    waits 6 ms on input (3.0 %) and computes 40 ms; worker 1 waits 76 ms (38.0 %) and
-    computes 41 ms: worker 1 is the straggler, input-bound. Each host has its sampler.
-    The chief's all-reduce takes 140 ms (70 %): it waits there for worker 1, whose own
-    takes 69 ms (34.5 %); each updates in 4 ms (2 %) and the rest is 10 ms (5 %).
-    """
-    rec = Recorder()
+def two_workers_settings() -> dict[str, Any]:
     first = settings(True)
     first["strategy"]["cpu_replicas"] = 1
     first["cluster"] = {
@@ -310,21 +301,27 @@ def cpu_two_workers() -> None:
         "ports": None, "collective": "auto", "timeout_s": 60.0, "python": None,
         "ssh_options": [],
     }
-    start(rec, first)
-    rec.t += 5.0
+    return first
+
+
+def two_workers_attempt(rec: Recorder, attempt: int, first_step: int,
+                        own: dict[int, tuple[float, float, float, float]],
+                        nvml: str = NVML_MISSING) -> int:
+    """One attempt of the two workers: hellos, running, 45 steps (5 of warm-up) of 200 ms
+    +/- 10, each worker's (input wait, compute, all-reduce, update) ms as `own` says, and a
+    sample per host every 4 steps; returns the next step."""
     hosts = ["gpu-box-3", "gpu-box-4"]
     for worker, host in enumerate(hosts):
-        rec.emit("hello", attempt=1, pid=4243 + worker, tf_version="2.21.0", replicas=2,
+        rec.emit("hello", attempt=attempt, pid=4243 + worker + 10 * (attempt - 1),
+                 tf_version="2.21.0", replicas=2,
                  device_kind="cpu", devices=[f"/job:worker/replica:0/task:{worker}/device:CPU:0"],
                  param_count=669_706, param_bytes=2_678_824, global_batch_size=256,
-                 accumulation_steps=1, per_replica_batch=128, start_step=0,
-                 start_micro_step=0, worker=worker, workers=2, host=host)
-    rec.emit("status", status="running", attempt=1, exit_code=None, signal=None, message=None,
-             log_tail=[])
-    # (input wait, compute, all-reduce, update) ms after warm-up
-    own = {0: (6.0, 40.0, 140.0, 4.0), 1: (76.0, 41.0, 69.0, 4.0)}
+                 accumulation_steps=1, per_replica_batch=128, start_step=first_step - 1,
+                 start_micro_step=first_step - 1, worker=worker, workers=2, host=host)
+    rec.emit("status", status="running", attempt=attempt, exit_code=None, signal=None,
+             message=None, log_tail=[])
     for i in range(45):
-        number = 1 + i
+        number = first_step + i
         warmup_ms = 2400.0 if i == 0 else 320.0
         ms = warmup_ms if i < 5 else 200.0 + (10.0 if i % 2 else -10.0)
         rec.t += ms / 1000.0
@@ -332,7 +329,8 @@ def cpu_two_workers() -> None:
             wait, compute, sync, update = own[worker]
             if i < 5:
                 wait, compute, sync, update = (part * 1.5 for part in own[worker])
-            rec.emit("step", attempt=1, step=number, micro_step=number, epoch=number // 64,
+            rec.emit("step", attempt=attempt, step=number, micro_step=number,
+                     epoch=number // 64,
                      loss=round(2.3 * 0.985 ** number + 0.08, 5), lr=0.001, examples=256,
                      step_time_ms=round(ms, 3), input_wait_ms=round(wait, 3),
                      grad_sync_bytes=2_694_440, dropped=0, worker=worker,
@@ -344,8 +342,98 @@ def cpu_two_workers() -> None:
                                          "mem_used_bytes": 5_400_000_000,
                                          "mem_total_bytes": 16_700_000_000, "load_1m": 1.9,
                                          "run_cpu_pct": cpu, "run_rss_bytes": 1_250_000_000},
-                         gpus=[], nvml=NVML_MISSING, worker=worker)
+                         gpus=[], nvml=nvml, worker=worker)
+    return first_step + 45
+
+
+def cpu_two_workers() -> None:
+    """MultiWorkerMirroredStrategy over two hosts; worker 1 reads with 80 ms latency.
+
+    Ground truth after warm-up: every worker's step is 200 ms (synchronous); the chief
+    waits 6 ms on input (3.0 %) and computes 40 ms; worker 1 waits 76 ms (38.0 %) and
+    computes 41 ms: worker 1 is the straggler, input-bound. Each host has its sampler.
+    The chief's all-reduce takes 140 ms (70 %): it waits there for worker 1, whose own
+    takes 69 ms (34.5 %); each updates in 4 ms (2 %) and the rest is 10 ms (5 %).
+    """
+    rec = Recorder()
+    start(rec, two_workers_settings())
+    rec.t += 5.0
+    # (input wait, compute, all-reduce, update) ms after warm-up
+    two_workers_attempt(rec, 1, 1, {0: (6.0, 40.0, 140.0, 4.0), 1: (76.0, 41.0, 69.0, 4.0)})
     rec.write("cpu_two_workers.jsonl")
+
+
+# What this box's NVML says without a driver: long enough to wrap at 80 columns.
+NVML_NO_DRIVER = "NVML library not found (libnvidia-ml.so.1): no NVIDIA driver on this machine"
+
+
+def cpu_two_workers_relaunched() -> None:
+    """The two workers of cpu_two_workers (NVML's message as a box without a driver says
+    it), relaunched (r) with data.parallel_calls=autotune: two attempts whose prefetch,
+    accumulation and batch read alike (on 1 256); only parallel_calls tells them apart.
+
+    Ground truth after warm-up: attempt 1 as cpu_two_workers (input wait 38.0 % on worker
+    1); attempt 2: worker 1 waits 10 ms (5.0 %), the chief 6 ms (3.0 %), 200 ms steps
+    each, 1,280 examples/s (256 examples per 200 ms step) in both attempts.
+    """
+    rec = Recorder()
+    first = two_workers_settings()
+    start(rec, first)
+    rec.t += 5.0
+    next_step = two_workers_attempt(
+        rec, 1, 1, {0: (6.0, 40.0, 140.0, 4.0), 1: (76.0, 41.0, 69.0, 4.0)}, NVML_NO_DRIVER)
+    rec.emit("status", status="stopping", attempt=1, exit_code=None, signal=None,
+             message="relaunch requested", log_tail=[])
+    rec.emit("checkpoint", attempt=1, step=next_step - 1, micro_step=next_step - 1,
+             path="/runs/0612-kq7m/checkpoints/ckpt-1", seconds=0.21)
+    rec.emit("done", attempt=1, reason="sigterm", step=next_step - 1)
+    second = two_workers_settings()
+    second["data"]["parallel_calls"] = "autotune"
+    rec.emit("attempt", attempt=2, settings=second, fresh=False, reason="relaunch")
+    rec.t += 5.0
+    rec.emit("resume", attempt=2, from_step=next_step - 1, from_micro_step=next_step - 1,
+             checkpoint="/runs/0612-kq7m/checkpoints/ckpt-1")
+    two_workers_attempt(
+        rec, 2, next_step, {0: (6.0, 40.0, 140.0, 4.0), 1: (10.0, 41.0, 135.0, 4.0)},
+        NVML_NO_DRIVER)
+    rec.write("cpu_two_workers_relaunched.jsonl")
+
+
+def cpu_three_attempts_ended() -> None:
+    """The demo run three times and finished, as `gpuwatch resume RUN --max-steps N
+    --set ...` leaves it: attempt 1 prefetch off, max_steps 150; attempt 2 prefetch
+    autotune, max_steps 300; attempt 3 also steps_per_execution 8, max_steps 450. Each
+    ends max_steps. Two settings differ besides prefetch (max_steps, steps_per_execution):
+    too wide for columns at 80.
+
+    Ground truth after warm-up: attempt 1 200 ms (input wait 38.0 %), attempt 2 130 ms
+    (4.0 %), attempt 3 100 ms (4.0 %); 256 examples a step: 1,280 / 1,969 / 2,560
+    examples/s.
+    """
+    rec = Recorder()
+    plan = [(False, 150, 1, 200.0, 76.0), ("autotune", 300, 1, 130.0, 5.2),
+            ("autotune", 450, 8, 100.0, 4.0)]
+    step = 1
+    for attempt, (prefetch, max_steps, spe, step_ms, wait_ms) in enumerate(plan, 1):
+        one = settings(prefetch)
+        one["train"]["max_steps"] = max_steps
+        one["train"]["steps_per_execution"] = spe
+        if attempt == 1:
+            start(rec, one)
+        else:
+            rec.emit("attempt", attempt=attempt, settings=one, fresh=False, reason="resume")
+            rec.emit("status", status="starting", attempt=attempt, exit_code=None,
+                     signal=None, message=None, log_tail=[])
+        rec.t += 4.0
+        hello(rec, attempt, step - 1, one)
+        rec.emit("status", status="running", attempt=attempt, exit_code=None, signal=None,
+                 message=None, log_tail=[])
+        step = steps(rec, attempt, step, 45, step_ms, wait_ms, 6.0,
+                     parts=(0.6 * step_ms, 0.1 * step_ms, 0.05 * step_ms))
+        rec.emit("done", attempt=attempt, reason="max_steps", step=step - 1)
+        rec.emit("status", status="finished", attempt=attempt, exit_code=0, signal=None,
+                 message=None, log_tail=[])
+    rec.write("cpu_three_attempts_ended.jsonl")
 
 
 def cpu_settings_changed() -> None:
@@ -428,6 +516,8 @@ if __name__ == "__main__":
     gpu_running()
     cpu_crashed()
     cpu_two_workers()
+    cpu_two_workers_relaunched()
+    cpu_three_attempts_ended()
     gpu_eight()
     cpu_settings_changed()
     cpu_scale()
