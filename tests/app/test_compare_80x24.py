@@ -102,6 +102,22 @@ async def test_a_straggler_still_named_leaves_both_attempts_in_view():
         assert set(rows(app)) == {1, 2}, app.query_one(AttemptsPanel).plain
 
 
+async def test_a_clusters_current_attempt_stays_in_view_under_a_wrapped_devices_panel():
+    # Attempt 1 of the straggling run alone: NVML's message wraps at 80 columns and the
+    # straggler takes two lines; the devices panel gives its rows beyond the first two.
+    events = load_events(WORKERS_RELAUNCHED)
+    events = events[: next(i for i, e in enumerate(events) if e["type"] == "attempt"
+                           and e["attempt"] == 2)]
+    link = ReplayLink(events, batch_size=50)
+    app = GpuwatchApp(link, clock=frozen_clock_for(events))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        assert "straggler" in app.query_one("#workers").plain
+        assert "No NVIDIA GPU found" in app.query_one("#devices").plain
+        attempts_fit(app)
+        assert set(rows(app)) == {1}, app.query_one(AttemptsPanel).plain
+
+
 FIXTURES = ["cpu_one_attempt.jsonl", "cpu_two_attempts.jsonl", "cpu_two_workers.jsonl",
             WORKERS_RELAUNCHED, THREE_ENDED, "cpu_crashed.jsonl", "gpu_eight.jsonl",
             "gpu_running.jsonl", "cpu_settings_changed.jsonl", "straggling"]

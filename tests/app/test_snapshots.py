@@ -79,3 +79,19 @@ def test_scale_probe_80x24(snap_compare):
     # A scaling probe at 1, 2 and 4 CPU replicas, the third running: the table (4 marked as
     # sharing the 2 cores), the verdict and the efficiency plot in place of the attempts.
     assert shot(snap_compare, "cpu_scale.jsonl", (80, 24))
+
+
+def test_three_attempts_ended_80x24(snap_compare):
+    # The last two attempts side by side, what differs between them in one line under them.
+    assert shot(snap_compare, "cpu_three_attempts_ended.jsonl", (80, 24))
+
+
+def test_two_workers_relaunched_80x24(snap_compare):
+    # The multi-worker view after r: both attempts, the workers panel standing in for the
+    # devices panel.
+    assert shot(snap_compare, "cpu_two_workers_relaunched.jsonl", (80, 24))
+
+
+def test_two_workers_pending_80x24(snap_compare):
+    # A change waiting for r in the multi-worker view: the pending line above the footer.
+    assert shot(snap_compare, "cpu_two_workers_relaunched.jsonl", (80, 24), press=("p",))
