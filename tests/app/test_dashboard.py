@@ -527,15 +527,37 @@ async def test_the_keys_list_scrolls_to_its_last_key_and_always_says_how_to_clos
         assert "Esc or ? closes this list" in str(close.render())
         scroll = screen.query_one("#keys-scroll", VerticalScroll)
         assert scroll.max_scroll_y > 0, "more rows than the box: it must scroll"
+        # Where the list is, in words (no scrollbar's block glyphs in the box).
+        hidden = round(scroll.max_scroll_y)
+        assert str(close.render()).endswith(f"↓ {hidden} lines below (↑↓ PgUp PgDn)")
         await pilot.press("end")
         await pilot.pause()
         assert scroll.scroll_y == scroll.max_scroll_y
+        assert str(close.render()).endswith(f"↑ {hidden} lines above (↑↓ PgUp PgDn)")
         rows = str(screen.query_one("#keys-text").render()).rstrip("\n").splitlines()
         last_binding = GpuwatchApp.BINDINGS[-1]
         assert isinstance(last_binding, Binding)
         assert rows[-1].strip().startswith(app.get_key_display(last_binding))
         await pilot.press("question_mark")
         assert not isinstance(app.screen, KeysScreen)
+
+
+async def test_the_keys_box_over_the_history_shows_nothing_of_what_is_under_it():
+    # The history's sparklines run under the box at 80x24: inside its border only its own
+    # text shows (a scrollbar's thumb, drawn with ▁▂▃…, read as bits of a sparkline).
+    app, link = make_app("cpu_two_attempts.jsonl")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        under = app.query_one("#history").plain
+        assert any(glyph in under for glyph in "▁▂▃▄▅▆▇")
+        await pilot.press("question_mark")
+        await pilot.pause()
+        box = app.screen.query_one("#keys-dialog")
+        inside = box.content_region
+        strips = app.screen._compositor.render_strips()
+        for y in range(inside.y, inside.bottom):
+            line = "".join(segment.text for segment in strips[y])
+            assert not any(glyph in line[inside.x:inside.right] for glyph in "▁▂▃▅▆▇"), line
 
 
 def _two_attempts_then_a_crash() -> list[dict]:

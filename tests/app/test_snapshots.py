@@ -95,3 +95,8 @@ def test_two_workers_relaunched_80x24(snap_compare):
 def test_two_workers_pending_80x24(snap_compare):
     # A change waiting for r in the multi-worker view: the pending line above the footer.
     assert shot(snap_compare, "cpu_two_workers_relaunched.jsonl", (80, 24), press=("p",))
+
+
+def test_keys_over_the_history_80x24(snap_compare):
+    # The keys list over a live sparkline: nothing of the history shows through the box.
+    assert shot(snap_compare, "cpu_two_attempts.jsonl", (80, 24), press=("question_mark",))

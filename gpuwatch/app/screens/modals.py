@@ -16,6 +16,7 @@ from textual.widgets import Button, OptionList, Static
 from textual.widgets.option_list import Option
 
 from gpuwatch.app import fmt
+from gpuwatch.app.widgets.common import plural
 from gpuwatch.runs import RunInfo
 
 QuitChoice = Literal["detach", "stop", "cancel"]
@@ -154,10 +155,32 @@ class KeysScreen(ModalScreen[None]):
             yield Static("Keys", id="keys-title")
             with VerticalScroll(id="keys-scroll"):
                 yield Static("\n".join(lines) + "\n", id="keys-text")
-            yield Static("Esc or ? closes this list · ↑↓ PgUp PgDn scroll", id="keys-close")
+            yield Static(self.CLOSE, id="keys-close")
+
+    CLOSE = "Esc or ? closes this list"
 
     def on_mount(self) -> None:
-        self.query_one("#keys-scroll").focus()  # the arrows scroll it at once
+        scroll = self.query_one("#keys-scroll", VerticalScroll)
+        scroll.focus()  # the arrows scroll it at once
+        # Where the list is, in words: a scrollbar's thumb is drawn with block glyphs
+        # that read as bits of a sparkline on a screen without colour.
+        self.watch(scroll, "scroll_y", self._say_where, init=False)
+        self.watch(scroll, "max_scroll_y", self._say_where, init=False)
+        self.call_after_refresh(self._say_where)
+
+    def _say_where(self, _value: float | None = None) -> None:
+        scroll = self.query_one("#keys-scroll", VerticalScroll)
+        above = round(scroll.scroll_y)
+        below = max(0, round(scroll.max_scroll_y) - above)
+        where = []
+        if above:
+            where.append(f"↑ {plural(above, 'line')} above")
+        if below:
+            where.append(f"↓ {plural(below, 'line')} below")
+        text = self.CLOSE
+        if where:
+            text += " · " + ", ".join(where) + " (↑↓ PgUp PgDn)"
+        self.query_one("#keys-close", Static).update(text)
 
     def action_close(self) -> None:
         self.dismiss(None)
