@@ -8,7 +8,7 @@ from typing import Any
 from rich.text import Text
 
 from gpuwatch.app import fmt
-from gpuwatch.app.widgets.common import plural
+from gpuwatch.app.widgets.common import is_tall, plural
 from gpuwatch.app.widgets.state_panel import StatePanel
 from gpuwatch.runstate import RunState
 from trainer_runtime.protocol import Hello
@@ -69,6 +69,10 @@ class DevicesPanel(StatePanel):
             text.append(f" ({', '.join(devices)})", style="dim")
         text.append("\n")
         text.append_text(host_line(state, sample.get("host") or {}, self.content_size.width))
+        if cluster and not is_tall(self):
+            # A cluster on a short screen: the workers panel says each host's devices; the
+            # rows go to the attempts table below (why no NVML shows at 120x40).
+            return
         if sync is not None and not (sync == 0 and state.command is not None):
             # (a command's hook that cannot estimate its gradients' bytes sends none)
             text.append("\ngradient sync ", style="dim")
