@@ -1,12 +1,16 @@
 """gpuwatch/scaling.py: the probe's plan, each count's settings, and its table's arithmetic,
 against figures worked out by hand from constructed runs; and the advisor's poor-scaling
-verdict (advisor.poor_scaling) on them.
+verdict (advisor.poor_scaling) on them; each efficiency's interval, on recorded noisy
+series (built here with fixed seeds from distributions whose true efficiency is known).
 
 The real probe (a supervisor, real trainers) is tests/test_scale.py.
 """
 
 from __future__ import annotations
 
+import math
+import random
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -15,11 +19,13 @@ from gpuwatch.advisor import POOR_SCALING_EFFICIENCY, poor_scaling
 from gpuwatch.config import ConfigError, apply_overrides, load_config
 from gpuwatch.runstate import WARMUP_STEPS, RunState
 from gpuwatch.scaling import (
+    MEDIAN_CONFIDENCE,
     MIN_STEPS,
     ScaleError,
     ScalingRow,
     default_counts,
     efficiency,
+    efficiency_interval,
     make_plan,
     parse_counts,
     plan_configs,
@@ -28,6 +34,7 @@ from gpuwatch.scaling import (
     speedup,
     table_lines,
 )
+from gpuwatch.sketch import MedianSketch
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from tests.conftest import ROOT, TINY
 from trainer_runtime.protocol import Breakdown, Scale
@@ -179,12 +186,13 @@ def _step(attempt: int, step: int, batch: int, step_ms: float,
 
 
 def probe_run(
-    counts: list[int], step_ms: dict[int, float], *, cores: int = 8, kind: str = "cpu",
-    parts: dict[int, tuple[float, float, float, float]] | None = None,
+    counts: list[int], step_ms: Mapping[int, float | Sequence[float]], *, cores: int = 8,
+    kind: str = "cpu", parts: dict[int, tuple[float, float, float, float]] | None = None,
     crash_at: int | None = None, per_replica: int = 64, mode: str = "weak",
 ) -> RunState:
-    """A probe's record folded: at count n, WARMUP_STEPS slow steps then 10 of step_ms[n].
-    Weak: per_replica examples per replica; strong: per_replica x the first count, kept."""
+    """A probe's record folded: at count n, WARMUP_STEPS slow steps then 10 of step_ms[n]
+    (or, for a series, one measured step per time in it). Weak: per_replica examples per
+    replica; strong: per_replica x the first count, kept."""
     events: list[dict[str, Any]] = [
         {"type": "run", "run_id": "r", "config_path": "c", "supervisor_pid": 1, "host": "h",
          "settings": _settings(1, per_replica)},
@@ -206,10 +214,12 @@ def probe_run(
             events.append({"type": "status", "attempt": attempt, "status": "crashed",
                            "message": "boom"})
             break
-        for step in range(WARMUP_STEPS + 1, WARMUP_STEPS + 11):
-            events.append(_step(attempt, step, batch, step_ms[count],
-                                (parts or {}).get(count)))
-        events.append({"type": "done", "attempt": attempt, "reason": "max_steps", "step": 15})
+        given = step_ms[count]
+        series = [given] * 10 if isinstance(given, float | int) else list(given)
+        for step, ms in enumerate(series, WARMUP_STEPS + 1):
+            events.append(_step(attempt, step, batch, ms, (parts or {}).get(count)))
+        events.append({"type": "done", "attempt": attempt, "reason": "max_steps",
+                       "step": WARMUP_STEPS + len(series)})
         last = attempt == len(counts)
         events.append({"type": "status", "attempt": attempt,
                        "status": "finished" if last else "relaunching"})
@@ -232,7 +242,8 @@ def test_rows_are_each_counts_median_after_warm_up_and_the_ratios_against_one() 
     assert [r.efficiency for r in rows] == pytest.approx([1.0, 0.625, 0.25])
     assert scaling_line(state.scale, rows) == (  # type: ignore[arg-type]
         "scaling: replicas=1,2,4 examples_per_s=6400.0,8000.0,6400.0 "
-        "speedup=1.00,1.25,1.00 efficiency=1.00,0.62,0.25 mode=weak"
+        "speedup=1.00,1.25,1.00 efficiency=1.00,0.62,0.25 "
+        "efficiency_interval=1.00-1.00,0.62-0.62,0.25-0.25 mode=weak"
     )
     assert all(r.breakdown is None and r.shares is None for r in rows)
     assert "'-' until the trainer times" in table_lines(state.scale, rows)[-1]  # type: ignore[arg-type]
@@ -248,7 +259,7 @@ def test_the_step_breakdown_of_each_count_is_its_measured_steps_together() -> No
     assert two.shares == pytest.approx({"input": 6.25, "compute": 43.75, "sync": 43.75,
                                         "update": 6.25, "other": 0})
     lines = table_lines(state.scale, [one, two])  # type: ignore[arg-type]
-    assert lines[2].split()[5:10] == ["6%", "44%", "44%", "6%", "0%"]
+    assert lines[2].split()[6:11] == ["6%", "44%", "44%", "6%", "0%"]
 
 
 def test_a_crashed_count_ends_the_probe_and_the_rest_did_not_run() -> None:
@@ -258,7 +269,8 @@ def test_a_crashed_count_ends_the_probe_and_the_rest_did_not_run() -> None:
                                                   (4, "not run")]
     assert rows[1].examples_per_s is None and rows[1].efficiency is None
     assert scaling_line(state.scale, rows).endswith(  # type: ignore[arg-type]
-        "examples_per_s=6400.0,n/a,n/a speedup=1.00,n/a,n/a efficiency=1.00,n/a,n/a mode=weak")
+        "examples_per_s=6400.0,n/a,n/a speedup=1.00,n/a,n/a efficiency=1.00,n/a,n/a "
+        "efficiency_interval=1.00-1.00,n/a,n/a mode=weak")
 
 
 def test_logical_cpu_replicas_beyond_the_cores_are_marked_as_sharing_them() -> None:
@@ -390,3 +402,57 @@ def test_export_scaling_is_the_tables_rows_with_the_steps_parts_by_hand() -> Non
     assert float(two["efficiency"]) == pytest.approx(
         float(two["examples_per_s"]) / (2 * float(rows[0]["examples_per_s"])))
     assert {r["mode"] for r in rows} == {"weak"} and {r["cores"] for r in rows} == {"2"}
+
+
+# ---- the efficiency's interval -----------------------------------------------------------
+
+# A recorded noisy series: each step's time drawn (fixed seed) from a log-normal whose median
+# is `median_ms`, so the median examples/s is examples x 1000 / median_ms exactly and the
+# true efficiency of 2 replicas against 1 (64 examples per replica) is median_1 / median_2.
+
+
+def noisy_ms(seed: int, median_ms: float, spread: float, steps: int) -> list[float]:
+    rng = random.Random(seed)
+    return [median_ms * math.exp(rng.gauss(0.0, spread)) for _ in range(steps)]
+
+
+def noisy_probe(seed: int, median_2_ms: float, spread: float, steps: int = 30) -> RunState:
+    """1 replica at a median 10 ms a step, 2 replicas at `median_2_ms`: true efficiency
+    10 / median_2_ms."""
+    return probe_run([1, 2], {1: noisy_ms(seed, 10.0, spread, steps),
+                              2: noisy_ms(seed + 1, median_2_ms, spread, steps)})
+
+
+def test_the_interval_holds_the_true_efficiency_of_a_series_built_with_it() -> None:
+    # The rows' arithmetic over 200 recorded runs of known truth: it holds the true value
+    # in at least 95 % of them (the seeds are fixed, so this count is too: 198 of 200).
+    truth = 10.0 / 12.5
+    held = 0
+    for seed in range(200):
+        one, two = noisy_ms(seed, 10.0, 0.2, 25), noisy_ms(10_000 + seed, 12.5, 0.2, 25)
+        sketches = {}
+        for count, series in ((1, one), (2, two)):
+            sketch = sketches[count] = MedianSketch()
+            for ms in series:
+                sketch.add(64 * count * 1000.0 / ms)
+        interval = efficiency_interval(sketches[2].median_interval(MEDIAN_CONFIDENCE), 2,
+                                       sketches[1].median_interval(MEDIAN_CONFIDENCE), 1)
+        assert interval is not None
+        held += interval[0] <= truth <= interval[1]
+    assert held >= 0.95 * 200, held
+    # And through the fold, one such run: the row's interval holds it.
+    two_row = scaling_rows(noisy_probe(seed=7, median_2_ms=12.5, spread=0.2))[1]
+    assert two_row.efficiency_interval is not None
+    assert two_row.efficiency_interval[0] <= truth <= two_row.efficiency_interval[1]
+
+
+def test_the_table_and_the_line_show_each_efficiency_with_its_interval() -> None:
+    state = noisy_probe(seed=2, median_2_ms=16.0, spread=0.03)
+    rows = scaling_rows(state)
+    low, high = rows[1].efficiency_interval or (0.0, 0.0)
+    lines = table_lines(state.scale, rows)  # type: ignore[arg-type]
+    assert "effic. (95% CI)" in lines[0]
+    assert f"{100 * rows[1].efficiency:.0f}% ({100 * low:.0f}-{100 * high:.0f}%)" in lines[2]  # type: ignore[operator]
+    assert "100% (100-100%)" in lines[1]
+    assert f" efficiency_interval=1.00-1.00,{low:.2f}-{high:.2f} mode=weak" in scaling_line(
+        state.scale, rows)  # type: ignore[arg-type]
