@@ -19,7 +19,8 @@ per-replica batch x replicas x accumulation steps); strong scaling keeps the glo
 
 where X is examples/s and b the smallest count of the plan (1 by default). A count's
 efficiency comes with its CONFIDENCE interval (``efficiency_interval``), from the per-step
-examples/s of both counts.
+examples/s of both counts: the advisor gives a verdict on it only when that interval is
+on one side of its threshold.
 """
 
 from __future__ import annotations
