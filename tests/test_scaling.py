@@ -489,7 +489,8 @@ def test_a_noisy_series_whose_interval_straddles_the_line_says_it_cannot_tell() 
 
 def test_the_interval_holds_the_true_efficiency_of_a_series_built_with_it() -> None:
     # The rows' arithmetic over 200 recorded runs of known truth: it holds the true value
-    # in at least 95 % of them (the seeds are fixed, so this count is too: 198 of 200).
+    # in at least 95 % of them (the seeds are fixed, so this count is too: all 200; the
+    # two counts' worst ends together make it wider than 95 % needs).
     truth = 10.0 / 12.5
     held = 0
     for seed in range(200):
