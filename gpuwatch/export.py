@@ -40,10 +40,11 @@ fixed by the declarations, never by scanning the file):
   A setting that holds a list or an object (``model.kwargs``) is one cell.
 - ``scaling``: a scaling probe's table (``gpuwatch scale``; gpuwatch/scaling.py), one row
   per device count: count, unit, mode, attempt, state, the batch, examples/s (median after
-  warm-up), speed-up and efficiency against the smallest count, each part of the step's
-  share in % (``input_wait_pct`` and gpuwatch/breakdown.py's names; empty until the
-  trainer times the parts apart) and whether the count's logical CPU replicas share fewer
-  cores. No rows for a run that is not a probe.
+  warm-up), speed-up and efficiency against the smallest count, the efficiency's 95 %
+  interval (``efficiency_low``, ``efficiency_high``; empty with too few steps for one),
+  each part of the step's share in % (``input_wait_pct`` and gpuwatch/breakdown.py's
+  names; empty until the trainer times the parts apart) and whether the count's logical
+  CPU replicas share fewer cores. No rows for a run that is not a probe.
 
 Keys the declarations do not know (a newer version's readings or settings) are kept, in
 one ``extra`` cell: a JSON object of ``dotted.key: value``. In CSV an empty cell is null
@@ -155,6 +156,8 @@ SCALING_COLUMNS = (
     "examples_per_s",
     "speedup",
     "efficiency",
+    "efficiency_low",
+    "efficiency_high",
     "input_wait_pct",
     *SHARE_KEYS,
     "shares_cores",
@@ -434,7 +437,7 @@ def scaling_table_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row
     if plan is None:
         return
     for row in scaling_rows(state):
-        timed = row.breakdown
+        timed, interval = row.breakdown, row.efficiency_interval
         yield {
             "count": row.count,
             "unit": plan.unit,
@@ -449,6 +452,8 @@ def scaling_table_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row
             "examples_per_s": row.examples_per_s,
             "speedup": row.speedup,
             "efficiency": row.efficiency,
+            "efficiency_low": interval[0] if interval is not None else None,
+            "efficiency_high": interval[1] if interval is not None else None,
             "input_wait_pct": timed.pct("input") if timed is not None else None,
             **share_cells(timed),
             "shares_cores": row.shares_cores,

@@ -31,11 +31,14 @@ one that sends no step (not a TensorFlow program, or not watched) says so before
 summary, and its verdict is why. It finished when it exited 0.
 
 A scaling probe (`gpuwatch scale CONFIG --headless`) prints the same progress lines while
-its attempts run, then its table (gpuwatch/scaling.py: a row per count), the advisor's
-word on how it scaled, and last the line `scaling: replicas=1,2 examples_per_s=A,B
-speedup=1.00,S efficiency=1.00,E mode=weak` (workers= for a cluster; n/a for a count
-not measured). It exits 0 when every count was measured, else as above (a count that
-crashed: 1; one stopped: 1, or 130 for Ctrl-C), after a line naming the count.
+its attempts run, then its table (gpuwatch/scaling.py: a row per count, each efficiency
+with its 95 % interval), the advisor's word on how it scaled ("not enough steps to tell
+(X-Y%)" while an interval straddles the line), and last the line `scaling:
+replicas=1,2 examples_per_s=A,B speedup=1.00,S efficiency=1.00,E
+efficiency_interval=1.00-1.00,L-H mode=weak` (one line; workers= for a cluster; n/a for a
+count not measured, or an interval not known). It exits 0 when every count was measured,
+else as above (a count that crashed: 1; one stopped: 1, or 130 for Ctrl-C), after a line
+naming the count.
 """
 
 from __future__ import annotations

@@ -17,7 +17,10 @@ per-replica batch x replicas x accumulation steps); strong scaling keeps the glo
     efficiency(N) = X(N) x b / (N x X(b))     (NVIDIA DeepLearningExamples' definition,
                                                b = 1: X(N) / (N x X(1)))
 
-where X is examples/s and b the smallest count of the plan (1 by default).
+where X is examples/s and b the smallest count of the plan (1 by default). A count's
+efficiency comes with its CONFIDENCE interval (``efficiency_interval``), from the per-step
+examples/s of both counts: the advisor gives a verdict on it only when that interval is
+on one side of its threshold.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from gpuwatch.config import (
     expected_replicas,
 )
 from gpuwatch.runstate import WARMUP_STEPS, AttemptSummary, RunState, get_setting
+from gpuwatch.sketch import median_ranks
 from trainer_runtime.protocol import Breakdown, Scale
 from trainer_runtime.schema import (
     MAX_REPLICAS,
@@ -51,6 +55,13 @@ MIN_STEPS = WARMUP_STEPS + MIN_MEASURED_STEPS
 MAX_STEPS = 1_000_000
 # Why an attempt of the probe is there: the attempt event's reason.
 REASON = "scale"
+# The efficiency's interval holds the true one with at least this probability: each
+# count's median examples/s gets an interval at MEDIAN_CONFIDENCE, and both hold at once
+# with at least CONFIDENCE (Bonferroni: the two misses' chances add up to at most 5 %).
+CONFIDENCE = 0.95
+MEDIAN_CONFIDENCE = 1.0 - (1.0 - CONFIDENCE) / 2.0
+# The fewest measured steps a count needs for its median's interval (7 at 97.5 %).
+MIN_INTERVAL_STEPS = next(n for n in range(1, 64) if median_ranks(n, MEDIAN_CONFIDENCE))
 
 
 class ScaleError(ConfigError):
@@ -200,6 +211,10 @@ class ScalingRow:
     examples_per_s: float | None = None
     speedup: float | None = None
     efficiency: float | None = None
+    # The median examples/s's interval (MEDIAN_CONFIDENCE), and the efficiency's (CONFIDENCE):
+    # None with fewer than MIN_INTERVAL_STEPS measured steps here or at the smallest count.
+    examples_per_s_interval: tuple[float, float] | None = None
+    efficiency_interval: tuple[float, float] | None = None
     breakdown: Breakdown | None = None
     shares_cores: bool = False  # logical CPU replicas (or local workers) beyond the cores
 
@@ -229,6 +244,31 @@ def efficiency(
     if gain is None or count <= 0:
         return None
     return gain * base_count / count
+
+
+def efficiency_interval(
+    rates: tuple[float, float] | None, count: int, base_rates: tuple[float, float] | None,
+    base_count: int,
+) -> tuple[float, float] | None:
+    """The efficiency's interval from the two counts' median intervals (examples/s): from
+    the count's lowest over the base's highest to its highest over the base's lowest.
+
+    Each median interval is the distribution-free one from order statistics (sketch.py):
+    no resampling, so nothing random and the same figures on every repaint, and it costs
+    one sort of at most EXACT_VALUES values (or of the sketch's bins) per count. It
+    assumes the measured steps of an attempt are independent draws from one distribution;
+    load on the host that changes between one count's attempt and the next is not in it.
+    The same ``efficiency`` arithmetic makes both ends, so the interval always holds the
+    figure itself. Pairing the two medians' worst ends makes it conservative: it holds the
+    true efficiency more often than CONFIDENCE says (all 200 of tests/test_scaling.py's
+    seeded probes). None while either count has too few steps for an interval."""
+    if rates is None or base_rates is None:
+        return None
+    low = efficiency(rates[0], count, base_rates[1], base_count)
+    high = efficiency(rates[1], count, base_rates[0], base_count)
+    if low is None or high is None:
+        return None
+    return low, high
 
 
 def _attempt_at(state: RunState, count: int) -> AttemptSummary | None:
@@ -278,6 +318,7 @@ def scaling_rows(state: RunState) -> list[ScalingRow]:
     base_count = min(plan.counts)
     base = dict(found).get(base_count)
     base_rate = _rate(base, states[base_count])
+    base_rates = _rate_interval(base, states[base_count])
     rows: list[ScalingRow] = []
     for count, summary in found:
         row_state = states[count]
@@ -287,6 +328,11 @@ def scaling_rows(state: RunState) -> list[ScalingRow]:
             continue
         hello = summary.hello
         rate = _rate(summary, row_state)
+        rates = _rate_interval(summary, row_state)
+        if count == base_count:  # the count against itself: 1.0 by definition, no spread
+            interval = (1.0, 1.0) if rates is not None and rate else None
+        else:
+            interval = efficiency_interval(rates, count, base_rates, base_count)
         rows.append(ScalingRow(
             count,
             attempt=summary.attempt,
@@ -299,6 +345,8 @@ def scaling_rows(state: RunState) -> list[ScalingRow]:
             examples_per_s=rate,
             speedup=speedup(rate, base_rate),
             efficiency=efficiency(rate, count, base_rate, base_count),
+            examples_per_s_interval=rates,
+            efficiency_interval=interval,
             breakdown=summary.breakdown if rate is not None else None,
             shares_cores=_shares_cores(plan, count, summary, summary.settings),
         ))
@@ -313,6 +361,14 @@ def _rate(summary: AttemptSummary | None, row_state: str) -> float | None:
     return summary.median_examples_per_s
 
 
+def _rate_interval(summary: AttemptSummary | None, row_state: str
+                   ) -> tuple[float, float] | None:
+    """The interval of a count's median examples/s (MEDIAN_CONFIDENCE), as _rate gates it."""
+    if summary is None or row_state not in ("measured", "running"):
+        return None
+    return summary.rates.median_interval(MEDIAN_CONFIDENCE)
+
+
 def probe_failed(rows: Sequence[ScalingRow]) -> ScalingRow | None:
     """The first count that did not measure (crashed, stopped, never ran), or None."""
     return next((row for row in rows if row.failed or row.examples_per_s is None), None)
@@ -325,17 +381,40 @@ def _num(value: float | None, spec: str) -> str:
     return "n/a" if value is None else format(value, spec)
 
 
+def pct_range(interval: tuple[float, float]) -> str:
+    """An interval of fractions in whole percent: "70-86%"."""
+    low, high = interval
+    return f"{100 * low:.0f}-{100 * high:.0f}%"
+
+
+def efficiency_words(row: ScalingRow) -> str:
+    """A count's efficiency with its interval, "78% (70-86%)"; "78%" while it has none."""
+    if row.efficiency is None:
+        return "n/a"
+    if row.efficiency_interval is None:
+        return f"{100 * row.efficiency:.0f}%"
+    return f"{100 * row.efficiency:.0f}% ({pct_range(row.efficiency_interval)})"
+
+
 def scaling_line(plan: Scale, rows: Sequence[ScalingRow]) -> str:
-    """`scaling: replicas=1,2 examples_per_s=A,B speedup=1.00,S efficiency=1.00,E mode=weak`
-    (workers= for a cluster; n/a for a count that did not measure)."""
+    """`scaling: replicas=1,2 examples_per_s=A,B speedup=1.00,S efficiency=1.00,E
+    efficiency_interval=1.00-1.00,L-H mode=weak` (one line; workers= for a cluster; n/a for
+    a count that did not measure, or whose efficiency has no interval yet)."""
     def joined(values: list[str]) -> str:
         return ",".join(values)
+
+    def interval(row: ScalingRow) -> str:
+        if row.efficiency_interval is None:
+            return "n/a"
+        low, high = row.efficiency_interval
+        return f"{low:.2f}-{high:.2f}"
 
     return (
         f"scaling: {plan.unit}={joined([str(r.count) for r in rows])} "
         f"examples_per_s={joined([_num(r.examples_per_s, '.1f') for r in rows])} "
         f"speedup={joined([_num(r.speedup, '.2f') for r in rows])} "
-        f"efficiency={joined([_num(r.efficiency, '.2f') for r in rows])} mode={plan.mode}"
+        f"efficiency={joined([_num(r.efficiency, '.2f') for r in rows])} "
+        f"efficiency_interval={joined([interval(r) for r in rows])} mode={plan.mode}"
     )
 
 
@@ -344,8 +423,8 @@ SHARE_HEADS = {"input": "input", "compute": "comp", "sync": "sync", "update": "u
 
 
 def cells(row: ScalingRow) -> dict[str, str]:
-    """A row's figures as the table shows them: count, batch, ex/s, speed-up, efficiency,
-    and each part of the step's share ("-" until the trainer times the parts)."""
+    """A row's figures as the table shows them: count, batch, ex/s, speed-up, efficiency
+    and its interval, and each part of the step's share ("-" until the trainer times the parts)."""
     shares = row.shares
     mark = "*" if row.shares_cores else ""
     out = {
@@ -354,6 +433,8 @@ def cells(row: ScalingRow) -> dict[str, str]:
         "examples_per_s": "-" if row.examples_per_s is None else f"{row.examples_per_s:,.0f}",
         "speedup": "-" if row.speedup is None else f"{row.speedup:.2f}",
         "efficiency": "-" if row.efficiency is None else f"{100 * row.efficiency:.0f}%",
+        "efficiency_interval": ("-" if row.efficiency_interval is None
+                                else pct_range(row.efficiency_interval)),
     }
     for part in Breakdown.PARTS:
         out[part] = "-" if shares is None else f"{shares[part]:.0f}%"
@@ -382,15 +463,19 @@ def shared_cores_note(plan: Scale, rows: Sequence[ScalingRow]) -> str | None:
 
 
 def table_lines(plan: Scale, rows: Sequence[ScalingRow]) -> list[str]:
-    """The probe's table as plain text lines (headless): a header, a row per count, notes."""
-    head = (f"{plan.unit:>8} {'batch':>6} {'ex/s':>9} {'speed-up':>8} {'effic.':>6}  "
+    """The probe's table as plain text lines (headless): a header, a row per count (its
+    efficiency's interval beside it), notes."""
+    effic = f"effic. ({CONFIDENCE:.0%} CI)"
+    head = (f"{plan.unit:>8} {'batch':>6} {'ex/s':>9} {'speed-up':>8} {effic:>17}  "
             + " ".join(f"{SHARE_HEADS[part]:>5}" for part in Breakdown.PARTS) + "  state")
     lines = [head]
     for row in rows:
         cell = cells(row)
+        interval = cell["efficiency_interval"]
+        shown = cell["efficiency"] + ("" if interval == "-" else f" ({interval})")
         lines.append(
             f"{cell['count']:>8} {cell['batch']:>6} {cell['examples_per_s']:>9} "
-            f"{cell['speedup']:>8} {cell['efficiency']:>6}  "
+            f"{cell['speedup']:>8} {shown:>17}  "
             + " ".join(f"{cell[part]:>5}" for part in Breakdown.PARTS) + f"  {cell['state']}"
         )
     note = shared_cores_note(plan, rows)

@@ -14,6 +14,15 @@ merged past that, which only touches quantiles far below the median unless the
 rates span more than ~e**20). Adding a value is O(1); the median sorts the bins
 (a few hundred at most in practice) when the screen asks for it.
 
+The median's interval (``median_interval``) is the distribution-free one from order
+statistics (the confidence interval for a quantile in Conover's Practical Nonparametric
+Statistics): with B ~ Binomial(n, 1/2) the count of values below the true median, the
+r-th smallest and r-th largest values hold it with probability 1 - 2 P(B <= r - 1). It
+assumes only that the values are independent draws from one distribution, needs no
+resampling (so no seed), and costs what the median does: one sort of at most
+EXACT_VALUES values, or one walk of the sorted bins (each end then within
+RELATIVE_ERROR, as the median is).
+
 Pure and deterministic (no randomness), so a snapshot of it folds on exactly as
 the original would.
 """
@@ -21,7 +30,11 @@ the original would.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
+from functools import lru_cache
+from statistics import NormalDist
 
 RELATIVE_ERROR = 0.005
 EXACT_VALUES = 512
@@ -29,6 +42,41 @@ MAX_BINS = 2048
 
 _GAMMA = (1.0 + RELATIVE_ERROR) / (1.0 - RELATIVE_ERROR)
 _LOG_GAMMA = math.log(_GAMMA)
+
+
+def median_ranks(count: int, confidence: float) -> tuple[int, int] | None:
+    """The 0-based ranks (low, high) of the order-statistics interval that holds the median
+    of `count` values with at least `confidence`; None when even the smallest and largest
+    value do not (fewer than log2(2 / (1 - confidence)) values: 7 at 97.5 %).
+
+    Exact binomial sums up to EXACT_VALUES values (cached per count); past that, the normal
+    approximation with a continuity correction, which is within a rank of them there."""
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence {confidence} is not between 0 and 1")
+    if count <= EXACT_VALUES:
+        return _exact_median_ranks(count, confidence)
+    z = NormalDist().inv_cdf(1.0 - (1.0 - confidence) / 2.0)
+    low = math.floor(count / 2.0 + 0.5 - z * math.sqrt(count) / 2.0)  # 1-based rank r
+    low = max(1, min(low, (count + 1) // 2))
+    return low - 1, count - low
+
+
+@lru_cache(maxsize=4 * EXACT_VALUES)
+def _exact_median_ranks(count: int, confidence: float) -> tuple[int, int] | None:
+    # The largest r with 2 P(B <= r - 1) <= 1 - confidence, in whole numbers: 2 x the
+    # sum of C(n, i) for i < r against (1 - confidence) x 2**n.
+    if count < 1:
+        return None
+    alpha = Fraction(1.0 - confidence)
+    whole = 2**count
+    below, term, r = 0, 1, 0  # sum of C(n, i) for i < r; term is C(n, r)
+    while r < (count + 1) // 2 and 2 * (below + term) <= alpha * whole:
+        below += term
+        term = term * (count - r) // (r + 1)
+        r += 1
+    if r == 0:
+        return None
+    return r - 1, count - r
 
 
 def _bin(value: float) -> int:
@@ -73,24 +121,42 @@ class MedianSketch:
         """The median (exact while count <= EXACT_VALUES, else within RELATIVE_ERROR)."""
         if self.count == 0:
             return None
-        if self.exact:
-            ordered = sorted(self.exact)
-            mid = len(ordered) // 2
-            if len(ordered) % 2:
-                return ordered[mid]
-            return (ordered[mid - 1] + ordered[mid]) / 2.0
         mid = self.count // 2
         if self.count % 2:
-            return self._at_rank(mid)
-        return (self._at_rank(mid - 1) + self._at_rank(mid)) / 2.0
+            return self.at_ranks([mid])[0]
+        below, above = self.at_ranks([mid - 1, mid])
+        return (below + above) / 2.0
 
-    def _at_rank(self, rank: int) -> float:
-        """The value standing for the rank-th smallest (0-based) of the binned values."""
-        seen = self.zeros
-        if rank < seen:
-            return 0.0
+    def median_interval(self, confidence: float) -> tuple[float, float] | None:
+        """The values that hold the median with at least `confidence` (see the module): the
+        order statistics at ``median_ranks``; None with too few values for it. It always
+        holds ``median()``."""
+        ranks = median_ranks(self.count, confidence)
+        if ranks is None:
+            return None
+        low, high = self.at_ranks(ranks)
+        return low, high
+
+    def at_ranks(self, ranks: Sequence[int]) -> list[float]:
+        """The values at these 0-based ranks of the sorted series: exact while count <=
+        EXACT_VALUES, else the bins' values (within RELATIVE_ERROR). One sort, whatever
+        the number of ranks."""
+        if any(not 0 <= rank < self.count for rank in ranks):
+            raise IndexError(f"ranks {list(ranks)} past a sketch of {self.count} values")
+        if self.exact:
+            ordered = sorted(self.exact)
+            return [ordered[rank] for rank in ranks]
+        wanted = sorted(set(ranks))
+        found: dict[int, float] = {}
+        at, seen = 0, self.zeros
+        while at < len(wanted) and wanted[at] < seen:
+            found[wanted[at]] = 0.0
+            at += 1
         for index in sorted(self.bins):
+            if at == len(wanted):
+                break
             seen += self.bins[index]
-            if rank < seen:
-                return _bin_value(index)
-        raise AssertionError("rank past the count")  # pragma: no cover - count is kept in step
+            while at < len(wanted) and wanted[at] < seen:
+                found[wanted[at]] = _bin_value(index)
+                at += 1
+        return [found[rank] for rank in ranks]

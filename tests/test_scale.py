@@ -33,7 +33,7 @@ from tests.test_run_lifecycle import assert_gone_by, recorded, run_groups
 
 SCALING = re.compile(
     r"scaling: (replicas|workers)=(\S+) examples_per_s=(\S+) speedup=(\S+) efficiency=(\S+) "
-    r"mode=(weak|strong)"
+    r"efficiency_interval=(\S+) mode=(weak|strong)"
 )
 SUMMARY_RATE = re.compile(r"^summary: steps=\d+ examples_per_s=([\d.]+) ", re.M)
 WARMUP_STEPS = 5  # gpuwatch.runstate.WARMUP_STEPS, spelled out: the record is read by hand
@@ -44,13 +44,18 @@ def scaling_line(stdout: str) -> dict[str, Any]:
     last = stdout.strip().splitlines()[-1]
     match = SCALING.fullmatch(last)
     assert match, f"the last line is not the scaling line: {last!r}\n{stdout}"
-    unit, counts, rates, speedups, efficiencies, mode = match.groups()
+    unit, counts, rates, speedups, efficiencies, intervals, mode = match.groups()
 
     def numbers(text: str) -> list[float | None]:
         return [None if word == "n/a" else float(word) for word in text.split(",")]
 
+    def pairs(text: str) -> list[tuple[float, float] | None]:
+        return [None if word == "n/a" else (float(word.split("-")[0]), float(word.split("-")[1]))
+                for word in text.split(",")]
+
     return {"unit": unit, "counts": [int(c) for c in counts.split(",")], "rates": numbers(rates),
-            "speedups": numbers(speedups), "efficiencies": numbers(efficiencies), "mode": mode}
+            "speedups": numbers(speedups), "efficiencies": numbers(efficiencies),
+            "intervals": pairs(intervals), "mode": mode}
 
 
 def the_run(home: Path) -> Path:
@@ -100,6 +105,10 @@ def check_a_headless_probe(proc: subprocess.CompletedProcess[str], run_dir: Path
     assert line["rates"] == [pytest.approx(one, abs=0.051), pytest.approx(two, abs=0.051)]
     assert line["speedups"] == [1.0, pytest.approx(two / one, abs=0.0051)]
     assert line["efficiencies"] == [1.0, pytest.approx(two / (2 * one), abs=0.0051)]
+    # Each efficiency within its interval (the base count's is 1 by definition).
+    assert line["intervals"][0] == (1.0, 1.0)
+    low, high = line["intervals"][1] or (0.0, 0.0)
+    assert low - 0.005 <= two / (2 * one) <= high + 0.005, line
     # Its table comes before it, a row per count.
     assert re.search(r"^\s+1\s+128\s+[\d,]+\s+1\.00\s+100%", proc.stdout, re.M), proc.stdout
     # A run like any other: listed, exported as a scaling table.
@@ -335,6 +344,7 @@ def test_counts_that_measure_nothing_end_the_probe_with_a_line_and_exit_1(
     assert "gpuwatch: the probe did not measure 1 replicas: no steps measured" in proc.stderr
     line = scaling_line(proc.stdout)
     assert line["counts"] == [1, 2, 4] and line["rates"] == [None, None, None]
+    assert line["intervals"] == [None, None, None]
     events = recorded(the_run(home))
     # Each count still ran, in turn: reaching its steps is no failure of the trainer.
     assert [e["status"] for e in events if e["type"] == "status"] == [

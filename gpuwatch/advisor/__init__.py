@@ -44,7 +44,8 @@ ones below it directly, never through this package):
 - ``remedies``: what the findings say, and what to try for each part of the step.
 - ``straggler``: the straggler rule (``find_straggler``).
 - ``evidence``: what the rules read (``Evidence``).
-- ``findings``: the grades, levels and shapes (``Finding``, ``Advice``, ``Remedy``).
+- ``findings``: the grades, levels and shapes (``Finding``, ``Advice``, ``Remedy``), and
+  the rule for a verdict on a noisy figure (``interval_side``).
 - ``units``: bytes and rates in decimal units (``format_rate``, ``format_bandwidth``).
 """
 
@@ -78,6 +79,7 @@ from gpuwatch.advisor.findings import (
     WorkerVerdict,
     holding_part,
     input_bound_level,
+    interval_side,
     part_level,
 )
 from gpuwatch.advisor.rules import (
@@ -172,6 +174,7 @@ __all__ = [
     "format_rate",
     "holding_part",
     "input_bound_level",
+    "interval_side",
     "memory_bound",
     "model_state_bytes",
     "part_level",

@@ -4,7 +4,9 @@ A ``Finding`` is what one rule makes of the evidence (the part that holds the st
 how bad, its measured share, the ``Remedy``s for it); an ``Advice`` is what the screen
 shows (a level, a one-line verdict, up to MAX_RECOMMENDATIONS things to try, a cluster's
 ``WorkerVerdict``s). The grades: input wait's (``input_bound_level``) and those of the
-other parts of a step (``PART_GRADES``, ``part_level``, ``holding_part``).
+other parts of a step (``PART_GRADES``, ``part_level``, ``holding_part``). And the rule
+for a verdict that rests on a noisy figure: its interval must lie on one side of the line
+(``interval_side``).
 """
 
 from __future__ import annotations
@@ -105,6 +107,21 @@ class Advice:
     share_pct: float | None = None
     remedies: tuple[Remedy, ...] = ()
     workers: tuple[WorkerVerdict, ...] = ()
+
+
+def interval_side(interval: tuple[float, float] | None, threshold: float) -> str | None:
+    """Which side of `threshold` a noisy figure is on, by its confidence interval: "above"
+    when the whole interval is at or above it, "below" when it is all below, None when it
+    straddles the threshold (or there is no interval yet). A verdict that rests on the
+    figure is given only on a side; None is "not enough steps to tell"."""
+    if interval is None:
+        return None
+    low, high = interval
+    if low >= threshold:
+        return "above"
+    if high < threshold:
+        return "below"
+    return None
 
 
 def input_bound_level(input_wait_pct: float | None) -> str:

@@ -9,14 +9,17 @@ step's parts over the measured steps.
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
 import pytest
 
 from gpuwatch.app.widgets.panels import AttemptsPanel, HistoryPanel
-from gpuwatch.app.widgets.scaling import EfficiencyChart, ScalingPanel
+from gpuwatch.app.widgets.scaling import EfficiencyChart, ScalingPanel, table_text
 from gpuwatch.app.widgets.state_panel import StatePanel
+from gpuwatch.runstate import RunState
+from gpuwatch.scaling import scaling_rows
 
 from .conftest import load_events, make_app, settle
 
@@ -35,8 +38,9 @@ def by_hand() -> dict[int, dict[str, Any]]:
             figures[event["attempt"]]["steps"].append(event)
     for one in figures.values():
         measured = one.pop("steps")[WARMUP_STEPS:]
-        one["rate"] = statistics.median(
-            e["examples"] * 1000.0 / e["step_time_ms"] for e in measured)
+        rates = [e["examples"] * 1000.0 / e["step_time_ms"] for e in measured]
+        one["rate"] = statistics.median(rates)
+        one["interval"] = median_interval(rates)
         total = sum(e["step_time_ms"] for e in measured)
         parts = {part: sum(e[key] for e in measured) for part, key in (
             ("in", "input_wait_ms"), ("comp", "compute_ms"), ("sync", "sync_ms"),
@@ -44,6 +48,18 @@ def by_hand() -> dict[int, dict[str, Any]]:
         parts["oth"] = total - sum(parts.values())
         one["shares"] = {part: 100.0 * ms / total for part, ms in parts.items()}
     return {one["count"]: one for one in figures.values()}
+
+
+def median_interval(values: list[float]) -> tuple[float, float]:
+    """The median's 97.5 % order-statistics interval, by hand: the r-th smallest and r-th
+    largest value for the largest r whose binomial tails, 2 P(B <= r - 1), stay within
+    2.5 % (B ~ Binomial(n, 1/2))."""
+    n, ordered = len(values), sorted(values)
+    r = 0
+    while 2 * sum(math.comb(n, i) for i in range(r + 1)) / 2**n <= 0.025:
+        r += 1
+    assert r >= 1, n
+    return ordered[r - 1], ordered[n - r]
 
 
 def table_rows(text: str) -> dict[int, dict[str, str]]:
@@ -82,7 +98,12 @@ async def test_the_probe_shows_its_table_and_plot_instead_of_the_attempts() -> N
                 assert row[part] == f"{want['shares'][part]:.0f}%", (count, part, text)
         assert text.splitlines()[3].lstrip().startswith("4*")  # 4 replicas on 2 cores
         assert "* 4 logical CPU replicas share 2 cores" in text
-        assert "poor scaling: 44% efficiency at 4 replicas" in text
+        # 4 replicas against 1: its lowest rate over 1's highest, its highest over 1's lowest.
+        low = truth[4]["interval"][0] / (4 * truth[1]["interval"][1])
+        high = truth[4]["interval"][1] / (4 * truth[1]["interval"][0])
+        assert (f"poor scaling: {100 * truth[4]['rate'] / (4 * base):.0f}% "
+                f"({100 * low:.0f}-{100 * high:.0f}%) efficiency at 4 replicas") in text
+        assert "poor scaling: 44% (41-48%) efficiency at 4 replicas (below 80%)" in text
         assert "all-reduce grew most" in text
         chart = app.query_one(EfficiencyChart)
         counts, values = chart.points
@@ -111,3 +132,18 @@ async def test_before_any_count_is_measured_the_rows_wait_and_nothing_breaks() -
             (1, "running"), (2, "waiting"), (4, "waiting")]
         chart = app.query_one(EfficiencyChart)
         assert chart.points == ([], []) and chart.values == (0.0, 100.0)
+
+
+def test_a_wide_panel_shows_each_counts_efficiency_interval() -> None:
+    state = RunState()
+    for event in load_events(FIXTURE):
+        state.apply(event)
+    assert state.scale is not None
+    text = table_text(state.scale, scaling_rows(state), 120, running=3).plain
+    rows, truth = table_rows(text), by_hand()
+    assert rows[1]["interval"] == "100-100%"  # the smallest count against itself
+    for count in (2, 4):
+        # The count's lowest rate over 1's highest, its highest over 1's lowest.
+        low = truth[count]["interval"][0] / (count * truth[1]["interval"][1])
+        high = truth[count]["interval"][1] / (count * truth[1]["interval"][0])
+        assert rows[count]["interval"] == f"{100 * low:.0f}-{100 * high:.0f}%", text

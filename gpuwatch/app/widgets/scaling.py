@@ -21,8 +21,9 @@ from gpuwatch.runstate import RunState
 from gpuwatch.scaling import ScalingRow, cells, describe, scaling_rows, shared_cores_note
 from trainer_runtime.protocol import Breakdown, Scale
 
-# The table's columns: (head, cell key, width); the batch and the state only where the
-# width allows (a row without a figure says its state in the ex/s column anyway).
+# The table's columns: (head, cell key, width); the batch, the efficiency's interval and
+# the state only where the width allows (a row without a figure says its state in the ex/s
+# column anyway; the verdict under the table gives its count's interval at any width).
 COLUMNS = (
     ("ex/s", "examples_per_s", 7),
     ("speed", "speedup", 5),
@@ -32,6 +33,7 @@ COLUMNS = (
                                          ("oth", "other"))),
 )
 BATCH_COLUMN = ("batch", "batch", 6)
+INTERVAL_COLUMN = ("interval", "efficiency_interval", 8)
 STATE_WIDTH = 18
 # A row's state in the ex/s column's 7 characters, when it has no figure.
 STATE_WORDS = {"no steps measured": "0 steps"}
@@ -96,11 +98,13 @@ def table_text(plan: Scale, rows: list[ScalingRow], width: int, *, running: int 
     """The table as the panel shows it: a row per count (the batch and state columns where
     they fit; a row cut to `width`), the shared-cores note and the advisor's verdict."""
     columns: list[tuple[str, str, int]] = list(COLUMNS)
-    wide = len(plan.unit) + sum(w + 1 for _, _, w in (*columns, BATCH_COLUMN)) + STATE_WIDTH
+    wide = len(plan.unit) + sum(
+        w + 1 for _, _, w in (*columns, BATCH_COLUMN, INTERVAL_COLUMN)) + STATE_WIDTH
     count_head = plan.unit if wide <= width else {"replicas": "reps", "workers": "wkrs"}.get(
         plan.unit, plan.unit)
     if wide <= width:
         columns.insert(0, BATCH_COLUMN)
+        columns.insert(columns.index(("eff", "efficiency", 4)) + 1, INTERVAL_COLUMN)
     count_width = len(count_head)
     text = Text()
     head = f"{count_head:>{count_width}}" + "".join(f" {h:>{w}}" for h, _, w in columns)
