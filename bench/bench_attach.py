@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import SocketLink
-from gpuwatch.app.widgets.panels import MetricsPanel
+from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.runstate import RunState
 from gpuwatch.supervisor import Supervisor
 from tests.conftest import ROOT, TINY
@@ -127,7 +127,7 @@ async def main() -> None:
             flush=True,
         )
         supervisor.loop = asyncio.get_running_loop()
-        await supervisor._open_socket()
+        await supervisor.hub.open()
         timings: dict[bool, list[float]] = {True: [], False: []}
         try:
             for _ in range(args.repeats):

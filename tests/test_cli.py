@@ -122,7 +122,7 @@ def test_a_run_whose_supervisor_has_gone_is_shown_from_its_record_and_quitting_s
     import dataclasses
 
     import gpuwatch.app
-    from gpuwatch import cli
+    from gpuwatch.cli.watch import _dashboard
     from gpuwatch.runs import read_run_info
     from tests.app.conftest import load_events
     from tests.support.recorded import finished, write_run_dir
@@ -140,7 +140,7 @@ def test_a_run_whose_supervisor_has_gone_is_shown_from_its_record_and_quitting_s
         return "ended"
 
     monkeypatch.setattr(gpuwatch.app, "run_dashboard", dashboard)
-    assert cli._dashboard(started) == 0
+    assert _dashboard(started) == 0
     record = shown["record"]
     assert shown["socket_path"] is None and record.status == "finished"  # type: ignore[attr-defined]
     assert capsys.readouterr().out == (

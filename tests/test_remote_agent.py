@@ -17,15 +17,12 @@ import pytest
 
 from gpuwatch.ports import ephemeral_range
 from gpuwatch.supervisor.agent import AgentStartError
+from gpuwatch.supervisor.agent_process import LOG_BYTES_PER_S, _AgentProcess
 from gpuwatch.supervisor.cluster import srun_prefix, ssh_prefix
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from gpuwatch.supervisor.launch import WorkerLaunch
-from gpuwatch.supervisor.remote import (
-    LOG_BYTES_PER_S,
-    RemoteAgent,
-    _AgentProcess,
-    frames_of,
-)
+from gpuwatch.supervisor.link import frames_of
+from gpuwatch.supervisor.remote_agent import RemoteAgent
 from tests.support.ports import can_bind
 from tests.support.run_record import alive
 from trainer_runtime.protocol import Event as ProtocolEvent

@@ -29,7 +29,7 @@ from gpuwatch.config import ConfigError
 from gpuwatch.runs import RunError, agent_worker_dir, ensure_private_tree, pid_alive
 from gpuwatch.supervisor.agent import AgentStartError
 from gpuwatch.supervisor.cluster import plan_workers, ssh_prefix
-from gpuwatch.supervisor.remote import RemoteAgent
+from gpuwatch.supervisor.remote_agent import RemoteAgent
 from tests.conftest import gpuwatch, wait_for
 from tests.test_multiworker_live import CONFIG, contiguous, last_step, of, the_run, trainer_pids
 from tests.test_remote_agent import Collected, agent_env

@@ -18,7 +18,8 @@ import pytest
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import RECORD, RecordLink
-from gpuwatch.app.widgets.panels import AttemptsPanel, HeaderBar
+from gpuwatch.app.widgets.attempts import AttemptsPanel
+from gpuwatch.app.widgets.header import HeaderBar
 from gpuwatch.runs import read_run_info
 from gpuwatch.runstate import RunState
 from gpuwatch.snapshot import snapshotted

@@ -17,7 +17,8 @@ from gpuwatch.advisor import (
     final_verdict,
     reading,
 )
-from gpuwatch.cli import command_name, command_problem, shorten_command
+from gpuwatch.cli.listing import shorten_command
+from gpuwatch.cli.start import command_name
 from gpuwatch.config import command_config, dump_config
 from gpuwatch.headless import progress_line, summary_line, verdict_line
 from gpuwatch.runstate import (
@@ -30,6 +31,7 @@ from gpuwatch.runstate import (
     toggle_prefetch,
 )
 from gpuwatch.runstate.command import NO_TRAINING
+from gpuwatch.starting import command_problem
 from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
 from gpuwatch.supervisor.exits import TrainerExit, command_exit_status, exit_status
 from gpuwatch.supervisor.launcher import TrainerLauncher

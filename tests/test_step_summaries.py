@@ -296,7 +296,7 @@ def asyncio_time() -> float:
 def test_a_lean_sample_shows_a_worker_s_devices_in_the_same_words(tmp_path: Path) -> None:
     # Past 8 workers a worker's host goes up with its GPUs summed: the workers panel's
     # device column reads the same from it as from every GPU's readings.
-    from gpuwatch.app.widgets.panels import device_summary
+    from gpuwatch.app.widgets.devices import device_summary
     from gpuwatch.sampling import DeviceSampler, sample_to_frame_fields
     from gpuwatch.supervisor.summarize import lean_sample
     from tests.support.fake_nvml import fake_h100_box

@@ -91,7 +91,7 @@ async def test_trainer_reader_counts_a_deep_frame_and_closes_the_trainer_socket(
 @pytest.fixture
 async def serving(supervisor: Supervisor) -> AsyncIterator[Supervisor]:
     supervisor.loop = asyncio.get_running_loop()
-    await supervisor._open_socket()
+    await supervisor.hub.open()
     yield supervisor
     assert supervisor.hub.server is not None
     supervisor.hub.server.close()

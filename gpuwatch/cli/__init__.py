@@ -22,43 +22,12 @@ import os
 import sys
 
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
-from gpuwatch.cli.listing import cmd_doctor, cmd_export, cmd_logs, cmd_ls, shorten_command
+from gpuwatch.cli.listing import cmd_doctor, cmd_export, cmd_logs, cmd_ls
 from gpuwatch.cli.parser import build_parser
-from gpuwatch.cli.start import (
-    cmd_resume,
-    cmd_run,
-    cmd_scale,
-    cmd_train,
-    command_name,
-)
-from gpuwatch.cli.watch import _dashboard as _dashboard
+from gpuwatch.cli.start import cmd_resume, cmd_run, cmd_scale, cmd_train
 from gpuwatch.cli.watch import cmd_attach, cmd_stop
-from gpuwatch.starting import _supervisor_command as _supervisor_command
-from gpuwatch.starting import check_startable, command_problem, detach_method, start_supervisor
 
-__all__ = [
-    "EXIT_FAILED",
-    "EXIT_OK",
-    "EXIT_USAGE",
-    "build_parser",
-    "check_startable",
-    "cmd_attach",
-    "cmd_doctor",
-    "cmd_export",
-    "cmd_logs",
-    "cmd_ls",
-    "cmd_resume",
-    "cmd_run",
-    "cmd_scale",
-    "cmd_stop",
-    "cmd_train",
-    "command_name",
-    "command_problem",
-    "detach_method",
-    "main",
-    "shorten_command",
-    "start_supervisor",
-]
+__all__ = ["main", "parse_words"]
 
 
 def parse_words(parser: argparse.ArgumentParser, words: list[str]) -> argparse.Namespace:

@@ -7,7 +7,7 @@ Split by job: NvmlCalls (nvml.py) makes one call for one reading and degrades it
 CounterRates turns cumulative counters into rates; PcieThroughput picks the counters or
 the PcieWindowPoller worker; NvlinkThroughput finds the active links and sums their
 counters (those four in throughput.py); GpuReader, here, owns the handle and builds the
-GpuSample. The names of nvml.py and throughput.py are here too, as they were.
+GpuSample.
 """
 
 from __future__ import annotations
@@ -17,69 +17,22 @@ from collections.abc import Callable
 from typing import Any
 
 from gpuwatch.sampling.nvml import (
-    FI_NVLINK_DATA_RX_KIB,
-    FI_NVLINK_DATA_TX_KIB,
-    FI_NVLINK_LINK_COUNT,
-    FI_PCIE_RX_BYTES,
-    FI_PCIE_TX_BYTES,
-    FIRST_SAMPLE,
     GPU_LOST,
-    NO_PERMISSION,
-    NOT_SUPPORTED,
-    NOT_UPDATED,
-    PENDING_REASONS,
-    WINDOW_PENDING,
     GpuLostError,
     NvmlCalls,
-    describe_init_failure,
     error_code,
-    field_value,
     nvml_code,
     reason_of,
-    visible_gpu_count,
 )
 from gpuwatch.sampling.throughput import (
-    LONGEST_EXPECTED_INTERVAL_S,
-    WINDOW_MAX_AGE_S,
-    CounterKey,
-    CounterRates,
     CounterReads,
     NvlinkThroughput,
     PcieThroughput,
     PcieWindowPoller,
-    interval_between,
 )
 from gpuwatch.sampling.types import GpuProcess, GpuSample
 
-__all__ = [
-    "FIRST_SAMPLE",
-    "FI_NVLINK_DATA_RX_KIB",
-    "FI_NVLINK_DATA_TX_KIB",
-    "FI_NVLINK_LINK_COUNT",
-    "FI_PCIE_RX_BYTES",
-    "FI_PCIE_TX_BYTES",
-    "GPU_LOST",
-    "LONGEST_EXPECTED_INTERVAL_S",
-    "NOT_SUPPORTED",
-    "NOT_UPDATED",
-    "NO_PERMISSION",
-    "PENDING_REASONS",
-    "WINDOW_MAX_AGE_S",
-    "WINDOW_PENDING",
-    "CounterKey",
-    "CounterRates",
-    "CounterReads",
-    "GpuReader",
-    "NvlinkThroughput",
-    "NvmlCalls",
-    "PcieThroughput",
-    "PcieWindowPoller",
-    "describe_init_failure",
-    "error_code",
-    "field_value",
-    "interval_between",
-    "visible_gpu_count",
-]
+__all__ = ["GpuReader"]
 
 
 def _text(value: Any) -> str:

@@ -364,11 +364,6 @@ class Supervisor(Attempts):
         self.recorder.close()
         self.workers.join_sampling(3.0)
 
-    # -- a name tests and bench/bench_attach.py written against the one-class supervisor use
-
-    async def _open_socket(self) -> None:
-        await self.hub.open()
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gpuwatch.supervisor")

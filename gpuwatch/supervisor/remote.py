@@ -49,38 +49,12 @@ Link frames (each with "v" and "type"):
     error     message (str: one line; e.g. the trainer could not start)
 
 The agent process is agent_process.py, RemoteAgent remote_agent.py; this module is
-what runs there (``-m gpuwatch.supervisor.remote``) and their names, as they were.
+only what runs there (``-m gpuwatch.supervisor.remote``).
 """
 
 import sys
 
-from gpuwatch.supervisor.agent_process import (
-    EXIT_LOG_LINES,
-    LINK_LOST_GRACE_S,
-    LOG_BYTES_PER_S,
-    LOG_LINES_PER_FRAME,
-    LOG_POLL_S,
-    MARKER_NAME,
-    MAX_UNSENT_BYTES,
-    agent_main,
-    main,
-)
-from gpuwatch.supervisor.agent_process import _AgentProcess as _AgentProcess
-from gpuwatch.supervisor.link import frames_of as frames_of
-from gpuwatch.supervisor.remote_agent import RemoteAgent
-
-__all__ = [
-    "EXIT_LOG_LINES",
-    "LINK_LOST_GRACE_S",
-    "LOG_BYTES_PER_S",
-    "LOG_LINES_PER_FRAME",
-    "LOG_POLL_S",
-    "MARKER_NAME",
-    "MAX_UNSENT_BYTES",
-    "RemoteAgent",
-    "agent_main",
-    "main",
-]
+from gpuwatch.supervisor.agent_process import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -10,7 +10,8 @@ from typing import Any
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
-from gpuwatch.app.widgets.panels import PendingBar, fit_line
+from gpuwatch.app.widgets.common import fit_line
+from gpuwatch.app.widgets.pending import PendingBar
 
 from .conftest import SIZE, frozen_clock_for, load_events, settle, wait_commands
 

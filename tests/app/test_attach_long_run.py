@@ -23,7 +23,9 @@ import pytest
 from gpuwatch.app import fmt
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import SocketLink
-from gpuwatch.app.widgets.panels import AttemptsPanel, HeaderBar, MetricsPanel
+from gpuwatch.app.widgets.attempts import AttemptsPanel
+from gpuwatch.app.widgets.header import HeaderBar
+from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.runstate import WINDOW_STEPS, RunState
 from gpuwatch.sketch import MAX_BINS, RELATIVE_ERROR
 from gpuwatch.snapshot import snapshotted
@@ -88,7 +90,7 @@ async def test_attach_to_a_million_event_run_shows_it_within_2_s(
     assert supervisor.events.next_seq == EVENTS
     await asyncio.to_thread(supervisor.keeper.restore)  # what run() does first
     supervisor.loop = asyncio.get_running_loop()
-    await supervisor._open_socket()
+    await supervisor.hub.open()
     link = SocketLink(supervisor.socket_path)
     last_t = run.keeper.state.last_t
     app = GpuwatchApp(link, clock=lambda: last_t or 0.0)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuwatch.app.widgets.panels import AttemptsPanel
+from gpuwatch.app.widgets.attempts import AttemptsPanel
 
 from .conftest import load_events, make_app, settle
 

@@ -11,13 +11,11 @@ from gpuwatch.app.app import COMMAND_SETTINGS_REFUSAL, GpuwatchApp
 from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.screens.modals import KeysScreen, QuitScreen
 from gpuwatch.app.screens.settings import SettingsScreen
-from gpuwatch.app.widgets.panels import (
-    AdvicePanel,
-    AttemptsPanel,
-    DevicesPanel,
-    MetricsPanel,
-    PendingBar,
-)
+from gpuwatch.app.widgets.advice import AdvicePanel
+from gpuwatch.app.widgets.attempts import AttemptsPanel
+from gpuwatch.app.widgets.devices import DevicesPanel
+from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.runstate import NOT_TENSORFLOW
 from tests.support.command_run import CommandEvents
 from trainer_runtime.changes import ACCUMULATION_REFUSAL, BATCH_REFUSAL

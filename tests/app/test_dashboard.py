@@ -16,17 +16,15 @@ from gpuwatch import runs
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink, link_event
 from gpuwatch.app.screens.modals import ConfirmStopScreen, KeysScreen, QuitScreen, RunsScreen
+from gpuwatch.app.widgets.advice import AdvicePanel
+from gpuwatch.app.widgets.attempts import AttemptsPanel
+from gpuwatch.app.widgets.crash import CrashPanel
+from gpuwatch.app.widgets.devices import DevicesPanel
 from gpuwatch.app.widgets.gpus import GpuPanel
-from gpuwatch.app.widgets.panels import (
-    AdvicePanel,
-    AttemptsPanel,
-    CrashPanel,
-    DevicesPanel,
-    HeaderBar,
-    HistoryPanel,
-    MetricsPanel,
-    PendingBar,
-)
+from gpuwatch.app.widgets.header import HeaderBar
+from gpuwatch.app.widgets.history import HistoryPanel
+from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.client import ConnectionLost
 from gpuwatch.runs import RunInfo
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
-from gpuwatch.app.widgets.panels import AttemptsPanel
+from gpuwatch.app.widgets.attempts import AttemptsPanel
 
 from .conftest import SIZE, frozen_clock_for, load_events, settle
 

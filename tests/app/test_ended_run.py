@@ -18,15 +18,13 @@ from gpuwatch import runs
 from gpuwatch.advisor import MAX_RECOMMENDATIONS
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
-from gpuwatch.app.widgets.panels import (
-    AdvicePanel,
-    AttemptsPanel,
-    CrashPanel,
-    DevicesPanel,
-    HeaderBar,
-    MetricsPanel,
-    PendingBar,
-)
+from gpuwatch.app.widgets.advice import AdvicePanel
+from gpuwatch.app.widgets.attempts import AttemptsPanel
+from gpuwatch.app.widgets.crash import CrashPanel
+from gpuwatch.app.widgets.devices import DevicesPanel
+from gpuwatch.app.widgets.header import HeaderBar
+from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.runstate import RunState
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from tests.conftest import TINY, gpuwatch, wait_for

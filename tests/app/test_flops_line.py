@@ -9,7 +9,7 @@ import pytest
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
-from gpuwatch.app.widgets.panels import MetricsPanel
+from gpuwatch.app.widgets.metrics import MetricsPanel
 
 from .conftest import SIZE, frozen_clock_for, load_events, settle
 

@@ -18,7 +18,8 @@ from gpuwatch.app.repaint import (
     PACE_WINDOW_S,
     Pace,
 )
-from gpuwatch.app.widgets.panels import HeaderBar, MetricsPanel, header_text
+from gpuwatch.app.widgets.header import HeaderBar, header_text
+from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.runstate import RunState
 
 from .conftest import SIZE, Waiter, make_app

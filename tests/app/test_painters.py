@@ -6,7 +6,8 @@ from typing import Any
 
 from gpuwatch.app import painters
 from gpuwatch.app.repaint import Painter, Rate
-from gpuwatch.app.widgets.panels import HistoryPanel, MetricsPanel
+from gpuwatch.app.widgets.history import HistoryPanel
+from gpuwatch.app.widgets.metrics import MetricsPanel
 
 from .conftest import SIZE, Waiter, load_events, make_app
 

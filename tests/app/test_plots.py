@@ -15,7 +15,8 @@ from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.screens.modals import KeysScreen
 from gpuwatch.app.screens.plots import CHARTS, TIME_CHARTS, PlotsScreen, attempt_colour
-from gpuwatch.app.widgets.panels import CrashPanel, StatePanel
+from gpuwatch.app.widgets.crash import CrashPanel
+from gpuwatch.app.widgets.state_panel import StatePanel
 from gpuwatch.runstate import WARMUP_STEPS
 
 from .conftest import SIZE, frozen_clock_for, load_events, make_app, settle

@@ -15,13 +15,11 @@ import pytest
 from gpuwatch import resume
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import RECORD, RecordLink
-from gpuwatch.app.widgets.panels import (
-    AttemptsPanel,
-    CrashPanel,
-    HeaderBar,
-    MetricsPanel,
-    PendingBar,
-)
+from gpuwatch.app.widgets.attempts import AttemptsPanel
+from gpuwatch.app.widgets.crash import CrashPanel
+from gpuwatch.app.widgets.header import HeaderBar
+from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.config import ConfigError
 from gpuwatch.runs import RunInfo, read_run_info
 from tests.support.recorded import finished, write_run_dir

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.app.widgets.panels import AttemptsPanel, HistoryPanel
+from gpuwatch.app.widgets.attempts import AttemptsPanel
+from gpuwatch.app.widgets.history import HistoryPanel
 from gpuwatch.app.widgets.scaling import EfficiencyChart, ScalingPanel, table_text
 from gpuwatch.app.widgets.state_panel import StatePanel
 from gpuwatch.runstate import RunState

@@ -6,7 +6,7 @@ import copy
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
-from gpuwatch.app.widgets.panels import DevicesPanel
+from gpuwatch.app.widgets.devices import DevicesPanel
 
 from .conftest import SIZE, frozen_clock_for, load_events, settle
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
-from gpuwatch.app.widgets.panels import MetricsPanel
+from gpuwatch.app.widgets.metrics import MetricsPanel
 
 from .conftest import SIZE, Waiter, load_events, settle
 

@@ -8,17 +8,14 @@ import pytest
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
+from gpuwatch.app.widgets.advice import AdvicePanel
+from gpuwatch.app.widgets.attempts import AttemptsPanel
+from gpuwatch.app.widgets.crash import CrashPanel
+from gpuwatch.app.widgets.devices import DevicesPanel
 from gpuwatch.app.widgets.gpus import GpuPanel
-from gpuwatch.app.widgets.panels import (
-    AdvicePanel,
-    AttemptsPanel,
-    CrashPanel,
-    DevicesPanel,
-    HistoryPanel,
-    MetricsPanel,
-    WorkersPanel,
-    worker_strip,
-)
+from gpuwatch.app.widgets.history import HistoryPanel
+from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.app.widgets.workers import WorkersPanel, worker_strip
 from gpuwatch.runstate import WorkerSummary
 
 from .conftest import SIZE, frozen_clock_for, load_events, make_app, settle
