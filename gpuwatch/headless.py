@@ -14,7 +14,8 @@ F x X / 1e12; M: T over the replicas' GPUs' dense peak, only where that peak is 
 gpuwatch/peaks.py; B: the all-reduce's bus bandwidth, nccl-tests' busbw; n/a: a figure
 not known), and last `verdict: ...`, the advisor's verdict on those figures: the part
 that holds the step back, with its share (gpuwatch/advisor/). A progress
-line's figures are the last 20 steps; the summary's are the whole attempt after its
+line's figures are the last 20 steps, and it says so (`last 20 steps: 1,973 ex/s, ...`,
+as the dashboard's metrics line); the summary's are the whole attempt after its
 warm-up steps (the median examples/s, the summed input wait over the summed step time),
 or, for an attempt too short to have any after warm-up, all its steps, and the line
 before it says so. In a cluster the input wait is the worker's that waits most (every
@@ -64,11 +65,13 @@ from gpuwatch.advisor import (
 from gpuwatch.client import ClientError, ConnectionLost, RunClient
 from gpuwatch.runs import RunInfo, read_run_info, workers_in
 from gpuwatch.runstate import (
+    ATTEMPT_WINDOW,
     CURRENT_STEPS,
     WARMUP_STEPS,
     Figures,
     RunState,
     printable,
+    recent_window,
     share_of_link,
     step_figures,
 )
@@ -95,13 +98,15 @@ def progress_line(state: RunState) -> str:
         shown = "no step metrics"  # a command that sends none: the summary says why
     elif wait is None and figures.step_time_ms is not None:
         shown = "input wait not measured in this loop"  # a script's: never a figure
+    # The figures' window first, as on the dashboard's metrics line: none before a step.
+    window = f"{recent_window(figures.steps)}: " if figures.steps else ""
     return (
         f"[{state.run_id or '?'}] attempt {state.attempt} {state.status or 'starting'}"
         f" | step {step.step if step else _done_step(state)}"
         f" | loss {_fmt(step.loss if step else None, '.4f')}"
-        f" | {_fmt(figures.examples_per_s, ',.0f')} ex/s"
-        f" | step {_fmt(figures.step_time_ms, '.1f')} ms"
-        f" | {shown}"
+        f" | {window}{_fmt(figures.examples_per_s, ',.0f')} ex/s"
+        f", {_fmt(figures.step_time_ms, '.1f')} ms per step"
+        f", {shown}"
     )
 
 
@@ -122,7 +127,8 @@ def summary_figures(state: RunState) -> tuple[Figures, str]:
             grad_sync_bytes_per_s=current.grad_sync_bytes_per_s, workers=now.workers,
             tflops=tflops, mfu_pct=mfu, breakdown=current.input_breakdown,
             bus_bytes_per_s=current.bus_bytes_per_s, link=now.link,
-            bus_pct_of_link=share_of_link(current.bus_bytes_per_s, now.link))
+            bus_pct_of_link=share_of_link(current.bus_bytes_per_s, now.link),
+            steps=current.measured_steps)
         return figures, (f"its {current.measured_steps:,} steps after the first "
                          f"{WARMUP_STEPS} (warm-up)")
     # Too short to leave warm-up out: what it did measure, said so.
@@ -315,7 +321,7 @@ def _ended(
               "figures came", file=out, flush=True)
     else:
         print(f"gpuwatch: attempt {state.attempt}'s figures over {window}; a progress line's "
-              f"are its last {CURRENT_STEPS} steps", file=out, flush=True)
+              f"are its {recent_window(CURRENT_STEPS)}", file=out, flush=True)
     if view is not None and view.input_wait is not None:
         print(f"gpuwatch: {view.input_wait}", file=out, flush=True)
     for line in worker_verdict_lines(state):
@@ -365,7 +371,8 @@ def scale_ended(
     if plan is None:  # not a probe after all (its record lacks the plan): a run's end
         return _ended(info, state, workers, stopping, out, err)
     rows = scaling.scaling_rows(state)
-    print(f"gpuwatch: {scaling.describe(plan)}", file=out)
+    print(f"gpuwatch: {scaling.describe(plan)}; ex/s: each count's {ATTEMPT_WINDOW} median",
+          file=out)
     for line in scaling.table_lines(plan, rows):
         print(line, file=out)
     verdict = poor_scaling(rows, plan)

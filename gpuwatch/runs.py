@@ -34,10 +34,13 @@ import os
 import secrets
 import stat
 import time
+from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gpuwatch.runstate import CURRENT_STEPS, WARMUP_STEPS
+from gpuwatch.runstate.steps import median_value
 from trainer_runtime.protocol import (
     MAX_FRAME_BYTES,
     TERMINAL_STATUSES,
@@ -224,6 +227,8 @@ class RunInfo:
     status: str
     attempt: int
     step: int
+    # The dashboard's headline examples/s: the median of the latest attempt's last
+    # CURRENT_STEPS steps after warm-up in the record's tail (ChiefRates).
     examples_per_s: float | None
     started: float | None
     supervisor_pid: int | None
@@ -234,6 +239,7 @@ class RunInfo:
     scale: Scale | None = None  # a scaling probe's plan (gpuwatch scale), else None
     # A person's own command (gpuwatch run): its argv as recorded, else None.
     command: tuple[str, ...] | None = None
+    examples_per_s_steps: int = 0  # the steps examples_per_s is over, for its label
 
     @property
     def live(self) -> bool:
@@ -248,6 +254,7 @@ class RunInfo:
             "attempt": self.attempt,
             "step": self.step,
             "examples_per_s": self.examples_per_s,
+            "examples_per_s_steps": self.examples_per_s_steps,
             "started": self.started,
             "supervisor_pid": self.supervisor_pid,
             "exit_code": self.exit_code,
@@ -293,7 +300,7 @@ def read_run_info(run_dir: Path) -> RunInfo:
     started: float | None = None
     exit_code: int | None = None
     message: str | None = None
-    rates: list[float] = []
+    rates = ChiefRates()
     workers = 1
     command: tuple[str, ...] | None = None
     head, scale = _head_events(run_dir / "events.jsonl")
@@ -315,10 +322,10 @@ def read_run_info(run_dir: Path) -> RunInfo:
             attempt = event.attempt
             workers = workers_in(event.settings)
             command = command_in(event.settings) or command
+            rates.start(event.attempt)
         elif isinstance(event, Step) and event.worker == 0:  # the run's figures: the chief's
             step = event.step
-            if event.examples_per_s is not None:
-                rates.append(event.examples_per_s)
+            rates.add(event)
     # The supervisor writes state.json on every status change: the tail of a long
     # events.jsonl (8 GPUs of samples) may no longer hold the last status.
     try:
@@ -338,7 +345,6 @@ def read_run_info(run_dir: Path) -> RunInfo:
         status = "lost"
         message = message or "the supervisor is gone (killed, or the machine restarted)"
     sock = info.get("socket")
-    recent = sorted(rates[-50:])
     return RunInfo(
         run_id=run_id,
         run_dir=run_dir,
@@ -346,7 +352,7 @@ def read_run_info(run_dir: Path) -> RunInfo:
         status=status,
         attempt=attempt,
         step=step,
-        examples_per_s=recent[len(recent) // 2] if recent else None,
+        examples_per_s=median_value(list(rates.latest)),
         started=started,
         supervisor_pid=pid if alive else None,
         socket_path=Path(sock) if sock else None,
@@ -355,7 +361,38 @@ def read_run_info(run_dir: Path) -> RunInfo:
         workers=workers,
         scale=scale,
         command=command,
+        examples_per_s_steps=len(rates.latest),
     )
+
+
+class ChiefRates:
+    """The chief's examples/s of its latest attempt in a record's tail, as the dashboard's
+    headline takes them: its last CURRENT_STEPS steps after warm-up.
+
+    An attempt whose start is in the tail leaves out its first WARMUP_STEPS steps; one that
+    began before the tail has had them already (a tail holds hundreds of steps).
+    """
+
+    def __init__(self) -> None:
+        self.attempt = 0
+        self.counted = 0  # the attempt's steps so far, warm-up included
+        self.latest: deque[float] = deque(maxlen=CURRENT_STEPS)
+
+    def start(self, attempt: int) -> None:
+        """An attempt event: its steps follow, the first WARMUP_STEPS of them warm-up."""
+        self.attempt, self.counted = attempt, 0
+        self.latest.clear()
+
+    def add(self, step: Step) -> None:
+        if step.attempt < self.attempt:  # an older attempt's late step
+            return
+        if step.attempt > self.attempt:  # its attempt began before the tail
+            self.attempt, self.counted = step.attempt, WARMUP_STEPS
+            self.latest.clear()
+        self.counted += 1
+        rate = step.examples_per_s
+        if self.counted > WARMUP_STEPS and rate is not None:
+            self.latest.append(rate)
 
 
 def workers_in(settings: dict[str, Any] | None) -> int:

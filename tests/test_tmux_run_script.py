@@ -3,6 +3,7 @@ watched live, then p and r run it again with prefetch added."""
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -23,7 +24,10 @@ def test_run_a_fit_script_at_80x24_then_p_and_r_relaunch_it_with_prefetch(
     screen = term.wait_screen(r"fit · MirroredStrategy", timeout_s=30).string
     assert "script: " in screen and "fit_mirr" in screen
     assert "2 logical CPU replicas" in screen
-    assert "input wait" in screen and "examples/s" in screen
+    # The figures after their window ("last 20 steps:"; shorter words where the TFLOP/s
+    # would not fit beside the long ones).
+    assert "input wait" in screen
+    assert re.search(r"last \d+(?: steps)?: [\d,]+ (?:examples|ex)/s  ", screen), screen
     assert all(len(line) <= 80 for line in screen.splitlines())
 
     term.press("p")

@@ -32,6 +32,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     import shutil
 
     from gpuwatch.runs import list_runs
+    from gpuwatch.runstate import CURRENT_STEPS, recent_window
     from gpuwatch.runstate.command import printable
     from trainer_runtime.protocol import FAILED_STATUSES
 
@@ -64,6 +65,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
             print(f"{'':<10} $ {shorten_command(info.command, width - 13)}")
         if info.status in FAILED_STATUSES and info.message:
             print(f"{'':<10} {printable(info.message)}")
+    if any(info.examples_per_s for info in infos):  # what EX/S is over, as the dashboard's
+        print(f"EX/S: the median of the latest attempt's {recent_window(CURRENT_STEPS)} "
+              "after warm-up (fewer while it has fewer)")
     return EXIT_OK
 
 

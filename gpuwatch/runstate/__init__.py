@@ -40,7 +40,8 @@ the ones below it directly, never through this package):
 - ``state``: ``RunState`` and the fold, one handler per event type; ``command_view``.
 - ``attempts``: ``AttemptSummary`` and each worker's input wait in it (``WorkerWait``),
   and which settings differ between attempts.
-- ``figures``: ``Figures``, the current figures taken once (``step_figures``).
+- ``figures``: ``Figures``, the current figures taken once (``step_figures``), and the
+  words a figure's window is labelled with (``recent_window``, ``ATTEMPT_WINDOW``).
 - ``workers``: each worker's fold (``WorkerFigures``) and its ``WorkerSummary``.
 - ``steps``: ``StepPoint`` and the helpers of figures over steps (input wait %,
   medians, ``pace_setter``, bus bandwidth and its share of the link).
@@ -52,7 +53,7 @@ the ones below it directly, never through this package):
 
 from gpuwatch.runstate.attempts import AttemptSummary, WorkerWait, differing_settings
 from gpuwatch.runstate.command import NOT_TENSORFLOW, CommandView, printable, shell_text
-from gpuwatch.runstate.figures import Figures, step_figures
+from gpuwatch.runstate.figures import ATTEMPT_WINDOW, Figures, recent_window, step_figures
 from gpuwatch.runstate.settings import (
     ACCUMULATION_KEY,
     BATCH_KEY,
@@ -97,6 +98,7 @@ from gpuwatch.runstate.workers import WORKER_WINDOW_STEPS, WorkerFigures, Worker
 __all__ = [
     "ACCUMULATION_KEY",
     "AREAS",
+    "ATTEMPT_WINDOW",
     "BATCH_KEY",
     "CHIEF",
     "CURRENT_STEPS",
@@ -132,6 +134,7 @@ __all__ = [
     "pending_applies_live",
     "pending_overrides",
     "printable",
+    "recent_window",
     "setting_labels",
     "setting_text",
     "share_of_link",

@@ -3,7 +3,8 @@
 ``step_figures`` takes them over the chief's latest steps (and a cluster's worker
 summaries); ``RunState.figures`` adds those that need the state (FLOPs, MFU, the link).
 Every panel that shows one of them reads it from there, so a figure shown twice is the
-same value.
+same value. And every figure says the window it was taken over, in the words here
+(``recent_window``, ``ATTEMPT_WINDOW``): two examples/s over two windows are two figures.
 """
 
 from __future__ import annotations
@@ -22,6 +23,18 @@ from gpuwatch.runstate.steps import (
 from gpuwatch.runstate.workers import WorkerSummary
 from trainer_runtime.protocol import Breakdown, per_second, sum_breakdowns
 
+# A figure over all of its attempt's steps after warm-up (the attempts table's, a scaling
+# count's, the headless summary's), as its label says it: "ex/s (attempt)".
+ATTEMPT_WINDOW = "attempt"
+
+
+def recent_window(steps: int, *, short: bool = False) -> str:
+    """The window of figures over the latest `steps` steps after warm-up, as its label
+    says it: "last 20 steps" ("last step" for one); short: "last 20"."""
+    if short:
+        return f"last {steps:,}"
+    return "last step" if steps == 1 else f"last {steps:,} steps"
+
 
 @dataclass(frozen=True, slots=True)
 class Figures:
@@ -31,7 +44,8 @@ class Figures:
     value: over the chief's latest CURRENT_STEPS steps after warm-up (examples/s and step
     time their medians, input wait and gradient sync their sums' ratio); in a cluster the
     input wait is the worker's that waits most, over its own latest steps, and
-    ``input_wait_worker`` says whose.
+    ``input_wait_worker`` says whose. ``steps``: how many steps they are over, for their
+    label (``recent_window``).
     """
 
     examples_per_s: float | None = None
@@ -52,13 +66,18 @@ class Figures:
     # None: no GPU, not told, or across hosts), and the bus bandwidth as a share of it.
     link: peaks.LinkPeak | None = None
     bus_pct_of_link: float | None = None
+    steps: int = 0  # the chief's steps they are over (RunState.figures: CURRENT_STEPS at most)
 
 
 def step_figures(
     points: Sequence[StepPoint], workers: Sequence[WorkerSummary] = ()
 ) -> Figures:
     """The figures of the chief's steps ``points``; with a cluster's ``workers``, the input
-    wait of the measured worker that waits most (``pace_setter``), named."""
+    wait of the measured worker that waits most (``pace_setter``), named.
+
+    examples/s is the median of the steps' own, every step with a time counted as its
+    attempt's median counts it (``AttemptSummary.rates``): over the same steps the two
+    are one value."""
     wait, whose = steps_input_wait_pct(points), None
     parts = [(p, p.event.breakdown) for p in points]
     timed = sum_breakdowns(b for _, b in parts)
@@ -67,7 +86,9 @@ def step_figures(
         if pace is not None:
             whose, wait = pace
     return Figures(
-        examples_per_s=median_value([r for p in points if (r := p.examples_per_s)]),
+        examples_per_s=median_value(
+            [r for p in points if (r := p.examples_per_s) is not None]
+        ),
         step_time_ms=median_value([p.step_time_ms for p in points]),
         input_wait_pct=wait,
         input_wait_worker=whose,
@@ -79,4 +100,5 @@ def step_figures(
         bus_bytes_per_s=bus_bandwidth(
             sum(p.grad_sync_bytes for p, b in parts if b is not None), timed
         ),
+        steps=len(points),
     )

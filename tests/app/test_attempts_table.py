@@ -81,7 +81,7 @@ async def test_attempts_with_the_same_settings_show_no_more_columns():
         await settle(app, link, pilot)
         lines = app.query_one(AttemptsPanel).plain.splitlines()
         assert lines[0].split() == [
-            "#", "prefetch", "accum", "batch", "steps", "ex/s", "(median)", "input", "wait",
+            "#", "prefetch", "accum", "batch", "steps", "ex/s", "(attempt)", "input", "wait",
             "ended",
         ]
         assert len(lines) == 2

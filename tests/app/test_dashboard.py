@@ -49,7 +49,7 @@ async def test_input_bound_run_shows_wait_and_verdict():
     async with app.run_test(size=SIZE) as pilot:
         await settle(app, link, pilot)
         metrics = text(app, MetricsPanel)
-        assert "input wait 38.0% of step time" in metrics
+        assert "input wait 38.0%" in metrics
         assert "examples/s" in metrics and "ms per step" in metrics
         advice = text(app, AdvicePanel)
         assert advice.startswith("highly input-bound: 38.0% of step time waiting for input")
@@ -412,6 +412,13 @@ async def test_run_switcher_lists_live_runs_and_switches(tmp_path, monkeypatch):
         screen = app.screen
         assert isinstance(screen, RunsScreen)
         assert sorted(r.run_id for r in screen.runs) == ["0612-kq7m", "0613-zzzz"]
+        # Each run's examples/s over the window the headline's is, and saying it: 40 and
+        # 10 steps after warm-up, of 200 +/- 10 and 130 +/- 6 ms (make_fixtures.py).
+        listed = screen.query_one(OptionList)
+        labels = {r.run_id: str(listed.get_option_at_index(i).prompt)
+                  for i, r in enumerate(screen.runs)}
+        assert labels["0612-kq7m"].endswith("  1,283 ex/s (last 20 steps)")
+        assert labels["0613-zzzz"].endswith("  1,973 ex/s (last 10 steps)")
         target = [r.run_id for r in screen.runs].index("0613-zzzz")
         screen.query_one(OptionList).highlighted = target
         (choosing,) = [w for w in app.workers if w.group == "runs"]  # awaits the screen

@@ -26,6 +26,7 @@ from gpuwatch.app.widgets.header import HeaderBar
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.runstate import RunState
+from gpuwatch.runstate.state import CURRENT_STEPS
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from tests.conftest import TINY, gpuwatch, wait_for
 
@@ -169,7 +170,8 @@ async def test_an_ended_runs_figures_and_advice_are_the_last_measured(status):
         await settle(app, link, pilot)
         first, figures = app.query_one(MetricsPanel).plain.splitlines()
         assert first.endswith(f"run {status}; last measured")
-        assert figures.startswith(f"{live:,.0f} examples/s")  # the figures stay, as they were
+        # The figures stay, as they were, over the window they were.
+        assert figures.startswith(f"last {CURRENT_STEPS} steps: {live:,.0f} examples/s")
         advice = app.query_one(AdvicePanel).plain.splitlines()
         # The recording waits 38 % of each step for input: the verdict, as last measured.
         assert advice[0] == (

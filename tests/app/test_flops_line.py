@@ -3,6 +3,7 @@ the trainer's FLOPs per example and the examples/s on the same line: one reading
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.runstate.state import CURRENT_STEPS
 
 from .conftest import SIZE, frozen_clock_for, load_events, settle
 
@@ -24,6 +26,16 @@ def _with_flops(name: str) -> list[dict[str, Any]]:
     return events
 
 
+def rate_of(line: str) -> float:
+    """The line's examples/s, after its window: "last 20 steps: 1,283 examples/s", in
+    shorter words where the TFLOP/s would not fit beside the long ones ("last 20: 1,283
+    ex/s"); the fixtures' last 20 steps."""
+    match = re.match(r"last (\d+)(?: steps)?: ([\d,]+) (?:examples|ex)/s", line)
+    assert match is not None, line
+    assert int(match.group(1)) == CURRENT_STEPS
+    return float(match.group(2).replace(",", ""))
+
+
 async def _figures_line(events: list[dict[str, Any]]) -> str:
     """The metrics panel's figures line once the replayed events are all painted."""
     link = ReplayLink(events, batch_size=50)
@@ -36,7 +48,7 @@ async def _figures_line(events: list[dict[str, Any]]) -> str:
 async def test_the_metrics_line_shows_tflops_from_the_flops_and_the_rate_beside_it() -> None:
     # The fixture's steps are 256 examples in 190 or 210 ms: 1,219 to 1,347 examples/s.
     line = await _figures_line(_with_flops("cpu_one_attempt.jsonl"))
-    rate = float(line.split(" examples/s")[0].replace(",", ""))
+    rate = rate_of(line)
     assert 256 / 0.210 - 1 <= rate <= 256 / 0.190 + 1
     shown = float(line.split(" TFLOP/s")[0].rsplit(" ", 1)[1])
     assert shown == pytest.approx(FLOPS * rate / 1e12, rel=0.005)  # 3 digits of it
@@ -46,13 +58,13 @@ async def test_the_metrics_line_shows_tflops_from_the_flops_and_the_rate_beside_
 
 async def test_without_a_flops_count_the_line_is_as_before() -> None:
     line = await _figures_line(load_events("cpu_one_attempt.jsonl"))
-    assert "TFLOP/s" not in line and line.endswith("of step time")
+    assert "TFLOP/s" not in line and line.endswith("input wait 38.0%")
 
 
 async def test_on_known_gpus_the_line_adds_mfu_against_their_summed_peak() -> None:
     # Two replicas on a host of NVIDIA A100-SXM4-40GB: float32 runs as TF32 on Ampere, whose
     # dense peak NVIDIA's A100 datasheet gives as 156 TFLOP/s a GPU.
     line = await _figures_line(_with_flops("gpu_running.jsonl"))
-    rate = float(line.split(" examples/s")[0].replace(",", ""))
+    rate = rate_of(line)
     mfu = float(line.split("% MFU")[0].rsplit(" ", 1)[1])
     assert mfu == pytest.approx(100 * FLOPS * rate / 1e12 / (2 * 156.0), rel=0.05)  # 2 digits

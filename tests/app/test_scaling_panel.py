@@ -84,8 +84,10 @@ async def test_the_probe_shows_its_table_and_plot_instead_of_the_attempts() -> N
         assert panel.display and panel.region.height >= 12
         assert not app.query_one(AttemptsPanel).display
         assert not app.query_one(HistoryPanel).display
+        # Its rows' window first (each count's attempt after warm-up), then the probe.
         assert panel.border_title is not None and panel.border_title.startswith(
-            "scaling: weak scaling (the per-replica batch kept) over replicas 1,2,4")
+            "scaling (attempt medians): weak scaling (the per-replica batch kept) over "
+            "replicas 1,2,4")
         text = app.query_one("#scaling-table", StatePanel).plain
         rows = table_rows(text)
         truth = by_hand()

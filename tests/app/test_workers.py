@@ -17,6 +17,7 @@ from gpuwatch.app.widgets.history import HistoryPanel
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.workers import WorkersPanel, worker_strip
 from gpuwatch.runstate import WorkerSummary
+from gpuwatch.runstate.workers import WORKER_WINDOW_STEPS
 
 from .conftest import SIZE, frozen_clock_for, load_events, make_app, settle
 
@@ -43,8 +44,10 @@ async def test_two_workers_name_worker_1_the_input_bound_straggler():
             "(input wait 38% vs 3% on the others)"
         )
         # The workers' steps are timed apart: a note on the all-reduce's share (below).
+        # The rows' window, then the note (its short words at 80 columns).
         assert app.query_one(WorkersPanel).border_title == (
-            "workers: 2, slowest first · sync: all-reduce incl. wait for the slowest"
+            f"workers: 2, slowest first, last {WORKER_WINDOW_STEPS} steps"
+            " · sync: all-reduce + wait for slowest"
         )
         # The headline is the chief's (256 examples per ~200 ms step) but for input wait:
         # every step waits for worker 1, so it is worker 1's 38.0 %, named.
@@ -136,9 +139,9 @@ async def test_sixty_four_workers_show_the_slowest_and_a_count_of_the_rest(timed
         assert len(strip) == 64
         assert strip[1] == "█" and set(strip[:1] + strip[2:]) == {"▁"}
         assert lines[2 + listed].startswith("worker 1 (node-01) is the straggler: input-bound")
-        title = "workers: 64, slowest first"
+        title = f"workers: 64, slowest first, last {WORKER_WINDOW_STEPS} steps"
         if timed:
-            title += " · sync: all-reduce incl. wait for the slowest"
+            title += " · sync: all-reduce + wait for slowest"
         assert app.query_one(WorkersPanel).border_title == title
         assert app.query_one(AttemptsPanel).region.bottom <= SIZE[1] - 2
 

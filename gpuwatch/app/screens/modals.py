@@ -18,6 +18,7 @@ from textual.widgets.option_list import Option
 from gpuwatch.app import fmt
 from gpuwatch.app.widgets.common import plural
 from gpuwatch.runs import RunInfo
+from gpuwatch.runstate import recent_window
 
 QuitChoice = Literal["detach", "stop", "cancel"]
 
@@ -121,6 +122,8 @@ class RunsScreen(ModalScreen[RunInfo | None]):
                     f"attempt {info.attempt}  step {info.step:,}  "
                     f"{fmt.count(info.examples_per_s, 'ex/s')}"
                 )
+                if info.examples_per_s is not None:  # over the window the headline's is
+                    label += f" ({recent_window(info.examples_per_s_steps)})"
                 options.append(Option(label, id=info.run_id))
             if not options:
                 options.append(Option("no live runs on this machine", id="", disabled=True))

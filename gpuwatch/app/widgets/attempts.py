@@ -9,6 +9,7 @@ from gpuwatch.app.widgets.breakdown import compute_sync_cell, part_label
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
 from gpuwatch.runstate import (
     ACCUMULATION_KEY,
+    ATTEMPT_WINDOW,
     BATCH_KEY,
     PREFETCH_KEY,
     AttemptSummary,
@@ -28,6 +29,10 @@ Differences = list[tuple[str, dict[int, str]]]
 class AttemptsPanel(StatePanel):
     """Each attempt's settings and its measured figures after warm-up, side by side.
 
+    Each figure is over its whole attempt, and its examples/s (a median) says so: "ex/s
+    (attempt)", where the metrics line's says "last 20 steps". While the attempt has no
+    more steps after warm-up than that, the two are over the same steps: one value.
+
     Prefetch, accumulation and batch are always shown; every other setting that differs
     between the attempts shown (``runstate.differing_settings``: read latency, parallel
     calls, cache, ...) gets a column of its own where the width allows them all, else a
@@ -46,6 +51,7 @@ class AttemptsPanel(StatePanel):
     SPLIT_LABELS = ("comp/sync", "cp/sync")
     FIXED = (PREFETCH_KEY, ACCUMULATION_KEY, BATCH_KEY)
     VALUE_CHARS = 16  # a longer value (a list of workers) is cut, with "…"
+    RATE_LABEL = f"ex/s ({ATTEMPT_WINDOW})"  # its window: its column is 14 wide
 
     _last_state: RunState | None = None
 
@@ -180,7 +186,7 @@ class AttemptsPanel(StatePanel):
         header += f" {'steps':>6}"
         if cluster:
             header += f" {'wkrs':>4}"
-        header += f" {'ex/s (median)':>14} {'input wait':>11}"
+        header += f" {self.RATE_LABEL:>14} {'input wait':>11}"
         if split:
             header += f" {split}"
         return header + "  ended"

@@ -8,9 +8,9 @@ from rich.text import Text
 from textual import events
 
 from gpuwatch.app import fmt
-from gpuwatch.app.widgets.common import is_tall, plural
+from gpuwatch.app.widgets.common import is_tall
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
-from gpuwatch.runstate import RunState
+from gpuwatch.runstate import RunState, recent_window
 
 
 class HistoryPanel(StatePanel):
@@ -46,7 +46,7 @@ class HistoryPanel(StatePanel):
         self.set_text(self._build(self.size.width))
         # In a cluster the steps are the chief's; the headline's input wait may not be.
         whose = "the chief's " if state.workers > 1 else ""
-        show_title(self, f"history: {whose}last {plural(len(rates), 'step')} after warm-up, "
+        show_title(self, f"history: {whose}{recent_window(len(rates))} after warm-up, "
                          "all attempts")
 
     def on_resize(self, event: events.Resize) -> None:

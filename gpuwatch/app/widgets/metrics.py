@@ -8,16 +8,29 @@ from gpuwatch.app import fmt
 from gpuwatch.app.widgets.breakdown import breakdown_lines
 from gpuwatch.app.widgets.common import fit_line, plural, wrapped
 from gpuwatch.app.widgets.state_panel import StatePanel
-from gpuwatch.runstate import WARMUP_STEPS, CommandView, Figures, RunState, StepPoint
+from gpuwatch.runstate import (
+    WARMUP_STEPS,
+    CommandView,
+    Figures,
+    RunState,
+    StepPoint,
+    recent_window,
+)
 
 
 class MetricsPanel(StatePanel):
     """Step, epoch, loss, and the figures: examples/s, step time, input wait (a cluster's:
-    the worker's that waits most, named); where the steps' parts were timed apart, where
-    their time went (one stacked bar, the all-reduce's bus bandwidth, a legend with the
-    shares: ``breakdown.py``); dim, and saying why, when they are not current."""
+    the worker's that waits most, named), after the window they are over ("last 20
+    steps:", as the attempts table's say theirs: the attempt); where the steps' parts were
+    timed apart, where their time went (one stacked bar, the all-reduce's bus bandwidth, a
+    legend with the shares: ``breakdown.py``); dim, and saying why, when they are not
+    current."""
 
     BASE_ROWS = 2  # the step line and the figures line
+    # What the figures line leaves out, or says shorter, in turn, until it fits its width.
+    GIVE_WAY = ((), ("of",), ("of", "examples"), ("of", "examples", "steps"),
+                ("of", "examples", "steps", "per"),
+                ("of", "examples", "steps", "per", "tflops"))
 
     _last: tuple[RunState, Figures, float | None] | None = None
 
@@ -86,14 +99,20 @@ class MetricsPanel(StatePanel):
         self.set_text(text)
 
     def _figures_line(self, figures: Figures, rate: float, *, wait: bool = True) -> Text:
-        """examples/s, step time, input wait, TFLOP/s (and MFU): "of step time", then the
-        TFLOP/s give way on a narrow panel. wait: False where the input wait cannot be
-        measured (a script's loop: the line under it says why, never a number)."""
+        """The window, then examples/s, step time, input wait, TFLOP/s (and MFU). On a
+        narrow panel these give way, in turn: "of step time", "examples/s" to "ex/s", the
+        window's "steps" ("last 20:"), "per step" to "/step", then the TFLOP/s; the window
+        itself never does. wait: False where the input wait cannot be measured (a script's
+        loop: the line under it says why, never a number)."""
         width = self.content_size.width
-        for leave_out in ((), ("of",), ("of", "tflops")):
+        for leave_out in self.GIVE_WAY:
             line = Text()
-            line.append(fmt.count(rate, "examples/s"), style="bold")
-            line.append(f"  {fmt.ms(figures.step_time_ms)} per step", style="")
+            window = recent_window(figures.steps, short="steps" in leave_out)
+            line.append(f"{window}: ", style="dim")
+            unit = "ex/s" if "examples" in leave_out else "examples/s"
+            line.append(fmt.count(rate, unit), style="bold")
+            per = "/step" if "per" in leave_out else " per step"
+            line.append(f"  {fmt.ms(figures.step_time_ms)}{per}", style="")
             if wait:
                 line.append("  input wait ", style="dim")
                 line.append(fmt.pct(figures.input_wait_pct, 1), style="bold")

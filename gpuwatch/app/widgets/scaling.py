@@ -17,7 +17,7 @@ from textual.containers import Horizontal
 from gpuwatch.advisor import poor_scaling
 from gpuwatch.app.screens.plots import StepChart
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
-from gpuwatch.runstate import RunState
+from gpuwatch.runstate import ATTEMPT_WINDOW, RunState
 from gpuwatch.scaling import ScalingRow, cells, describe, scaling_rows, shared_cores_note
 from trainer_runtime.protocol import Breakdown, Scale
 
@@ -91,7 +91,8 @@ class ScalingPanel(Horizontal):
         width = table.content_size.width or 48
         table.set_text(table_text(plan, rows, width, running=state.attempt))
         self.query_one(EfficiencyChart).show_rows(rows, plan.unit)
-        show_title(self, f"scaling: {describe(plan)}")
+        # Its window first, where 80 columns still show it: each row is a count's attempt.
+        show_title(self, f"scaling ({ATTEMPT_WINDOW} medians): {describe(plan)}")
 
 
 def table_text(plan: Scale, rows: list[ScalingRow], width: int, *, running: int = 0) -> Text:

@@ -13,7 +13,7 @@ from gpuwatch.app.widgets.breakdown import look, pct_cell
 from gpuwatch.app.widgets.common import is_tall, is_wide, plural
 from gpuwatch.app.widgets.devices import device_summary
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
-from gpuwatch.runstate import RunState, WorkerSummary
+from gpuwatch.runstate import WORKER_WINDOW_STEPS, RunState, WorkerSummary, recent_window
 
 
 def slowest_first(rows: list[WorkerSummary]) -> list[WorkerSummary]:
@@ -64,9 +64,24 @@ class WorkersPanel(StatePanel):
     Where the workers' steps are timed apart, each row has its shares of compute and of
     the all-reduce ("sync": it holds the wait for the slowest worker, so the straggler's
     is the least) instead of its compute time; update and other too at 120 columns.
+
+    A row's figures are over its worker's latest steps after warm-up, and the title says
+    how many ("last 20 steps"; a summarizing worker's summaries cover at least that).
     """
 
+    # What "sync" holds, in the title: the short words where the long do not fit.
+    SYNC_NOTES = (" · sync: all-reduce incl. wait for the slowest",
+                  " · sync: all-reduce + wait for slowest")
+
     HOST_CHARS = 10
+
+    _last: tuple[RunState, Sequence[WorkerSummary], Straggler | None, int] | None = None
+
+    def on_resize(self) -> None:
+        """The title and the straggler's lines fit the new width (the first show comes
+        before the panel is laid out: a cluster's class shows it)."""
+        if self._last is not None:
+            self.show_state(*self._last)
 
     def show_state(
         self, state: RunState, workers: Sequence[WorkerSummary], straggler: Straggler | None,
@@ -75,6 +90,7 @@ class WorkersPanel(StatePanel):
         """workers: the figures' (RunState.figures), so each row is the value shown elsewhere.
         taken_rows: rows the panels above took beyond their own (the metrics' breakdown):
         on a short screen as many fewer workers are listed, so nothing below is cut off."""
+        self._last = (state, workers, straggler, taken_rows)
         rows = slowest_first(list(workers))
         text = Text()
         tall = is_tall(self)
@@ -136,7 +152,12 @@ class WorkersPanel(StatePanel):
             for line in textwrap.wrap(straggler.message, width) if width else [straggler.message]:
                 text.append("\n" + line, style="bold yellow")
         title = f"workers: {len(rows)}, slowest first"
+        over = max((row.measured_steps for row in rows if row.measured), default=0)
+        if over:  # the rows' window: a summarizing worker's covers a few more steps
+            title += f", {recent_window(min(over, WORKER_WINDOW_STEPS))}"
         if parts:  # the all-reduce's time holds the wait for the slowest: said once, here
-            title += " · sync: all-reduce incl. wait for the slowest"
+            room = (self.size.width or 80) - 2
+            title += next((note for note in self.SYNC_NOTES if len(title + note) <= room),
+                          self.SYNC_NOTES[-1])
         show_title(self, title)
         self.set_text(text)
