@@ -68,7 +68,7 @@ MAX_SSH_OPTION_CHARS = 1000
 MAX_PATH_CHARS = 4096
 # A person's own command (`gpuwatch run -- COMMAND`): its arguments, and each one's length.
 # Linux takes at most 128 KiB in one argument and about 2 MiB in all; the config that holds
-# the command is bounded too (gpuwatch/config.py: MAX_TEXT_CHARS of text in all).
+# the command is bounded too (gpuwatch/config/bounds.py: MAX_TEXT_CHARS of text in all).
 MAX_COMMAND_ARGS = 4096
 MAX_ARG_CHARS = 4096
 # user@host, a host name or an IPv4 address; never a leading "-" (an ssh option). Matched

@@ -1,7 +1,7 @@
 """Run state: a pure fold of a run's event stream into what the dashboard shows.
 
 No Textual, no I/O. ``RunState.apply(frame)`` / ``apply_many(frames)`` take the
-frames of ``trainer_runtime/protocol.py`` (as relayed by the supervisor, with
+frames of ``trainer_runtime/protocol/`` (as relayed by the supervisor, with
 ``seq``), each read into its typed event by ``protocol.parse_event``, plus the
 link's synthetic ``{"type": "link", ...}`` events, and keep:
 the run, each attempt with its settings and measured figures (after warm-up),
