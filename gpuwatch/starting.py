@@ -149,7 +149,10 @@ def check_startable(loaded: LoadedConfig) -> None:
         visible_gpus,
     )
     from gpuwatch.supervisor.cluster import plan_workers
+    from gpuwatch.supervisor.timings import PROBLEM
 
+    if PROBLEM is not None:
+        raise ConfigError(PROBLEM)
     command = loaded.config.command
     if command is not None:  # a person's own command: its program must be there, no more
         problem = command_problem(command.argv[0], command.cwd, os.environ.get("PATH"))

@@ -28,6 +28,7 @@ from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.launcher import AgentStartError, TrainerLauncher
 from gpuwatch.supervisor.summarize import Upward
+from gpuwatch.supervisor.timings import TIMINGS
 from trainer_runtime import scratch
 from trainer_runtime.protocol import (
     LIVE_DEADLINE_S,
@@ -48,7 +49,7 @@ from trainer_runtime.protocol import (
 
 log = logging.getLogger("gpuwatch.supervisor")
 
-SAMPLE_INTERVAL_S = float(os.environ.get("GPUWATCH_SAMPLE_INTERVAL_S", "1.0"))
+SAMPLE_INTERVAL_S = TIMINGS.sample_interval_s
 
 # (agent index, frame type, fields): a trainer frame with v and seq taken off, attempt put on.
 OnFrame = Callable[[int, Event, float | None], None]

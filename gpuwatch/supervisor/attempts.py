@@ -7,19 +7,19 @@ relaunch command's stop-then-start.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from gpuwatch.config import dump_config, expected_replicas
 from gpuwatch.supervisor.agent import AgentStartError
 from gpuwatch.supervisor.live import LiveChange
+from gpuwatch.supervisor.timings import TIMINGS
 from gpuwatch.supervisor.workers import WorkerStartError
 from trainer_runtime.protocol import TERMINAL_STATUSES, Attempt, Event
 from trainer_runtime.schema import RunConfig
 
 # How long a trainer has to checkpoint and exit after SIGTERM before SIGKILL.
-STOP_GRACE_S = float(os.environ.get("GPUWATCH_STOP_GRACE_S", "30"))
+STOP_GRACE_S = TIMINGS.stop_grace_s
 
 if TYPE_CHECKING:
     from gpuwatch.supervisor.exit_policy import ExitPolicy

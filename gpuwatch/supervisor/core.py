@@ -46,6 +46,7 @@ from gpuwatch.supervisor.hub import Client, TaskSet
 from gpuwatch.supervisor.live import LiveChange, LiveChanges
 from gpuwatch.supervisor.recorder import Recorder
 from gpuwatch.supervisor.scale import ScaleProbe, read_plan
+from gpuwatch.supervisor.timings import PROBLEM, TIMINGS
 from gpuwatch.supervisor.workers import Workers
 from trainer_runtime.protocol import (
     TERMINAL_STATUSES,
@@ -65,9 +66,9 @@ from trainer_runtime.schema import RunConfig
 log = logging.getLogger("gpuwatch.supervisor")
 
 # Once the run has ended and no client follows it, exit after this long (seconds).
-LINGER_S = float(os.environ.get("GPUWATCH_LINGER_S", "1"))
+LINGER_S = TIMINGS.linger_s
 # Started with --await-follower: how long an ended run waits for its first follower.
-FIRST_FOLLOWER_S = float(os.environ.get("GPUWATCH_FIRST_FOLLOWER_S", "30"))
+FIRST_FOLLOWER_S = TIMINGS.first_follower_s
 # How often the supervisor looks at whether the run has ended with nobody attached.
 LIFE_CHECK_S = 0.25
 
@@ -390,6 +391,9 @@ def main(argv: list[str] | None = None) -> int:
              f"up to {FIRST_FOLLOWER_S:g} s for that first follower",
     )
     args = parser.parse_args(argv)
+    if PROBLEM is not None:
+        print(f"gpuwatch supervisor: {PROBLEM}", file=sys.stderr)
+        return 2
     run_dir = args.run_dir.resolve()
     logging.basicConfig(
         level=logging.INFO,

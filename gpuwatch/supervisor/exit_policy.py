@@ -14,18 +14,18 @@ that failed after a peer had left (its collective lost the peer) ended with the 
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any, Protocol
 
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from gpuwatch.supervisor.hub import TaskSet
+from gpuwatch.supervisor.timings import TIMINGS
 from gpuwatch.supervisor.workers import Workers
 from trainer_runtime.protocol import ProtocolError
 from trainer_runtime.schema import RunConfig
 
 # A cluster's attempt that failed: how long the other workers get between SIGTERM and
 # SIGKILL (a trainer blocked in a collective never reaches its SIGTERM check).
-WORKER_KILL_GRACE_S = float(os.environ.get("GPUWATCH_WORKER_KILL_GRACE_S", "5"))
+WORKER_KILL_GRACE_S = TIMINGS.worker_kill_grace_s
 
 
 class EndingRun(Protocol):

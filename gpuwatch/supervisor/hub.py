@@ -31,6 +31,7 @@ from typing import Any
 from gpuwatch import runs
 from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.snapshots import Snapshot
+from gpuwatch.supervisor.timings import TIMINGS
 from trainer_runtime.protocol import (
     MAX_FRAME_BYTES,
     FrameBuffer,
@@ -44,12 +45,12 @@ from trainer_runtime.protocol import (
 log = logging.getLogger("gpuwatch.supervisor")
 
 # A dashboard that stops reading is cut off once this much is queued for it.
-CLIENT_QUEUE_MAX_BYTES = int(os.environ.get("GPUWATCH_CLIENT_QUEUE_MAX_BYTES", str(8 << 20)))
+CLIENT_QUEUE_MAX_BYTES = TIMINGS.client_queue_max_bytes
 # A connection that has sent no valid command this long after it was accepted is closed.
-CLIENT_IDLE_S = float(os.environ.get("GPUWATCH_CLIENT_IDLE_S", "5"))
+CLIENT_IDLE_S = TIMINGS.client_idle_s
 # At most this many such connections (and never over half the open-files limit): past it
 # the oldest is closed at once. A real client sends its first command as it connects.
-CLIENT_UNIDENTIFIED_MAX = int(os.environ.get("GPUWATCH_CLIENT_UNIDENTIFIED_MAX", "1024"))
+CLIENT_UNIDENTIFIED_MAX = TIMINGS.client_unidentified_max
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:

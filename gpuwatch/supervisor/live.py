@@ -21,7 +21,6 @@ LIVE_TIMEOUT_S to begin the switch (its own deadline: past it, it refuses).
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -29,14 +28,15 @@ from typing import Any, Protocol
 
 from gpuwatch.config import dump_config
 from gpuwatch.supervisor.agent import AgentStartError
+from gpuwatch.supervisor.timings import TIMINGS
 from gpuwatch.supervisor.workers import Workers
-from trainer_runtime.protocol import LIVE_DEADLINE_S, Event, Reconfigured
+from trainer_runtime.protocol import Event, Reconfigured
 from trainer_runtime.schema import RunConfig
 
 # How long every worker has to answer a live change before it is abandoned.
 # A live change must begin in the trainer within this (the trainer's own deadline: past
 # it the trainer refuses the change, so no "applied" can come after we gave up) ...
-LIVE_TIMEOUT_S = float(os.environ.get("GPUWATCH_LIVE_TIMEOUT_S", str(LIVE_DEADLINE_S)))
+LIVE_TIMEOUT_S = TIMINGS.live_timeout_s
 # ... and its answer arrive within this much more (a rebuild; a slow boundary's refusal).
 LIVE_ANSWER_GRACE_S = 30.0
 # A cluster's live change applies this many updates past the furthest worker's last step.

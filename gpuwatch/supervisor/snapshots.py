@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +27,12 @@ from pathlib import Path
 from gpuwatch import snapshot
 from gpuwatch.runstate import RunState
 from gpuwatch.supervisor.eventlog import EventLog
+from gpuwatch.supervisor.timings import TIMINGS
 from trainer_runtime.protocol import Envelope, Event, ProtocolError, decode, parse_event
 
 log = logging.getLogger("gpuwatch.supervisor")
 
-SNAPSHOT_INTERVAL_S = float(os.environ.get("GPUWATCH_SNAPSHOT_INTERVAL_S", "5"))
+SNAPSHOT_INTERVAL_S = TIMINGS.snapshot_interval_s
 SNAPSHOT_FILE = "snapshot.json"
 
 
