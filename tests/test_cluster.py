@@ -201,12 +201,12 @@ def make_supervisor(short_dir: Path, workers: int, extra: str = "") -> Superviso
         run_dir,
         short_dir / "sock" / f"r{workers}.sock",
         fresh=True,
-        trainer_module="tests.data.fake_trainer",
     )
 
 
 @pytest.fixture
 def fake_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
     monkeypatch.setenv("GPUWATCH_USER_CWD", str(ROOT))
     monkeypatch.setenv("GPUWATCH_STOP_GRACE_S", "10")
     return monkeypatch

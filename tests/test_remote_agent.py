@@ -49,6 +49,7 @@ async def until(predicate: Callable[[], Any], what: str, timeout_s: float = 20.0
 def agent_env(mode: str) -> dict[str, str]:
     return {
         "PYTHONPATH": str(ROOT),
+        "GPUWATCH_TRAINER_MODULE": FAKE,
         "GPUWATCH_FAKE_TRAINER": mode,
         "GPUWATCH_SAMPLE_INTERVAL_S": "0.2",
         "GPUWATCH_USER_CWD": str(ROOT),
@@ -75,8 +76,9 @@ def test_srun_prefix_names_one_node_of_the_allocation_by_its_place() -> None:
 
 
 def test_the_remote_command_is_one_quoted_string_for_ssh_and_plain_argv_for_srun(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("GPUWATCH_TRAINER_MODULE", raising=False)
     def agent(prefix: list[str]) -> RemoteAgent:
         return RemoteAgent(
             2, tmp_path / "my run", argv_prefix=prefix, python="/opt/py env/bin/python",
@@ -88,11 +90,15 @@ def test_the_remote_command_is_one_quoted_string_for_ssh_and_plain_argv_for_srun
     assert over_ssh[:-1] == list(ssh_prefix("node-b"))
     assert over_ssh[-1] == (
         "env 'A=x y' '/opt/py env/bin/python' -m gpuwatch.supervisor.remote "
-        "--run-id 'my run' --index 2 --trainer-module trainer_runtime"
+        "--run-id 'my run' --index 2"
     )  # the worker's directory is found there, under that account's own gpuwatch home
     over_srun = agent(list(srun_prefix(2))).command()
     assert over_srun[len(srun_prefix(2)):][:3] == ["env", "A=x y", "/opt/py env/bin/python"]
     assert agent(list(ssh_prefix("node-b"))).host == "node-b"
+    # The one seam for a stand-in trainer (GPUWATCH_TRAINER_MODULE) goes there too.
+    monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
+    assert agent(list(ssh_prefix("node-b"))).command()[-1].startswith(
+        "env 'A=x y' GPUWATCH_TRAINER_MODULE=tests.data.fake_trainer '/opt/py env/bin/python'")
 
 
 def test_a_lost_link_reads_as_a_crash_with_the_links_words() -> None:
@@ -166,7 +172,7 @@ async def link(tmp_path: Path) -> AsyncIterator[Callable[..., Any]]:
     async def open_link(mode: str, index: int = 1) -> Link:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "gpuwatch.supervisor.remote", "--run-dir",
-            str(tmp_path / "remote"), "--index", str(index), "--trainer-module", FAKE,
+            str(tmp_path / "remote"), "--index", str(index),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE, env={**os.environ, **agent_env(mode)},
         )
@@ -301,7 +307,7 @@ class Collected:
 
     def remote_agent(self, run_dir: Path, **kwargs: Any) -> RemoteAgent:
         return RemoteAgent(
-            1, run_dir, python=sys.executable, trainer_module=FAKE,
+            1, run_dir, python=sys.executable,
             on_frame=lambda *frame: self.frames.append(frame),
             on_exit=lambda *ended: self.exits.append(ended),
             on_sample=lambda *sample: self.samples.append(sample),
@@ -529,7 +535,7 @@ def test_the_log_relay_is_bounded_per_second_sends_whole_lines_and_says_what_it_
     tmp_path: Path,
 ) -> None:
     out = _Out()
-    served = _AgentProcess(tmp_path, 1, FAKE, False, out)  # type: ignore[arg-type]
+    served = _AgentProcess(tmp_path, 1, False, out)  # type: ignore[arg-type]
     line = "x" * 99
     (tmp_path / "trainer.log").write_text((line + "\n") * 10_000 + "no newline yet")
     served.relay_log()

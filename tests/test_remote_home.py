@@ -100,8 +100,9 @@ def test_a_workers_directory_that_another_account_owns_is_refused(tmp_path: Path
 
 
 def test_remote_agents_name_the_run_and_let_the_far_side_find_its_directory(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("GPUWATCH_TRAINER_MODULE", raising=False)
     def agent(**kwargs: Any) -> RemoteAgent:
         return RemoteAgent(
             1, tmp_path / "runs" / "1124-abcd", argv_prefix=list(ssh_prefix("alice@gpu-b")),
@@ -110,8 +111,7 @@ def test_remote_agents_name_the_run_and_let_the_far_side_find_its_directory(
         )
 
     assert agent().command()[-1] == (
-        "/opt/gw/bin/python -m gpuwatch.supervisor.remote --run-id 1124-abcd --index 1 "
-        "--trainer-module trainer_runtime"
+        "/opt/gw/bin/python -m gpuwatch.supervisor.remote --run-id 1124-abcd --index 1"
     )
     assert "--run-dir /scratch/w1 " in agent(remote_dir="/scratch/w1").command()[-1]
     # Here, its directory holds the log its agent relays.

@@ -237,6 +237,7 @@ class AgentHarness:
     def __init__(self, run_dir: Path, monkeypatch: pytest.MonkeyPatch, index: int = 3) -> None:
         self.run_dir = run_dir
         self.monkeypatch = monkeypatch
+        monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
         self.frames: list[tuple[int, str, dict[str, Any]]] = []
         self.exits: list[tuple[int, TrainerExit]] = []
         self.samples: list[tuple[int, dict[str, Any]]] = []
@@ -246,7 +247,6 @@ class AgentHarness:
             on_frame=lambda *frame: self.frames.append(frame),
             on_exit=lambda *ended: self.exits.append(ended),
             on_sample=lambda *sample: self.samples.append(sample),
-            trainer_module="tests.data.fake_trainer",
         )
 
     async def start(self, attempt: int, mode: str, fresh: bool = False) -> None:
@@ -660,9 +660,8 @@ def core(short_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Superviso
     run_dir = short_dir / "runs" / "r1"
     run_dir.mkdir(parents=True)
     shutil.copy(TINY, run_dir / "config.yaml")
+    monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
     sup = Supervisor(run_dir, short_dir / "sock" / "r1.sock", fresh=True)
-    for agent in sup.agents:
-        agent.trainer_module = "tests.data.fake_trainer"
     yield sup
 
 

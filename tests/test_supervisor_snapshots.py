@@ -267,13 +267,12 @@ async def test_a_supervisor_keeps_snapshot_json_the_fold_of_its_log_across_a_res
 
     monkeypatch.setenv("GPUWATCH_USER_CWD", str(ROOT))
     monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "finish")
+    monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
     run_dir = short_dir / "runs" / "r1"
     run_dir.mkdir(parents=True)
     shutil.copy(TINY, run_dir / "config.yaml")
     for first in (True, False):  # the second supervisor starts again on the same directory
         supervisor = Supervisor(run_dir, short_dir / "sock" / "r1.sock", fresh=first)
-        for agent in supervisor.agents:
-            agent.trainer_module = "tests.data.fake_trainer"
         running = asyncio.create_task(supervisor.run())
 
         async def finished(supervisor: Supervisor = supervisor) -> None:

@@ -342,6 +342,7 @@ def short_dir() -> Iterator[Path]:
 def make_supervisor(short_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Supervisor:
     monkeypatch.setenv("GPUWATCH_USER_CWD", str(ROOT))
     monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
+    monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
     monkeypatch.setattr(agent_module, "SAMPLE_INTERVAL_S", 0.2)
     run_dir = short_dir / "runs" / "r1"
     run_dir.mkdir(parents=True)
@@ -350,7 +351,6 @@ def make_supervisor(short_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Supervi
         run_dir,
         short_dir / "sock" / "r1.sock",
         fresh=True,
-        trainer_module="tests.data.fake_trainer",
     )
 
 

@@ -75,7 +75,6 @@ class LocalAgent:
         on_frame: OnFrame,
         on_exit: OnExit,
         on_sample: OnSample,
-        trainer_module: str = "trainer_runtime",
         worker_dir: Path | None = None,
         sample: bool = True,
         trainer_args: Sequence[str] = (),
@@ -89,8 +88,7 @@ class LocalAgent:
         # The trainer's own directory: the run's for worker 0 (its checkpoints are the
         # ones resumed), workers/<i>/ for the others (their scratch checkpoints, logs).
         self.worker_dir = worker_dir or run_dir
-        self.launcher = TrainerLauncher(trainer_module, self.worker_dir, trainer_args,
-                                        command=command)
+        self.launcher = TrainerLauncher(self.worker_dir, trainer_args, command=command)
         self.log_path = self.launcher.log_path
         self.sample = sample  # workers on one host: only one of them samples it
         self.host = "localhost"
@@ -124,15 +122,6 @@ class LocalAgent:
     @property
     def pid(self) -> int | None:
         return self.process.pid if self.process is not None else None
-
-    @property
-    def trainer_module(self) -> str:
-        """Run as `python -m`; tests give a stand-in."""
-        return self.launcher.trainer_module
-
-    @trainer_module.setter
-    def trainer_module(self, module: str) -> None:
-        self.launcher.trainer_module = module
 
     @property
     def spare_pid(self) -> int | None:

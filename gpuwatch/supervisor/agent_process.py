@@ -60,7 +60,6 @@ class _AgentProcess:
         self,
         run_dir: Path,
         index: int,
-        trainer_module: str,
         sample: bool,
         out: asyncio.StreamWriter,
         command: bool = False,
@@ -74,7 +73,6 @@ class _AgentProcess:
             on_frame=self._on_frame,
             on_exit=self._on_exit,
             on_sample=self._on_sample,
-            trainer_module=trainer_module,
             sample=sample,
             command=command,
         )
@@ -304,8 +302,7 @@ def _account() -> str:
         return f"uid {os.getuid()}"
 
 
-async def agent_main(run_dir: Path, index: int, trainer_module: str, sample: bool,
-                     command: bool = False) -> int:
+async def agent_main(run_dir: Path, index: int, sample: bool, command: bool = False) -> int:
     """Serve one link on stdin/stdout until stdin ends; 0, or 2 if the link sent garbage."""
     loop = asyncio.get_running_loop()
     # stdout is the link's alone: keep a private copy of it and point fd 1 at stderr,
@@ -325,7 +322,7 @@ async def agent_main(run_dir: Path, index: int, trainer_module: str, sample: boo
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         loop.add_signal_handler(sig, link_ended.set)
 
-    served = _AgentProcess(run_dir, index, trainer_module, sample, out, command)
+    served = _AgentProcess(run_dir, index, sample, out, command)
     served.agent.start_sampling(loop)
     relay = asyncio.create_task(served.relay_log_forever())
     status = 0
@@ -375,7 +372,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "under this account's own gpuwatch home here")
     where.add_argument("--run-dir", type=Path, help="the worker's directory, as given")
     parser.add_argument("--index", required=True, type=int)
-    parser.add_argument("--trainer-module", default="trainer_runtime")
     parser.add_argument("--no-sample", action="store_true", help="do not sample this host")
     parser.add_argument("--command", action="store_true",
                         help="start the person's own command the config holds (gpuwatch run), "
@@ -395,8 +391,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     try:
         return asyncio.run(
-            agent_main(run_dir, args.index, args.trainer_module, not args.no_sample,
-                       args.command)
+            agent_main(run_dir, args.index, not args.no_sample, args.command)
         )
     except KeyboardInterrupt:
         return 130

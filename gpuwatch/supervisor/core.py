@@ -86,7 +86,6 @@ class Supervisor(Attempts):
         socket_path: Path,
         *,
         fresh: bool = False,
-        trainer_module: str = "trainer_runtime",
         config_path: Path | None = None,
         resume: bool = False,
         scale_path: Path | None = None,
@@ -109,9 +108,8 @@ class Supervisor(Attempts):
         self.hub.on_attached_change = self._update_spares
         # A single-host run has one agent; a cluster one per worker. Agent 0 is the chief.
         # ClusterError (a ConfigError) when the cluster cannot be launched from here.
-        self.workers = Workers(self.config, run_dir, trainer_module=trainer_module,
-                               on_frame=self.on_trainer_frame, on_exit=self._on_trainer_exit,
-                               on_sample=self._on_sample)
+        self.workers = Workers(self.config, run_dir, on_frame=self.on_trainer_frame,
+                               on_exit=self._on_trainer_exit, on_sample=self._on_sample)
         self.plans = self.workers.plans
         self.agents = self.workers.agents
         self.status = "starting"
@@ -408,7 +406,6 @@ def main(argv: list[str] | None = None) -> int:
             config_path=args.config.resolve() if args.config else None,
             resume=args.resume,
             scale_path=args.scale.resolve() if args.scale else None,
-            trainer_module=os.environ.get("GPUWATCH_TRAINER_MODULE", "trainer_runtime"),
             await_follower=args.await_follower,
         )
     except ConfigError as exc:

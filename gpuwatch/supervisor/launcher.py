@@ -49,18 +49,26 @@ class AgentStartError(Exception):
     """The trainer could not be started; the message says why, in one line."""
 
 
+# The trainer, run as `python -m MODULE`: the bundled one, or where this variable names
+# another (the tests' stand-in, tests/data/fake_trainer.py; the 64-host bench's). The one
+# seam for it, read as each trainer starts; a remote agent passes it on to its host.
+TRAINER_MODULE_VARIABLE = "GPUWATCH_TRAINER_MODULE"
+
+
+def trainer_module() -> str:
+    return os.environ.get(TRAINER_MODULE_VARIABLE) or "trainer_runtime"
+
+
 class TrainerLauncher:
     """Starts a worker's trainers in its directory, and keeps a spare one ready for the next."""
 
     def __init__(
         self,
-        trainer_module: str,
         worker_dir: Path,
         trainer_args: Sequence[str],
         *,
         command: bool = False,
     ) -> None:
-        self.trainer_module = trainer_module  # run as `python -m`; tests give a stand-in
         # A person's own command runs, as each attempt's config says (gpuwatch run).
         self.command = command
         self.worker_dir = worker_dir
@@ -119,7 +127,7 @@ class TrainerLauncher:
     ) -> tuple[asyncio.subprocess.Process, socket.socket]:
         """A new interpreter: ``python -m MODULE *args --telemetry-fd N``."""
         parent_sock, child_sock = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        cmd = [sys.executable, "-m", self.trainer_module, *args]
+        cmd = [sys.executable, "-m", trainer_module(), *args]
         cmd += ["--telemetry-fd", str(child_sock.fileno())]
         return await self._spawn(cmd, env, str(self.worker_dir), parent_sock, child_sock,
                                  "the trainer")
@@ -220,7 +228,7 @@ class TrainerLauncher:
     async def _spawn_spare(self) -> None:
         try:
             spare = await SpareTrainer.spawn(
-                self.trainer_module, self.log_path, self.worker_dir, trainer_env(None)
+                trainer_module(), self.log_path, self.worker_dir, trainer_env(None)
             )
         finally:
             self._spare_task = None

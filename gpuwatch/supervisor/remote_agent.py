@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from gpuwatch.supervisor.agent_process import EXIT_LOG_LINES, MARKER_NAME
 from gpuwatch.supervisor.cluster import remote_argv, through_a_shell
 from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
+from gpuwatch.supervisor.launcher import TRAINER_MODULE_VARIABLE, trainer_module
 from gpuwatch.supervisor.link import AgentLink
 from trainer_runtime.protocol import (
     AGENT_EVENTS,
@@ -65,7 +67,6 @@ class RemoteAgent:
         on_exit: OnExit,
         on_sample: OnSample,
         sample: bool = True,
-        trainer_module: str = "trainer_runtime",
         remote_dir: str | None = None,
         remote_env: Mapping[str, str] | None = None,
         host: str | None = None,
@@ -81,7 +82,6 @@ class RemoteAgent:
         self.log_path = self.worker_dir / "trainer.log"
         self.argv_prefix = list(argv_prefix)
         self.python = python
-        self.trainer_module = trainer_module
         self.remote_dir = remote_dir  # None: resolved there, by the run id
         self.dir_there: str | None = None  # the worker's directory there, as its agent said
         self.remote_env = dict(remote_env or {})
@@ -135,13 +135,16 @@ class RemoteAgent:
         where = (["--run-id", self.run_dir.name] if self.remote_dir is None
                  else ["--run-dir", self.remote_dir])
         remote = [self.python, "-m", "gpuwatch.supervisor.remote", *where,
-                  "--index", str(self.index), "--trainer-module", self.trainer_module]
+                  "--index", str(self.index)]
         if not self.sample:
             remote.append("--no-sample")
         if self.command_run:
             remote.append("--command")
-        if self.remote_env:
-            remote = ["env", *(f"{k}={v}" for k, v in self.remote_env.items()), *remote]
+        env = dict(self.remote_env)
+        if os.environ.get(TRAINER_MODULE_VARIABLE):  # a stand-in trainer, there too
+            env.setdefault(TRAINER_MODULE_VARIABLE, trainer_module())
+        if env:
+            remote = ["env", *(f"{k}={v}" for k, v in env.items()), *remote]
         return remote_argv(self.argv_prefix, remote)
 
     async def prepare(self) -> tuple[str, int]:

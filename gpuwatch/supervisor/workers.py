@@ -43,7 +43,6 @@ class Workers:
         config: RunConfig,
         run_dir: Path,
         *,
-        trainer_module: str,
         on_frame: OnFrame,
         on_exit: OnExit,
         on_sample: OnSample,
@@ -53,7 +52,7 @@ class Workers:
         # ClusterError (a ConfigError) when the cluster cannot be launched from here.
         self.plans = plan_workers(config, run_dir, env=os.environ)
         self.agents: list[Any] = [
-            self._make_agent(config, plan, trainer_module) for plan in self.plans
+            self._make_agent(config, plan) for plan in self.plans
         ]
         for agent in self.agents:  # one sampler per host counts all the run's processes there
             if isinstance(agent, LocalAgent) and agent.sample:
@@ -65,7 +64,7 @@ class Workers:
         # probe's attempt at N workers).
         self.active = len(self.agents)
 
-    def _make_agent(self, config: RunConfig, plan: WorkerPlan, trainer_module: str) -> Any:
+    def _make_agent(self, config: RunConfig, plan: WorkerPlan) -> Any:
         """A LocalAgent for a worker on this host, a RemoteAgent (ssh, srun) for the others."""
         on_frame, on_exit, on_sample = self._callbacks
         if plan.kind == "local":
@@ -76,7 +75,6 @@ class Workers:
                 on_frame=on_frame,
                 on_exit=on_exit,
                 on_sample=on_sample,
-                trainer_module=trainer_module,
                 worker_dir=plan.worker_dir,
                 sample=plan.sample,
                 # A local worker finds the chief's checkpoints in the run directory.
@@ -96,7 +94,6 @@ class Workers:
             on_exit=on_exit,
             on_sample=on_sample,
             sample=plan.sample,
-            trainer_module=trainer_module,
             host=plan.host,
             command=config.command is not None,
         )

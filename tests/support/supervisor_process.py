@@ -1,7 +1,8 @@
 """A supervisor of the stand-in trainer (tests/data/fake_trainer.py) in a process of its own.
 
 ``python -m tests.support.supervisor_process RUN_DIR SOCKET [--nofile-soft N]`` runs
-``Supervisor(RUN_DIR, SOCKET, fresh=True, trainer_module="tests.data.fake_trainer")``
+``Supervisor(RUN_DIR, SOCKET, fresh=True)`` with the stand-in trainer
+(GPUWATCH_TRAINER_MODULE=tests.data.fake_trainer)
 under ``asyncio.run``, as ``python -m gpuwatch.supervisor`` runs the real one: tests that
 load its socket from other processes get a supervisor whose event loop is its own, not
 the test's. RUN_DIR holds config.yaml; the trainer's mode is $GPUWATCH_FAKE_TRAINER, and
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import resource
 from pathlib import Path
 
@@ -32,9 +34,8 @@ def main() -> int:
         _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         resource.setrlimit(resource.RLIMIT_NOFILE, (args.nofile_soft, hard))
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    supervisor = Supervisor(
-        args.run_dir.resolve(), args.socket, fresh=True, trainer_module="tests.data.fake_trainer"
-    )
+    os.environ["GPUWATCH_TRAINER_MODULE"] = "tests.data.fake_trainer"  # this process's own
+    supervisor = Supervisor(args.run_dir.resolve(), args.socket, fresh=True)
     return asyncio.run(supervisor.run())
 
 
