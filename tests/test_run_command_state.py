@@ -126,7 +126,7 @@ def test_a_command_never_gets_a_spare_trainer(
     monkeypatch.setattr("gpuwatch.supervisor.launcher.SpareTrainer.spawn", fake_spawn)
 
     async def wanted(command: bool) -> bool:
-        launcher = TrainerLauncher("trainer_runtime", tmp_path, (), command=command)
+        launcher = TrainerLauncher(tmp_path, (), command=command)
         launcher.trainer_stepped()
         launcher.want_spare(True, trainer_up=True)
         task = launcher._spare_task

@@ -37,7 +37,7 @@ the same value.
 Its parts, each a module here (this one only re-exports their names; each imports
 the ones below it directly, never through this package):
 
-- ``state``: ``RunState`` and the fold, one handler per event type; ``command_view``.
+- ``state``: ``RunState`` and the fold, one handler per event type.
 - ``attempts``: ``AttemptSummary`` and each worker's input wait in it (``WorkerWait``),
   and which settings differ between attempts.
 - ``figures``: ``Figures``, the current figures taken once (``step_figures``), and the
@@ -83,7 +83,6 @@ from gpuwatch.runstate.state import (
     STALE_STEP_TIMES,
     WINDOW_STEPS,
     RunState,
-    command_view,
 )
 from gpuwatch.runstate.steps import (
     WARMUP_STEPS,
@@ -123,7 +122,6 @@ __all__ = [
     "bus_bandwidth",
     "check_pending",
     "command_argv",
-    "command_view",
     "describe_pending",
     "differing_settings",
     "effective",

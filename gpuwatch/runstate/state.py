@@ -73,6 +73,10 @@ AREAS = (
 )
 
 
+# What a step changes, always (the attempts table too once it is measured).
+_STEP_AREAS = ("metrics", "history", "plots")
+
+
 @dataclass
 class RunState:
     """Everything the dashboard knows about one run, folded from its events."""
@@ -365,298 +369,292 @@ class RunState:
 
     def command_view(self) -> CommandView | None:
         """What the screen says of a person's own command (None: not a command run)."""
-        return command_view(self)
+        argv = self.command
+        if argv is None:
+            return None
+        hook = self.hook
+        watched = tuple(part for part in (hook.loop, hook.strategy) if part) if hook else ()
+        note = None
+        stepped = self.last_step is not None and self.last_step.event.attempt == self.attempt
+        if hook is not None and not hook.installed:
+            note = f"not watched: {hook.message or 'the hook could not install'}"
+        elif (hook is None or not hook.tensorflow) and not stepped:
+            # The process runs (a command is running as soon as it started): no hook at all
+            # is a program that is not Python; a hook without TensorFlow, a Python one that
+            # has not imported it (so far: a script imports it when it gets there).
+            started = self.status not in (None, "starting")
+            missing = missing_tensorflow(self.status_message) if self.terminal else None
+            if missing is not None:
+                note = missing
+            elif started:
+                note = NOT_TENSORFLOW + ("" if self.terminal else " (so far)")
+        elif (hook is not None and not hook.loop and not stepped
+              and self.status not in (None, "starting")):
+            # TensorFlow imported, and no loop of the hook's ran: not a verdict on steps.
+            note = NO_TRAINING + ("" if self.terminal else " (so far)")
+        input_wait = None
+        if hook is not None and hook.input_wait:
+            input_wait = f"input wait: not measurable for this loop ({hook.input_wait})"
+        kind = "script" if hook is not None else "command"
+        return CommandView(shell_text(argv), kind, watched, note, input_wait)
 
 
-def command_view(state: RunState) -> CommandView | None:
-    """What the screen says of a person's own command (None: not a command run)."""
-    argv = state.command
-    if argv is None:
-        return None
-    hook = state.hook
-    watched = tuple(part for part in (hook.loop, hook.strategy) if part) if hook else ()
-    note = None
-    stepped = state.last_step is not None and state.last_step.event.attempt == state.attempt
-    if hook is not None and not hook.installed:
-        note = f"not watched: {hook.message or 'the hook could not install'}"
-    elif (hook is None or not hook.tensorflow) and not stepped:
-        # The process runs (a command is running as soon as it started): no hook at all
-        # is a program that is not Python; a hook without TensorFlow, a Python one that
-        # has not imported it (so far: a script imports it when it gets there).
-        started = state.status not in (None, "starting")
-        missing = missing_tensorflow(state.status_message) if state.terminal else None
-        if missing is not None:
-            note = missing
-        elif started:
-            note = NOT_TENSORFLOW + ("" if state.terminal else " (so far)")
-    elif (hook is not None and not hook.loop and not stepped
-          and state.status not in (None, "starting")):
-        # TensorFlow imported, and no loop of the hook's ran: not a verdict on steps.
-        note = NO_TRAINING + ("" if state.terminal else " (so far)")
-    input_wait = None
-    if hook is not None and hook.input_wait:
-        input_wait = f"input wait: not measurable for this loop ({hook.input_wait})"
-    kind = "script" if hook is not None else "command"
-    return CommandView(shell_text(argv), kind, watched, note, input_wait)
+
+    # ---- folding: one method per event type (apply_event dispatches) ----------
 
 
-# ---- folding: one function per event type (RunState.apply_event dispatches) ----------
+
+    def _on_run(self, event: Run, t: float | None) -> None:
+        self.run_id = event.run_id or self.run_id
+        self.host = event.host or self.host
+        self.created_t = event.created or t or self.created_t
+        if not self.settings:
+            self.settings = dict(event.settings)
+        self.name = event.name or event.settings.get("name") or self.name
+        self.changed.update(("header", "pending"))
 
 
-def _on_run(state: RunState, event: Run, t: float | None) -> None:
-    state.run_id = event.run_id or state.run_id
-    state.host = event.host or state.host
-    state.created_t = event.created or t or state.created_t
-    if not state.settings:
-        state.settings = dict(event.settings)
-    state.name = event.name or event.settings.get("name") or state.name
-    state.changed.update(("header", "pending"))
+    def _on_scale(self, event: Scale, t: float | None) -> None:
+        self.scale = event
+        self.changed.update(("header", "scaling"))
 
 
-def _on_scale(state: RunState, event: Scale, t: float | None) -> None:
-    state.scale = event
-    state.changed.update(("header", "scaling"))
+    def _on_attempt(self, event: Attempt, t: float | None) -> None:
+        if event.attempt > self.attempt and event.reason != "live":
+            self.hook = None  # a new process: its hook says again what it watches
+        summary = self._attempt(event.attempt)
+        summary.settings = dict(event.settings)
+        self.settings = dict(event.settings)
+        self.name = event.settings.get("name") or self.name
+        summary.fresh = event.fresh
+        summary.reason = event.reason
+        summary.started_t = t
+        previous = self.attempts.get(event.attempt - 1)
+        if event.reason == "live" and previous is not None:
+            # The same trainer goes on with new settings: no hello of its own, and the
+            # attempt before it ended by this change (the attempts table says "live").
+            previous.end = previous.end or "live"
+            summary.hello = summary.hello or previous.hello
+            summary.workers = previous.workers
+        self.attempt = max(self.attempt, event.attempt)
+        self.changed.update(("header", "attempts", "pending", "metrics", "scaling"))
 
 
-def _on_attempt(state: RunState, event: Attempt, t: float | None) -> None:
-    if event.attempt > state.attempt and event.reason != "live":
-        state.hook = None  # a new process: its hook says again what it watches
-    summary = state._attempt(event.attempt)
-    summary.settings = dict(event.settings)
-    state.settings = dict(event.settings)
-    state.name = event.settings.get("name") or state.name
-    summary.fresh = event.fresh
-    summary.reason = event.reason
-    summary.started_t = t
-    previous = state.attempts.get(event.attempt - 1)
-    if event.reason == "live" and previous is not None:
-        # The same trainer goes on with new settings: no hello of its own, and the
-        # attempt before it ended by this change (the attempts table says "live").
-        previous.end = previous.end or "live"
-        summary.hello = summary.hello or previous.hello
-        summary.workers = previous.workers
-    state.attempt = max(state.attempt, event.attempt)
-    state.changed.update(("header", "attempts", "pending", "metrics", "scaling"))
-
-
-def _on_hello(state: RunState, event: Hello, t: float | None) -> None:
-    figures = state._worker(event.worker, event.attempt)
-    if figures is not None:
-        figures.hello = event
-        figures.host = event.host or figures.host
-        figures.status = "running"
-    if event.worker != CHIEF:
-        return
-    state.hello = event
-    summary = state._attempt(event.attempt)
-    summary.hello = event
-    summary.workers = max(1, event.workers)
-    state.attempt = max(state.attempt, event.attempt)
-    state.changed.update(("devices", "header", "pending", "metrics", "attempts"))
-
-
-def _on_step(state: RunState, event: Step, t: float | None) -> None:
-    # The event's fields read once each (the dashboard folds 100 steps a second).
-    attempt, worker, number = event.attempt, event.worker, event.step
-    step_time_ms = event.step_time_ms
-    timed = event.breakdown
-    figures = state._worker(worker, attempt)
-    if figures is not None:
-        figures.steps_seen += 1
-        figures.last_step = number
-        if figures.status == "starting":
+    def _on_hello(self, event: Hello, t: float | None) -> None:
+        figures = self._worker(event.worker, event.attempt)
+        if figures is not None:
+            figures.hello = event
+            figures.host = event.host or figures.host
             figures.status = "running"
-        if figures.steps_seen > WARMUP_STEPS and step_time_ms > 0:
-            figures.window.append(
-                WorkerStep(step_time_ms, event.input_wait_ms, event.compute_ms, event.examples,
-                           timed)
-            )
-    if worker != CHIEF:  # the headline is the chief's: nothing counted twice
-        # But its input wait counts in its attempt's: the others may wait for it.
-        other = state.attempts.get(attempt)
-        if (other is not None and 0 <= worker < MAX_WORKERS
-                and add_wait(other, worker, step_time_ms, event.input_wait_ms, timed)):
-            state.changed.add("attempts")
-        return
-    summary = state._attempt(attempt)
-    point = StepPoint(event, t, summary.steps_seen < WARMUP_STEPS)
-    state.last_step = point
-    state.window.append(point)
-    state.dropped = event.dropped or state.dropped
-    summary.steps_seen += 1
-    # The event's fields, not the point's: StepPoint reads through a slow __getattr__,
-    # and the supervisor folds every step it records through here.
-    if summary.first_step is None:
-        summary.first_step = number
-    summary.last_step = number
-    state.run_history.add(event, warmup=point.warmup)
-    changed = state.changed
-    add_wait(summary, worker, step_time_ms, event.input_wait_ms, timed)
-    if summary.steps_seen > WARMUP_STEPS and step_time_ms > 0:
-        summary.measured_steps += 1
-        summary.sum_step_time_ms += step_time_ms
-        if event.input_wait_ms is not None:
-            summary.sum_input_wait_ms += event.input_wait_ms
-            summary.sum_waited_ms += step_time_ms
-        summary.sum_grad_sync_bytes += event.grad_sync_bytes
-        if timed is not None:
-            summary.breakdown = timed if summary.breakdown is None else summary.breakdown + timed
-            summary.sum_timed_sync_bytes += event.grad_sync_bytes
-        rate = event.examples_per_s
-        if rate is not None:
-            summary.rates.add(rate)
-        changed.add("attempts")
-    changed.update(_STEP_AREAS)
+        if event.worker != CHIEF:
+            return
+        self.hello = event
+        summary = self._attempt(event.attempt)
+        summary.hello = event
+        summary.workers = max(1, event.workers)
+        self.attempt = max(self.attempt, event.attempt)
+        self.changed.update(("devices", "header", "pending", "metrics", "attempts"))
 
 
-def _on_step_summary(state: RunState, event: StepSummary, t: float | None) -> None:
-    # A worker's steps of about a second (summarize.py): its figures, and its input wait
-    # in its attempt's; never the headline, which is the chief's steps.
-    if event.count <= 0:
-        return
-    figures = state._worker(event.worker, event.attempt)
-    if figures is not None:
-        figures.steps_seen += event.count
-        figures.last_step = event.last_step
-        if figures.status == "starting":
-            figures.status = "running"
+    def _on_step(self, event: Step, t: float | None) -> None:
+        # The event's fields read once each (the dashboard folds 100 steps a second).
+        attempt, worker, number = event.attempt, event.worker, event.step
+        step_time_ms = event.step_time_ms
+        timed = event.breakdown
+        figures = self._worker(worker, attempt)
+        if figures is not None:
+            figures.steps_seen += 1
+            figures.last_step = number
+            if figures.status == "starting":
+                figures.status = "running"
+            if figures.steps_seen > WARMUP_STEPS and step_time_ms > 0:
+                figures.window.append(
+                    WorkerStep(step_time_ms, event.input_wait_ms, event.compute_ms, event.examples,
+                               timed)
+                )
+        if worker != CHIEF:  # the headline is the chief's: nothing counted twice
+            # But its input wait counts in its attempt's: the others may wait for it.
+            other = self.attempts.get(attempt)
+            if (other is not None and 0 <= worker < MAX_WORKERS
+                    and add_wait(other, worker, step_time_ms, event.input_wait_ms, timed)):
+                self.changed.add("attempts")
+            return
+        summary = self._attempt(attempt)
+        point = StepPoint(event, t, summary.steps_seen < WARMUP_STEPS)
+        self.last_step = point
+        self.window.append(point)
+        self.dropped = event.dropped or self.dropped
+        summary.steps_seen += 1
+        # The event's fields, not the point's: StepPoint reads through a slow __getattr__,
+        # and the supervisor folds every step it records through here.
+        if summary.first_step is None:
+            summary.first_step = number
+        summary.last_step = number
+        self.run_history.add(event, warmup=point.warmup)
+        changed = self.changed
+        add_wait(summary, worker, step_time_ms, event.input_wait_ms, timed)
+        if summary.steps_seen > WARMUP_STEPS and step_time_ms > 0:
+            summary.measured_steps += 1
+            summary.sum_step_time_ms += step_time_ms
+            if event.input_wait_ms is not None:
+                summary.sum_input_wait_ms += event.input_wait_ms
+                summary.sum_waited_ms += step_time_ms
+            summary.sum_grad_sync_bytes += event.grad_sync_bytes
+            if timed is not None:
+                summary.breakdown = (timed if summary.breakdown is None
+                                     else summary.breakdown + timed)
+                summary.sum_timed_sync_bytes += event.grad_sync_bytes
+            rate = event.examples_per_s
+            if rate is not None:
+                summary.rates.add(rate)
+            changed.add("attempts")
+        changed.update(_STEP_AREAS)
+
+
+    def _on_step_summary(self, event: StepSummary, t: float | None) -> None:
+        # A worker's steps of about a second (summarize.py): its figures, and its input wait
+        # in its attempt's; never the headline, which is the chief's steps.
+        if event.count <= 0:
+            return
+        figures = self._worker(event.worker, event.attempt)
+        if figures is not None:
+            figures.steps_seen += event.count
+            figures.last_step = event.last_step
+            if figures.status == "starting":
+                figures.status = "running"
+            step_sum = event.figure("step_time_ms", "sum")
+            if step_sum is not None and step_sum > 0:
+                figures.add_summary(event)
+        other = self.attempts.get(event.attempt)
+        if other is None or not 0 <= event.worker < MAX_WORKERS:
+            return
+        wait = other.worker_waits.get(event.worker)
+        if wait is None:
+            wait = other.worker_waits[event.worker] = WorkerWait()
+        wait.steps_seen += event.count
         step_sum = event.figure("step_time_ms", "sum")
-        if step_sum is not None and step_sum > 0:
-            figures.add_summary(event)
-    other = state.attempts.get(event.attempt)
-    if other is None or not 0 <= event.worker < MAX_WORKERS:
-        return
-    wait = other.worker_waits.get(event.worker)
-    if wait is None:
-        wait = other.worker_waits[event.worker] = WorkerWait()
-    wait.steps_seen += event.count
-    step_sum, wait_sum = event.figure("step_time_ms", "sum"), event.figure("input_wait_ms", "sum")
-    if step_sum is None or step_sum <= 0 or wait_sum is None:
-        return
-    wait.measured_steps += event.count
-    wait.sum_step_time_ms += step_sum
-    wait.sum_input_wait_ms += wait_sum
-    timed = event.breakdown
-    if timed is not None:
-        wait.breakdown = timed if wait.breakdown is None else wait.breakdown + timed
-    state.changed.add("attempts")
+        wait_sum = event.figure("input_wait_ms", "sum")
+        if step_sum is None or step_sum <= 0 or wait_sum is None:
+            return
+        wait.measured_steps += event.count
+        wait.sum_step_time_ms += step_sum
+        wait.sum_input_wait_ms += wait_sum
+        timed = event.breakdown
+        if timed is not None:
+            wait.breakdown = timed if wait.breakdown is None else wait.breakdown + timed
+        self.changed.add("attempts")
+
+    def _on_reconfigured(self, event: Reconfigured, t: float | None) -> None:
+        # An applied change is its attempt event; a refused one settles a change in flight (the
+        # relaunch command's err, or the trainer's reconfigured event, says why).
+        if not event.ok:
+            self.refusals += 1
+            self.changed.add("pending")
 
 
-# What a step changes, always (the attempts table too once it is measured).
-_STEP_AREAS = ("metrics", "history", "plots")
+    def _on_sample(self, event: Sample, t: float | None) -> None:
+        # The widgets read the sample as its wire fields (host/gpus are plain objects).
+        sample = {"host": event.host, "gpus": event.gpus, "nvml": event.nvml, "t": t}
+        if event.gpu_summary is not None:  # a summarizing worker's GPUs, summed
+            sample["gpu_summary"] = event.gpu_summary
+        if 0 <= event.worker < MAX_WORKERS:
+            self.samples[event.worker] = sample
+        if event.worker == CHIEF:
+            self.sample = sample
+            self.changed.add("devices")  # the workers panel repaints on it too
+            if event.gpus or self.gpu_history.gpus:
+                self.gpu_history.add(event.gpus, t)
+                self.changed.add("gpu_history")
+        else:
+            self.changed.add("workers")
 
 
-def _on_reconfigured(state: RunState, event: Reconfigured, t: float | None) -> None:
-    # An applied change is its attempt event; a refused one settles a change in flight (the
-    # relaunch command's err, or the trainer's reconfigured event, says why).
-    if not event.ok:
-        state.refusals += 1
-        state.changed.add("pending")
+    def _on_status(self, event: StatusChange, t: float | None) -> None:
+        self.status = event.status
+        number = event.attempt
+        if number > 0:
+            self.attempt = max(self.attempt, number)
+        self.status_message = event.message
+        self.status_worker = event.worker
+        self.exit_code = event.exit_code
+        self.signal = event.signal
+        if event.log_tail:
+            self.log_tail = event.log_tail[-LOG_TAIL_LINES:]
+        # How an attempt ended, in the person's words: the trainer's own reason (its Done:
+        # max_steps, epochs) unless the supervisor ended it (its SIGTERM is not the story).
+        ended_as = {"crashed": "crashed", "stopped": "stopped", "relaunching": "relaunch"}
+        if self.status in ended_as and number in self.attempts:
+            summary = self.attempts[number]
+            # An attempt that reached its steps before the next began (a scaling probe's
+            # count) ended on its own: that is its end, not the relaunch.
+            if not (self.status == "relaunching" and summary.end in ("max_steps", "epochs")):
+                summary.end = ended_as[self.status]
+            self.changed.add("attempts")
+        if self.status == "crashed" and event.worker is not None:
+            figures = self._worker(event.worker, number)
+            if figures is not None and figures.status != "error":
+                figures.status = "crashed"
+        self.changed.update(("header", "status", "pending"))
 
 
-def _on_sample(state: RunState, event: Sample, t: float | None) -> None:
-    # The widgets read the sample as its wire fields (host/gpus are plain objects).
-    sample = {"host": event.host, "gpus": event.gpus, "nvml": event.nvml, "t": t}
-    if event.gpu_summary is not None:  # a summarizing worker's GPUs, summed
-        sample["gpu_summary"] = event.gpu_summary
-    if 0 <= event.worker < MAX_WORKERS:
-        state.samples[event.worker] = sample
-    if event.worker == CHIEF:
-        state.sample = sample
-        state.changed.add("devices")  # the workers panel repaints on it too
-        if event.gpus or state.gpu_history.gpus:
-            state.gpu_history.add(event.gpus, t)
-            state.changed.add("gpu_history")
-    else:
-        state.changed.add("workers")
+    def _on_done(self, event: Done, t: float | None) -> None:
+        figures = self._worker(event.worker, event.attempt)
+        if figures is not None:
+            figures.status = "done"
+        if event.worker != CHIEF:
+            return
+        self.done = event
+        summary = self._attempt(event.attempt)
+        if summary.end not in ("crashed", "stopped", "relaunch"):  # the supervisor's word stands
+            summary.end = event.reason or "done"
+        self.changed.update(("header", "attempts"))
 
 
-def _on_status(state: RunState, event: StatusChange, t: float | None) -> None:
-    state.status = event.status
-    number = event.attempt
-    if number > 0:
-        state.attempt = max(state.attempt, number)
-    state.status_message = event.message
-    state.status_worker = event.worker
-    state.exit_code = event.exit_code
-    state.signal = event.signal
-    if event.log_tail:
-        state.log_tail = event.log_tail[-LOG_TAIL_LINES:]
-    # How an attempt ended, in the person's words: the trainer's own reason (its Done:
-    # max_steps, epochs) unless the supervisor ended it (its SIGTERM is not the story).
-    ended_as = {"crashed": "crashed", "stopped": "stopped", "relaunching": "relaunch"}
-    if state.status in ended_as and number in state.attempts:
-        summary = state.attempts[number]
-        # An attempt that reached its steps before the next began (a scaling probe's
-        # count) ended on its own: that is its end, not the relaunch.
-        if not (state.status == "relaunching" and summary.end in ("max_steps", "epochs")):
-            summary.end = ended_as[state.status]
-        state.changed.add("attempts")
-    if state.status == "crashed" and event.worker is not None:
-        figures = state._worker(event.worker, number)
-        if figures is not None and figures.status != "error":
-            figures.status = "crashed"
-    state.changed.update(("header", "status", "pending"))
+    def _on_error(self, event: Error, t: float | None) -> None:
+        figures = self._worker(event.worker, event.attempt)
+        if figures is not None:
+            figures.status = "error"
+        # The first worker's error of the newest attempt is the cause: the others' that
+        # follow (a collective timing out on the chief) must not hide it.
+        known = self.error
+        if known is None or event.attempt > known.attempt or event.worker == known.worker:
+            self.error = event
+        self.changed.update(("header", "status"))
 
 
-def _on_done(state: RunState, event: Done, t: float | None) -> None:
-    figures = state._worker(event.worker, event.attempt)
-    if figures is not None:
-        figures.status = "done"
-    if event.worker != CHIEF:
-        return
-    state.done = event
-    summary = state._attempt(event.attempt)
-    if summary.end not in ("crashed", "stopped", "relaunch"):  # the supervisor's word stands
-        summary.end = event.reason or "done"
-    state.changed.update(("header", "attempts"))
+    def _on_hook(self, event: Hook, t: float | None) -> None:
+        # The chief's latest word of the current attempt: an older attempt's late one is not.
+        if event.worker != CHIEF or event.attempt < self.attempt:
+            return
+        self.hook = event
+        self.changed.update(("metrics", "devices", "status"))
 
 
-def _on_error(state: RunState, event: Error, t: float | None) -> None:
-    figures = state._worker(event.worker, event.attempt)
-    if figures is not None:
-        figures.status = "error"
-    # The first worker's error of the newest attempt is the cause: the others' that
-    # follow (a collective timing out on the chief) must not hide it.
-    known = state.error
-    if known is None or event.attempt > known.attempt or event.worker == known.worker:
-        state.error = event
-    state.changed.update(("header", "status"))
+    def _on_resume(self, event: Resume, t: float | None) -> None:
+        if event.worker != CHIEF:  # every worker resumes from the chief's checkpoint
+            return
+        self._attempt(event.attempt).resume = event
+        self.changed.add("attempts")
 
 
-def _on_hook(state: RunState, event: Hook, t: float | None) -> None:
-    # The chief's latest word of the current attempt: an older attempt's late one is not.
-    if event.worker != CHIEF or event.attempt < state.attempt:
-        return
-    state.hook = event
-    state.changed.update(("metrics", "devices", "status"))
-
-
-def _on_resume(state: RunState, event: Resume, t: float | None) -> None:
-    if event.worker != CHIEF:  # every worker resumes from the chief's checkpoint
-        return
-    state._attempt(event.attempt).resume = event
-    state.changed.add("attempts")
-
-
-def _on_checkpoint(state: RunState, event: Checkpoint, t: float | None) -> None:
-    if event.worker == CHIEF:  # only the chief's checkpoint is the real one
-        state.last_checkpoint = event
+    def _on_checkpoint(self, event: Checkpoint, t: float | None) -> None:
+        if event.worker == CHIEF:  # only the chief's checkpoint is the real one
+            self.last_checkpoint = event
 
 
 _HANDLERS: dict[type[Event], Callable[[RunState, Any, float | None], None]] = {
-    Run: _on_run,
-    Attempt: _on_attempt,
-    Hello: _on_hello,
-    Step: _on_step,
-    StepSummary: _on_step_summary,
-    Sample: _on_sample,
-    StatusChange: _on_status,
-    Done: _on_done,
-    Error: _on_error,
-    Checkpoint: _on_checkpoint,
-    Resume: _on_resume,
-    Reconfigured: _on_reconfigured,
-    Scale: _on_scale,
-    Hook: _on_hook,
+    Run: RunState._on_run,
+    Attempt: RunState._on_attempt,
+    Hello: RunState._on_hello,
+    Step: RunState._on_step,
+    StepSummary: RunState._on_step_summary,
+    Sample: RunState._on_sample,
+    StatusChange: RunState._on_status,
+    Done: RunState._on_done,
+    Error: RunState._on_error,
+    Checkpoint: RunState._on_checkpoint,
+    Resume: RunState._on_resume,
+    Reconfigured: RunState._on_reconfigured,
+    Scale: RunState._on_scale,
+    Hook: RunState._on_hook,
 }
