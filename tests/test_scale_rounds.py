@@ -8,13 +8,16 @@ tests/test_scale.py.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuwatch.config import load_config
+from gpuwatch.config import ConfigError, load_config
+from gpuwatch.headless import round_lines
 from gpuwatch.runstate import WARMUP_STEPS, RunState
 from gpuwatch.scaling import (
     MAX_ROUNDS,
@@ -30,8 +33,9 @@ from gpuwatch.scaling import (
     round_words,
     scaling_rows,
 )
-from tests.conftest import ROOT
-from trainer_runtime.protocol import Scale
+from gpuwatch.supervisor.scale import read_plan, write_plan
+from tests.conftest import ROOT, TINY
+from trainer_runtime.protocol import Scale, event_frame
 
 DEMO = load_config(ROOT / "demo" / "demo.yaml").config
 LEVELS = ("good", "poor", "unknown", None)
@@ -128,6 +132,23 @@ def test_the_rounds_are_bounded_and_their_last_steps_too() -> None:
         f"{(most + 1) * 2 ** (MAX_ROUNDS - 1):,} steps a count, at most {MAX_STEPS:,} "
         "(give fewer steps, or fewer rounds)")
     make_plan(DEMO, [1, 2], "weak", MAX_STEPS, 0, rounds=1)
+
+
+def test_the_plan_file_carries_the_rounds_and_one_without_them_has_one(tmp_path: Path) -> None:
+    config = load_config(TINY).config
+    path = tmp_path / "scale.json"
+    write_plan(path, make_plan(config, [1, 2], "weak", 20, 0, rounds=3))
+    assert json.loads(path.read_text()) == {"counts": [1, 2], "mode": "weak", "steps": 20,
+                                            "rounds": 3}
+    plan, configs = read_plan(path, config)
+    assert (plan.rounds, plan.round, plan.steps) == (3, 1, 20)
+    assert [c.train.max_steps for _, c in configs] == [20, 20]
+    # Written before the probe had rounds: one round, as it ran then.
+    path.write_text(json.dumps({"counts": [1, 2], "mode": "weak", "steps": 20}))
+    assert read_plan(path, config)[0].rounds == 1
+    path.write_text(json.dumps({"counts": [1, 2], "mode": "weak", "steps": 20, "rounds": "3"}))
+    with pytest.raises(ConfigError, match="not a scaling plan"):
+        read_plan(path, config)
 
 
 # ---- which attempt a count's row shows -----------------------------------------------
@@ -260,3 +281,9 @@ def test_a_later_round_is_said_as_it_begins_and_described_with_its_number() -> N
                                      "first 5")
     assert describe(Scale(counts=[1, 2], steps=20)).endswith(": 20 steps each, measured after "
                                                              "the first 5")  # one round
+    # Headless prints a line for each later round in what it receives, the first none.
+    frames = [event_frame(p) for p in (plan, second, next_round(second, "x"))]
+    assert round_lines([{"type": "step"}, *frames]) == [
+        f"gpuwatch: {round_words(second)}", "gpuwatch: x; round 3 of 3: every count again, "
+        "80 steps each"]
+    assert round_lines([{**frames[1], "message": "\x1b[2Jbad"}])[0].startswith("gpuwatch: ?[2Jbad;")
