@@ -16,10 +16,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuwatch.cli.parser import build_parser
 from gpuwatch.config import ConfigError, load_config
 from gpuwatch.headless import round_lines
 from gpuwatch.runstate import WARMUP_STEPS, RunState
 from gpuwatch.scaling import (
+    DEFAULT_STEPS,
     MAX_ROUNDS,
     MAX_STEPS,
     ScaleError,
@@ -132,6 +134,15 @@ def test_the_rounds_are_bounded_and_their_last_steps_too() -> None:
         f"{(most + 1) * 2 ** (MAX_ROUNDS - 1):,} steps a count, at most {MAX_STEPS:,} "
         "(give fewer steps, or fewer rounds)")
     make_plan(DEMO, [1, 2], "weak", MAX_STEPS, 0, rounds=1)
+
+
+def test_the_help_states_the_rounds_bound_and_the_default_steps() -> None:
+    text = build_parser()._subparsers._group_actions[0].choices["scale"].format_help()  # type: ignore[union-attr]
+    flat = " ".join(text.split())
+    assert f"up to N rounds in all (default and most {MAX_ROUNDS}: the steps, 2x, 4x)" in flat
+    assert f"up to {MAX_ROUNDS} rounds (--rounds)" in flat
+    assert f"(default {DEFAULT_STEPS})" in flat
+    assert MAX_ROUNDS == 3  # the help's "2x, 4x"
 
 
 def test_the_plan_file_carries_the_rounds_and_one_without_them_has_one(tmp_path: Path) -> None:
