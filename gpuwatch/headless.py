@@ -32,7 +32,8 @@ one that sends no step (not a TensorFlow program, or not watched) says so before
 summary, and its verdict is why. It finished when it exited 0.
 
 A scaling probe (`gpuwatch scale CONFIG --headless`) prints the same progress lines while
-its attempts run, then its table (gpuwatch/scaling.py: a row per count, each efficiency
+its attempts run, a line as each later round begins (why: the verdict that could not tell;
+which round; its steps), then its table (gpuwatch/scaling.py: a row per count, each efficiency
 with its 95 % interval), the advisor's word on how it scaled ("not enough steps to tell
 (X-Y%)" while an interval straddles the line), and last the line `scaling:
 replicas=1,2 examples_per_s=A,B speedup=1.00,S efficiency=1.00,E
@@ -75,7 +76,7 @@ from gpuwatch.runstate import (
     share_of_link,
     step_figures,
 )
-from trainer_runtime.protocol import Breakdown, ProtocolError, decode
+from trainer_runtime.protocol import Breakdown, ProtocolError, Scale, decode, parse_event
 
 PROGRESS_EVERY_S = 3.0
 ERROR_TAIL_LINES = 15
@@ -223,6 +224,23 @@ def workers_of(events: list[dict[str, Any]], workers: int = 1) -> int:
     return workers
 
 
+def round_lines(events: list[dict[str, Any]]) -> list[str]:
+    """'gpuwatch: not enough steps to tell (...); round 2 of 3: ...' for each later round
+    of a scaling probe that begins in `events`."""
+    lines = []
+    for frame in events:
+        if frame.get("type") != Scale.TYPE:
+            continue
+        try:
+            _, plan = parse_event(frame)
+        except ProtocolError:
+            continue
+        words = scaling.round_words(plan) if isinstance(plan, Scale) else None
+        if words is not None:
+            lines.append(f"gpuwatch: {printable(words)}")
+    return lines
+
+
 def recorded_state(run_dir: Path) -> RunState:
     """The run folded from its record (events.jsonl), as a dashboard folds it."""
     state = RunState()
@@ -286,6 +304,8 @@ async def follow(
                 batch = []
             state.apply_many(batch)
             workers = workers_of(batch, workers)
+            for line in round_lines(batch):
+                print(line, file=out, flush=True)
             if state.terminal and state.attempt > after_attempt:
                 break
             if time.monotonic() - last_print >= PROGRESS_EVERY_S:

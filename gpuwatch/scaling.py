@@ -20,13 +20,14 @@ per-replica batch x replicas x accumulation steps); strong scaling keeps the glo
 where X is examples/s and b the smallest count of the plan (1 by default). A count's
 efficiency comes with its CONFIDENCE interval (``efficiency_interval``), from the per-step
 examples/s of both counts: the advisor gives a verdict on it only when that interval is
-on one side of its threshold.
+on one side of its threshold. While it cannot, the probe runs another ROUND (every count
+again, twice the steps) up to the plan's rounds (``another_round``, ``next_round``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpuwatch.config import (
@@ -53,6 +54,10 @@ DEFAULT_STEPS = 40
 MIN_MEASURED_STEPS = 5
 MIN_STEPS = WARMUP_STEPS + MIN_MEASURED_STEPS
 MAX_STEPS = 1_000_000
+# While the verdict cannot tell, every count runs again with twice the steps: at most this
+# many rounds in all (the steps, 2x, 4x). Each round's attempts run under the same load on
+# the box, so a count's efficiency is always its own round's.
+MAX_ROUNDS = 3
 # Why an attempt of the probe is there: the attempt event's reason.
 REASON = "scale"
 # The efficiency's interval holds the true one with at least this probability: each
@@ -111,11 +116,12 @@ def parse_counts(text: str) -> list[int]:
 
 def make_plan(
     config: RunConfig, counts: Sequence[int], mode: str, steps: int, gpus: int,
-    cores: int | None = None,
+    cores: int | None = None, rounds: int = 1,
 ) -> Scale:
     """The probe's plan (the event the supervisor records first). ScaleError unless the
-    counts go up from 1, each once, within what this host (or the cluster) has, and the
-    steps leave some to measure after the warm-up."""
+    counts go up from 1, each once, within what this host (or the cluster) has, the steps
+    leave some to measure after the warm-up, and the rounds are from 1 to MAX_ROUNDS with
+    the last one's steps (doubled each round) at most MAX_STEPS."""
     unit = unit_of(config)
     shown = ",".join(map(str, counts))
     if not counts or list(counts) != sorted(set(counts)) or counts[0] < 1:
@@ -136,7 +142,16 @@ def make_plan(
             f"--steps {steps}: each count needs at least {MIN_STEPS} steps ({WARMUP_STEPS} of "
             f"warm-up, then {MIN_MEASURED_STEPS} measured) and at most {MAX_STEPS:,}"
         )
-    return Scale(counts=list(counts), unit=unit, mode=mode, steps=steps, cores=cores)
+    if not 1 <= rounds <= MAX_ROUNDS:
+        raise ScaleError(f"--rounds {rounds}: from 1 (each count once) to {MAX_ROUNDS}")
+    last = steps * 2 ** (rounds - 1)
+    if last > MAX_STEPS:
+        raise ScaleError(
+            f"--steps {steps} --rounds {rounds}: round {rounds} would run {last:,} steps a "
+            f"count, at most {MAX_STEPS:,} (give fewer steps, or fewer rounds)"
+        )
+    return Scale(counts=list(counts), unit=unit, mode=mode, steps=steps, cores=cores,
+                 rounds=rounds)
 
 
 def replicas_at(plan: Scale, count: int, gpus: int) -> int:
@@ -182,6 +197,54 @@ def plan_configs(
         check_replicas(one, replicas, source)
         configs.append((count, one))
     return configs
+
+
+# ---- the rounds ----------------------------------------------------------------------
+
+
+def another_round(
+    level: str | None, round_number: int, rounds: int, *, failed: bool, stop_asked: bool
+) -> bool:
+    """Whether the probe runs every count again, with twice the steps, after round
+    `round_number` of at most `rounds`. Only while the verdict cannot tell (the advisor's
+    level "unknown"; None, no verdict at all, is not that), and only where more steps can
+    help: every count of the round measured up to its steps (`failed`: one crashed, was
+    stopped, measured nothing or ended short) and no stop asked."""
+    return level == "unknown" and round_number < rounds and not failed and not stop_asked
+
+
+def next_round(plan: Scale, why: str) -> Scale:
+    """The plan of the round after `plan`'s: the same counts, twice the steps; `why` it
+    runs (the verdict that could not tell)."""
+    return replace(plan, round=plan.round + 1, steps=plan.steps * 2, message=why)
+
+
+def round_configs(
+    configs: Sequence[tuple[int, RunConfig]], plan: Scale
+) -> list[tuple[int, RunConfig]]:
+    """Each count's settings in `plan`'s round: the same job, for plan.steps steps."""
+    source = f"scale round {plan.round} ({plan.steps} steps)"
+    return [(count, apply_overrides(config, {"train.max_steps": plan.steps}, source=source))
+            for count, config in configs]
+
+
+def reached_its_steps(summary: AttemptSummary | None) -> bool:
+    """An attempt of the probe ended on its own at the steps it was given (train.max_steps),
+    with steps measured after warm-up: more steps could narrow its figure's interval."""
+    if summary is None or not summary.measured or summary.end not in ("max_steps", "epochs"):
+        return False
+    planned = get_setting(summary.settings, "train.max_steps")
+    return (isinstance(planned, int) and summary.last_step is not None
+            and summary.last_step >= planned)
+
+
+def round_words(plan: Scale) -> str | None:
+    """A later round as it begins, in one line (None for the first): why, which, how long."""
+    if plan.round <= 1:
+        return None
+    why = f"{plan.message}; " if plan.message else ""
+    return (f"{why}round {plan.round} of {plan.rounds}: every count again, {plan.steps} "
+            "steps each")
 
 
 def count_of(settings: Mapping[str, Any]) -> int | None:
@@ -272,12 +335,20 @@ def efficiency_interval(
 
 
 def _attempt_at(state: RunState, count: int) -> AttemptSummary | None:
-    """The latest attempt of the probe that ran at `count`."""
-    found = None
-    for summary in state.attempts.values():
-        if summary.reason == REASON and count_of(summary.settings) == count:
-            found = summary
-    return found
+    """The attempt of the probe a count's row shows: its latest that runs or measured,
+    else its latest (which says how it failed); None before any.
+
+    So a finished probe's rows are its last round's (a round runs every count). A round
+    stopped or crashed part-way leaves the counts it did not measure with the round
+    before's figures: those rows then come from different rounds, each count's attempt
+    still measured whole. While a round runs, a count it has not reached yet shows the
+    round before's."""
+    found = [summary for summary in state.attempts.values()
+             if summary.reason == REASON and count_of(summary.settings) == count]
+    for summary in reversed(found):
+        if _row_state(state, summary) in ("running", "measured"):
+            return summary
+    return found[-1] if found else None
 
 
 def _row_state(state: RunState, summary: AttemptSummary | None) -> str:
@@ -443,11 +514,12 @@ def cells(row: ScalingRow) -> dict[str, str]:
 
 
 def describe(plan: Scale) -> str:
-    """What the probe keeps and measures, in one line."""
+    """What the probe keeps and measures, in one line (its round, where it may have more)."""
     kept = ("the per-replica batch kept" if plan.mode == "weak"
             else "the global batch kept")
+    rounds = f" (round {plan.round} of up to {plan.rounds})" if plan.rounds > 1 else ""
     return (f"{plan.mode} scaling ({kept}) over {plan.unit} {','.join(map(str, plan.counts))}: "
-            f"{plan.steps} steps each, measured after the first {WARMUP_STEPS}")
+            f"{plan.steps} steps each{rounds}, measured after the first {WARMUP_STEPS}")
 
 
 def shared_cores_note(plan: Scale, rows: Sequence[ScalingRow]) -> str | None:

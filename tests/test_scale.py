@@ -9,7 +9,11 @@
 - a cluster's counts are workers;
 - a plan that cannot run is one line and exit 2 before anything starts;
 - the truth test: the probe's 1- and 2-replica examples/s each within 10 % of a separate
-  headless `gpuwatch train` of the same settings.
+  headless `gpuwatch train` of the same settings;
+- rounds, with the stand-in trainer's steps (chosen step times, no TensorFlow): a verdict
+  that cannot tell runs every count again with twice the steps, up to the bound, and says
+  so; one that can after round 2 ends there; --rounds 1 is one attempt per count; a stop
+  in round 2 ends the run with no further attempt.
 """
 
 from __future__ import annotations
@@ -146,7 +150,8 @@ def test_a_count_that_crashes_is_named_exits_1_and_no_later_count_runs(home: Pat
 def test_a_clusters_counts_are_workers(home: Path, tmp_path: Path) -> None:
     config = tmp_path / "cluster.yaml"
     config.write_text(TINY.read_text() + "cluster:\n  workers: 2\n  timeout_s: 30\n")
-    proc = gpuwatch("scale", str(config), "--steps", "12", "--headless")
+    # One round: what is checked is each count's workers (rounds: test_scale_rounds.py).
+    proc = gpuwatch("scale", str(config), "--steps", "12", "--rounds", "1", "--headless")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = scaling_line(proc.stdout)
     assert (line["unit"], line["counts"]) == ("workers", [1, 2])
@@ -211,8 +216,9 @@ def reads_bound(count: int) -> float:
 
 def probe(steps: int) -> tuple[dict[int, float], subprocess.CompletedProcess[str]]:
     """The demo's probe at 1 and 2 replicas, headless: each count's rate, and the command."""
+    # One round: each count's figure is then over `steps` steps, as the separate runs'.
     proc = gpuwatch("scale", "demo/demo.yaml", "--replicas", "1,2", "--steps", str(steps),
-                    *TRUTH_SETTINGS, "--headless", timeout_s=400)
+                    "--rounds", "1", *TRUTH_SETTINGS, "--headless", timeout_s=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     line = scaling_line(proc.stdout)
     rates = {count: float(rate or 0.0) for count, rate in zip(line["counts"], line["rates"],
@@ -346,8 +352,152 @@ def test_counts_that_measure_nothing_end_the_probe_with_a_line_and_exit_1(
     assert line["counts"] == [1, 2, 4] and line["rates"] == [None, None, None]
     assert line["intervals"] == [None, None, None]
     events = recorded(the_run(home))
-    # Each count still ran, in turn: reaching its steps is no failure of the trainer.
+    # Each count still ran, in turn: reaching its steps is no failure of the trainer. The
+    # last one's end waited on the verdict (another round may follow): with none, no round,
+    # and the run finished.
     assert [e["status"] for e in events if e["type"] == "status"] == [
         "starting", "running", "relaunching", "starting", "running", "relaunching",
-        "starting", "running", "finished"]
+        "starting", "running", "relaunching", "finished"]
+    assert [e["round"] for e in events if e["type"] == "scale"] == [1]
     nothing_left(the_run(home))
+
+
+# ---- rounds, with the stand-in trainer's steps ------------------------------------------
+
+# Step times at 1 and 2 replicas, each spread by 10 % (tests/data/fake_trainer.py's steps
+# mode), weak scaling: 2 replicas do twice the examples a step, so the efficiency is the
+# ratio of the bases. 12.5 ms is 80 %, on the line: no number of steps tells. 11.2 ms is
+# 89 %: its interval is 79-101 % over 20 steps, 82-97 % over 40.
+ON_THE_LINE = "1=10,2=12.5"
+TELLS_AT_40 = "1=10,2=11.2"
+
+
+def stand_in_steps(monkeypatch: pytest.MonkeyPatch, step_ms: str) -> None:
+    monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "steps")
+    monkeypatch.setenv("GPUWATCH_FAKE_STEP_MS", step_ms)
+    monkeypatch.setenv("GPUWATCH_FAKE_STEP_SPREAD", "0.1")
+
+
+def attempts_of(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
+    """Each attempt's (replicas, train.max_steps), in order."""
+    return [(e["settings"]["strategy"]["replicas"], e["settings"]["train"]["max_steps"])
+            for e in events if e["type"] == "attempt" and e["reason"] == "scale"]
+
+
+def test_an_undecided_probe_runs_every_count_again_with_twice_the_steps_up_to_the_bound(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gpuwatch.scaling import MAX_ROUNDS
+
+    stand_in_steps(monkeypatch, ON_THE_LINE)
+    proc = gpuwatch("scale", str(TINY), "--replicas", "1,2", "--steps", "20", "--headless")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = recorded(the_run(home))
+    assert MAX_ROUNDS == 3
+    assert attempts_of(events) == [(1, 20), (2, 20), (1, 40), (2, 40), (1, 80), (2, 80)]
+    plans = [e for e in events if e["type"] == "scale"]
+    assert [(p["round"], p["rounds"], p["steps"]) for p in plans] == [(1, 3, 20), (2, 3, 40),
+                                                                      (3, 3, 80)]
+    # Each later round begins with the verdict that could not tell, said headless too.
+    said = [line for line in proc.stdout.splitlines() if " round " in line
+            and line.startswith("gpuwatch: not enough steps to tell (")]
+    assert [line.split("; ")[-1] for line in said] == [
+        "round 2 of 3: every count again, 40 steps each",
+        "round 3 of 3: every count again, 80 steps each"]
+    assert plans[1]["message"] and plans[1]["message"] in said[0]
+    # Between rounds the run is relaunching, never ended; the last round's end is the run's.
+    statuses = [e["status"] for e in events if e["type"] == "status"]
+    assert statuses == ["starting", "running", "relaunching"] * 5 + [
+        "starting", "running", "finished"]
+    # The table is the last round's; the verdict still cannot tell, with its interval.
+    assert "80 steps each (round 3 of up to 3)" in proc.stdout
+    verdicts = [line for line in proc.stdout.splitlines()
+                if line.startswith("gpuwatch: not enough steps to tell (")]
+    assert len(verdicts) == 3 and " round " not in verdicts[-1]
+    line = scaling_line(proc.stdout)
+    low, high = line["intervals"][1] or (1.0, 1.0)
+    assert low < 0.8 < high and f"({100 * low:.0f}-{100 * high:.0f}%)" in verdicts[-1]
+    listed = gpuwatch("ls", check=True).stdout
+    assert the_run(home).name in listed and "finished" in listed
+    rows = list(csv.DictReader(io.StringIO(
+        gpuwatch("export", the_run(home).name, "--what", "scaling", check=True).stdout)))
+    assert [(r["attempt"], r["measured_steps"]) for r in rows] == [("5", "75"), ("6", "75")]
+    nothing_left(the_run(home))
+
+
+def test_a_probe_that_can_tell_after_round_2_ends_there_finished(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stand_in_steps(monkeypatch, TELLS_AT_40)
+    proc = gpuwatch("scale", str(TINY), "--replicas", "1,2", "--steps", "20", "--headless")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = recorded(the_run(home))
+    assert attempts_of(events) == [(1, 20), (2, 20), (1, 40), (2, 40)]
+    assert "; round 2 of 3: every count again, 40 steps each" in proc.stdout
+    assert "round 3" not in proc.stdout
+    ends = [e for e in events if e["type"] == "status"][-2:]
+    assert [(e["status"], e["message"]) for e in ends] == [
+        ("relaunching", "reached max steps; the next attempt follows"),
+        ("finished", "reached max steps; round 2 of 3 could tell")]
+    assert "gpuwatch: scales well: 89% (82-97%) efficiency at 2 replicas" in proc.stdout
+    assert scaling_line(proc.stdout)["intervals"][1] == (0.82, 0.97)
+    nothing_left(the_run(home))
+
+
+def test_one_round_is_one_attempt_per_count_as_before(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stand_in_steps(monkeypatch, ON_THE_LINE)
+    proc = gpuwatch("scale", str(TINY), "--replicas", "1,2", "--steps", "20", "--rounds", "1",
+                    "--headless")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = recorded(the_run(home))
+    assert attempts_of(events) == [(1, 20), (2, 20)]
+    assert [(e["round"], e["rounds"]) for e in events if e["type"] == "scale"] == [(1, 1)]
+    assert [e["status"] for e in events if e["type"] == "status"] == [
+        "starting", "running", "relaunching", "starting", "running", "finished"]
+    assert " round " not in proc.stdout
+    assert "gpuwatch: not enough steps to tell (71-91%): 80% efficiency at 2 replicas" in (
+        proc.stdout)
+    nothing_left(the_run(home))
+
+
+def test_a_stop_in_round_2_ends_the_run_stopped_with_no_further_attempt(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    from gpuwatch.client import CommandError, RunClient
+    from gpuwatch.runs import read_run_info
+    from tests.conftest import wait_for
+
+    stand_in_steps(monkeypatch, ON_THE_LINE)
+    monkeypatch.setenv("GPUWATCH_FAKE_TRAINER_FROM", "3=hang")  # round 2's first count
+    run_id = gpuwatch("scale", str(TINY), "--replicas", "1,2", "--steps", "20", "--detach",
+                      check=True).stdout.strip()
+    run_dir = home / "runs" / run_id
+    wait_for(lambda: any(e["type"] == "hello" and e["attempt"] == 3 for e in recorded(run_dir)),
+             30, "round 2's first hello")
+    info = read_run_info(run_dir)
+    assert info.socket_path is not None
+
+    async def relaunch() -> str:
+        async with RunClient(info.socket_path) as client:
+            with pytest.raises(CommandError) as refused:
+                await client.command("relaunch", overrides={})
+            return str(refused.value)
+
+    assert "measuring 1 replicas (count 1 of 2) in round 2 of up to 3" in asyncio.run(relaunch())
+    stop = gpuwatch("stop", run_id, check=True)
+    assert f"run {run_id} stopped" in stop.stdout
+    nothing_left(run_dir)
+    events = recorded(run_dir)
+    assert attempts_of(events) == [(1, 20), (2, 20), (1, 40)]
+    assert [e["round"] for e in events if e["type"] == "scale"] == [1, 2]
+    assert [e["status"] for e in events if e["type"] == "status"][-1] == "stopped"
+    # The table keeps round 1's measure of both counts: round 2 measured neither.
+    rows = list(csv.DictReader(io.StringIO(
+        gpuwatch("export", run_id, "--what", "scaling", check=True).stdout)))
+    assert [(r["count"], r["attempt"], r["state"]) for r in rows] == [
+        ("1", "1", "measured"), ("2", "2", "measured")]

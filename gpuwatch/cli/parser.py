@@ -134,7 +134,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run the same job for a few steps at each device count (replicas on "
         "one host: the first N GPUs, or N logical CPU replicas with no GPU; workers for a "
         "cluster: config), one after another, each in a fresh trainer, and show examples/s, "
-        "speed-up, efficiency and where each step's time went, measured after warm-up.",
+        "speed-up, efficiency and where each step's time went, measured after warm-up. "
+        "While the verdict on the efficiency cannot tell, every count runs again with twice "
+        "the steps, up to 3 rounds (--rounds).",
     )
     scale.add_argument("config", help="the run's YAML config, e.g. demo/demo.yaml")
     scale.add_argument(
@@ -146,6 +148,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--steps", type=int, default=None, metavar="N",
         help="optimizer steps per count, the 5 warm-up steps included (default 40); more "
         "narrow the efficiency's 95%% interval, and a verdict needs it on one side of 80%%",
+    )
+    scale.add_argument(
+        "--rounds", type=int, default=None, metavar="N",
+        help="while the verdict cannot tell, run every count again with twice the steps, "
+        "up to N rounds in all (default and most 3: the steps, 2x, 4x); 1 runs each count "
+        "once",
     )
     scale.add_argument(
         "--mode", default="weak", metavar="weak|strong",

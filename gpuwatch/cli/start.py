@@ -152,7 +152,8 @@ def cmd_scale(args: argparse.Namespace) -> int:
         counts = (scaling.parse_counts(args.replicas) if args.replicas is not None
                   else scaling.default_counts(config, gpus))
         steps = scaling.DEFAULT_STEPS if args.steps is None else args.steps
-        plan = scaling.make_plan(config, counts, args.mode, steps, gpus)
+        rounds = scaling.MAX_ROUNDS if args.rounds is None else args.rounds
+        plan = scaling.make_plan(config, counts, args.mode, steps, gpus, rounds=rounds)
         scaling.plan_configs(config, plan, gpus)
     except ConfigError as exc:
         err(str(exc))

@@ -10,6 +10,11 @@ What it does is the word in $GPUWATCH_FAKE_TRAINER (the --config file is not rea
   stubborn  hello, then ignore SIGTERM and wait to be killed
   slow      3 s of start-up (SIGTERM kills it then, as during TensorFlow's import), then hang
   refuse    an error frame (kind "factory": bad input), exit 2 before any step
+  steps     hello, then the config's train.max_steps steps at its device count (its
+            strategy.replicas, or cluster.workers) and global batch, done (max_steps), exit 0.
+            Step times: $GPUWATCH_FAKE_STEP_MS ("1=10,2=12.5": ms at each count), each
+            spread by up to $GPUWATCH_FAKE_STEP_SPREAD (a fraction, default 0.2) over a
+            fixed sequence (step_times): the same at every count, nothing random
 
 While it hangs it reads its socket: a reconfigure frame is answered `reconfigured` (ok, then
 one more step) unless $GPUWATCH_FAKE_RECONFIGURE says "refuse" (ok false, a message),
@@ -18,7 +23,8 @@ Its pid never changes: a live change is the same process.
 
 With $GPUWATCH_FAKE_TRAINER_GATE set to a path, it waits for that path to exist before
 anything else (after launch-<attempt>.json): a test attaches its dashboard first, so a run
-that ends at once cannot end before it.
+that ends at once cannot end before it. $GPUWATCH_FAKE_TRAINER_FROM ("3=hang") switches the
+mode from that attempt on: a scaling probe's later attempts may hang until stopped.
 
 A cluster's workers may do different things: "hang,1=killed" is hang for every worker
 but worker 1, which is killed. Each run writes its arguments and TF_CONFIG to
@@ -48,10 +54,49 @@ from trainer_runtime.protocol import (
 )
 
 
-def step(attempt: int, number: int) -> Step:
+def step(attempt: int, number: int, examples: int = 64, step_time_ms: float = 10.0) -> Step:
     return Step(attempt=attempt, step=number, micro_step=number, epoch=0, loss=0.5, lr=0.01,
-                examples=64, position=64 * number, step_time_ms=10.0, input_wait_ms=1.0,
-                grad_sync_bytes=0)
+                examples=examples, position=examples * number, step_time_ms=step_time_ms,
+                input_wait_ms=1.0, grad_sync_bytes=0)
+
+
+GOLDEN = (5 ** 0.5 - 1) / 2
+
+
+def step_times(base_ms: float, spread: float, steps: int) -> list[float]:
+    """`steps` step times around base_ms, each within +-spread of it: the i-th at
+    base_ms x (1 + spread x (2 x frac(i x 0.618...) - 1)), spread evenly and the same
+    sequence at every count (so two counts' medians differ only by their bases)."""
+    return [base_ms * (1.0 + spread * (2.0 * ((i * GOLDEN) % 1.0) - 1.0))
+            for i in range(1, steps + 1)]
+
+
+def attempt_mode(spec: str, attempt: int, mode: str) -> str:
+    """$GPUWATCH_FAKE_TRAINER_FROM "3=hang": from attempt 3 on, hang."""
+    first, _, later = spec.partition("=")
+    return later if spec and attempt >= int(first) else mode
+
+
+def run_steps(sock: socket.socket, attempt: int, config_path: str, worker: int) -> None:
+    """The steps mode: the config's steps at its count and batch, timed as the env says."""
+    from gpuwatch.config import load_config
+
+    config = load_config(config_path).config
+    steps = config.train.max_steps or 1
+    cluster = config.cluster
+    count = cluster.count if cluster is not None else (config.strategy.replicas or 1)
+    batch = config.train.global_batch_size
+    by_count = dict(item.split("=") for item in os.environ["GPUWATCH_FAKE_STEP_MS"].split(","))
+    spread = float(os.environ.get("GPUWATCH_FAKE_STEP_SPREAD", "0.2"))
+    times = step_times(float(by_count[str(count)]), spread, steps)
+    frames = [Hello(attempt=attempt, pid=os.getpid(), tf_version="fake", replicas=count,
+                    device_kind="cpu", devices=[f"CPU:{i}" for i in range(count)],
+                    param_count=1, param_bytes=4, global_batch_size=batch,
+                    accumulation_steps=1, per_replica_batch=batch // count, start_step=0,
+                    start_micro_step=0, worker=worker)]
+    frames += [step(attempt, number, batch, ms) for number, ms in enumerate(times, 1)]
+    frames.append(Done(attempt=attempt, reason="max_steps", step=steps))
+    sock.sendall(b"".join(encode_event(frame) for frame in frames))
 
 
 def worker_mode(spec: str, worker: int) -> str:
@@ -119,6 +164,7 @@ def main() -> int:
     parser.add_argument("--chief-dir", default=None)
     args = parser.parse_args()
     mode = worker_mode(os.environ["GPUWATCH_FAKE_TRAINER"], args.worker)
+    mode = attempt_mode(os.environ.get("GPUWATCH_FAKE_TRAINER_FROM", ""), args.attempt, mode)
     with open(os.path.join(args.run_dir, f"launch-{args.attempt}.json"), "w") as fh:
         json.dump({"argv": sys.argv[1:], "tf_config": os.environ.get("TF_CONFIG"),
                    "pid": os.getpid()}, fh)
@@ -141,6 +187,9 @@ def main() -> int:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     print(f"fake trainer: attempt {args.attempt}, {mode}, fresh={args.fresh}", flush=True)
     attempt = args.attempt
+    if mode == "steps":
+        run_steps(sock, attempt, args.config, args.worker)
+        return 0
     sock.sendall(encode_event(Hello(
         attempt=attempt, pid=os.getpid(), tf_version="fake", replicas=2, device_kind="cpu",
         devices=["CPU:0", "CPU:1"], param_count=1, param_bytes=4, global_batch_size=64,

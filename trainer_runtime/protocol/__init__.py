@@ -170,6 +170,12 @@ supervisor -> dashboard, besides every trainer and agent event relayed:
               steps (int): optimizer steps of each attempt, warm-up included
               cores (int | None): CPU cores the supervisor's host lets its trainers
                 use (logical CPU replicas beyond them share cores)
+              rounds (int): rounds at most: while the verdict cannot tell, every count
+                runs again with twice the steps, a round each
+              round (int): the round this plan is (1, 2, ...); a later round's scale
+                event is recorded as it begins, its steps doubled
+              message (str | None): why a later round runs, one line: the verdict the
+                round before could not give
   status      The run's status changed (see STATUSES).
               attempt (int): the attempt it belongs to (1, 2, ...)
               status (str): one of STATUSES

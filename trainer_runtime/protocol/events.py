@@ -379,6 +379,21 @@ class Scale(Event):
         metadata=_note("CPU cores the supervisor's host lets its trainers use (logical CPU "
                        "replicas beyond them share cores)"),
     )
+    rounds: int = field(
+        default=1,
+        metadata=_note("rounds at most: while the verdict cannot tell, every count runs "
+                       "again with twice the steps, a round each"),
+    )
+    round: int = field(
+        default=1,
+        metadata=_note("the round this plan is (1, 2, ...); a later round's scale event is "
+                       "recorded as it begins, its steps doubled"),
+    )
+    message: str | None = field(
+        default=None,
+        metadata=_note("why a later round runs, one line: the verdict the round before "
+                       "could not give"),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
