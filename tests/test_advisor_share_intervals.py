@@ -17,6 +17,7 @@ from gpuwatch.runstate.steps import (
     MIN_SHARE_STEPS,
     SHARE_CONFIDENCE,
     ratio_interval,
+    recentred_intervals,
     share_intervals,
 )
 from trainer_runtime.protocol import Step
@@ -161,3 +162,9 @@ def test_the_note_names_the_grade_the_interval_does_not_reach() -> None:
     assert unsure_note("sync", 17.0, (16.0, 18.0)) == ""
     assert unsure_note("other", 6.0, (4.0, 8.0)) == (
         " (4-8%; moderately from 5%: not enough steps to tell)")
+
+
+def test_an_attempts_share_keeps_the_latest_steps_reach() -> None:
+    moved = recentred_intervals({"input": (18.0, 24.0), "sync": None, "other": (1.0, 3.0)},
+                                {"input": 30.0, "sync": 4.0, "other": 0.5})
+    assert moved == {"input": (27.0, 33.0), "sync": None, "other": (0.0, 1.5)}
