@@ -76,6 +76,7 @@ from gpuwatch.runstate import (
     share_of_link,
     step_figures,
 )
+from gpuwatch.runstate.steps import recentred_intervals
 from trainer_runtime.protocol import Breakdown, ProtocolError, Scale, decode, parse_event
 
 PROGRESS_EVERY_S = 3.0
@@ -129,7 +130,8 @@ def summary_figures(state: RunState) -> tuple[Figures, str]:
             tflops=tflops, mfu_pct=mfu, breakdown=current.input_breakdown,
             bus_bytes_per_s=current.bus_bytes_per_s, link=now.link,
             bus_pct_of_link=share_of_link(current.bus_bytes_per_s, now.link),
-            steps=current.measured_steps)
+            steps=current.measured_steps, share_intervals=_attempt_intervals(
+                now, current.input_wait_pct, current.input_breakdown))
         return figures, (f"its {current.measured_steps:,} steps after the first "
                          f"{WARMUP_STEPS} (warm-up)")
     # Too short to leave warm-up out: what it did measure, said so.
@@ -147,6 +149,21 @@ def summary_figures(state: RunState) -> tuple[Figures, str]:
     steps_word = "step" if len(points) == 1 else "steps"
     return figures, (f"all its {len(points)} {steps_word}, warm-up included "
                      "(too few to leave it out)")
+
+
+def _attempt_intervals(now: Figures, input_wait_pct: float | None,
+                       breakdown: Breakdown | None
+                       ) -> dict[str, tuple[float, float] | None] | None:
+    """The attempt's shares' intervals: its steps are not kept, only their sums, so each is
+    the latest steps' (``Figures.share_intervals``, over the current figures' steps) as
+    wide, held around the attempt's share (``recentred_intervals``)."""
+    if now.share_intervals is None:
+        return None
+    shares: dict[str, float | None] = {"input": input_wait_pct}
+    if breakdown is not None:
+        shares.update({part: breakdown.pct(part) for part in Breakdown.PARTS
+                       if part != "input"})
+    return recentred_intervals(now.share_intervals, shares)
 
 
 def summary_window(state: RunState) -> tuple[float | None, float | None, str]:

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from gpuwatch import peaks
 from gpuwatch.advisor import LEVELS, advise
 from gpuwatch.runstate import Figures, StepPoint, step_figures
+from gpuwatch.runstate.steps import MIN_SHARE_STEPS
 from trainer_runtime.protocol import Breakdown, Hello, Step
 
 # Each part's moderate grade, in % of the step, written out here as the docs state them:
@@ -25,7 +26,7 @@ ms = st.floats(min_value=0.0, max_value=500.0, allow_nan=False, allow_infinity=F
 
 
 def figures_of(input_ms: float, compute_ms: float, sync_ms: float, update_ms: float,
-               other_ms: float, steps: int = 3) -> Figures:
+               other_ms: float, steps: int = MIN_SHARE_STEPS) -> Figures:
     step_ms = input_ms + compute_ms + sync_ms + update_ms + other_ms
     return step_figures([
         StepPoint(Step(attempt=1, step=i, micro_step=i, epoch=0, loss=1.0, lr=1e-3,

@@ -16,7 +16,8 @@ wins:
    moderate grade (``PART_GRADES``, ``holding_part``). Input: TF Profiler's 5 % / 20 %
    (openxla/xprof ``op_stats_to_input_pipeline_analysis.cc``); all-reduce: its grades for
    collectives, 3 % / 15 %; update and host take the input's grades (the profiler grades
-   neither).
+   neither). A grade is given only where the share's interval over its steps is wholly
+   above it (``vouched_level``); across it the verdict says the interval instead.
 4. memory-bound: none of those, and a GPU's memory at least 90 % full: accumulation
    rather than a bigger batch.
 5. compute-bound: none of those; with what keeps utilisation low, where it is so (a small

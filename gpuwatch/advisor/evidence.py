@@ -52,6 +52,8 @@ class Evidence:
     named: bool = False
     input_worker: int | None = None
     waits_for: int | None = None
+    # The shares' intervals (Figures.share_intervals); None: no per-step values behind them.
+    share_intervals: Mapping[str, tuple[float, float] | None] | None = None
 
     @classmethod
     def of_run(cls, figures: Figures, settings: Mapping[str, Any],
@@ -63,7 +65,7 @@ class Evidence:
             workers=max(1, len(figures.workers), hello.workers if hello is not None else 1),
             bus_bytes_per_s=figures.bus_bytes_per_s, link=figures.link,
             bus_pct_of_link=figures.bus_pct_of_link, mfu_pct=figures.mfu_pct,
-            input_worker=figures.input_wait_worker,
+            input_worker=figures.input_wait_worker, share_intervals=figures.share_intervals,
         )
 
     def of_worker(self, summary: WorkerSummary, *, named: bool = False,
@@ -75,7 +77,7 @@ class Evidence:
             self, input_wait_pct=summary.input_wait_pct, breakdown=summary.breakdown,
             gpus=run_gpus(summary.sample), bus_bytes_per_s=self.bus_bytes_per_s if chief else None,
             link=None, bus_pct_of_link=None, mfu_pct=None, worker=summary.worker, named=named,
-            input_worker=None, waits_for=waits_for,
+            input_worker=None, waits_for=waits_for, share_intervals=None,
         )
 
     @property
@@ -93,6 +95,17 @@ class Evidence:
         if part == "input" and self.input_wait_pct is not None:
             return self.input_wait_pct
         return self.breakdown.pct(part) if self.breakdown is not None else None
+
+    def interval(self, part: str) -> tuple[float, float] | None:
+        """A part's share's interval (``Figures.share_intervals``): (share, share) where no
+        per-step values are behind it, so its grade is its figure's; None with too few
+        steps for one, or no share."""
+        share = self.share(part)
+        if share is None:
+            return None
+        if self.share_intervals is None or part not in self.share_intervals:
+            return share, share
+        return self.share_intervals[part]
 
     def setting(self, dotted: str) -> Any:
         return get_setting(self.settings, dotted)

@@ -6,7 +6,8 @@ shows (a level, a one-line verdict, up to MAX_RECOMMENDATIONS things to try, a c
 ``WorkerVerdict``s). The grades: input wait's (``input_bound_level``) and those of the
 other parts of a step (``PART_GRADES``, ``part_level``, ``holding_part``). And the rule
 for a verdict that rests on a noisy figure: its interval must lie on one side of the line
-(``interval_side``).
+(``interval_side``); a share's grade is the one its interval vouches for
+(``vouched_level``, ``unsure_note``).
 """
 
 from __future__ import annotations
@@ -165,3 +166,34 @@ def holding_part(shares: Mapping[str, float | None]) -> tuple[str, float] | None
               if (pct := shares.get(part)) is not None
               and part_level(part, pct) in ("high", "moderate")]
     return max(graded, key=lambda pair: pair[1]) if graded else None
+
+
+GRADE_WORDS = {"high": "highly", "moderate": "moderately"}
+
+
+def vouched_level(part: str, interval: tuple[float, float] | None) -> str:
+    """The grade a part's share can vouch for (``interval_side``): 'high' when its interval
+    is wholly at or above the part's high grade, 'moderate' when wholly at or above its
+    moderate one, else 'none' (below it, across it, or no interval: too few steps). A share
+    with no per-step values behind it has the interval (share, share): its own grade."""
+    high, moderate = PART_GRADES[part]
+    if interval_side(interval, high) == "above":
+        return "high"
+    if interval_side(interval, moderate) == "above":
+        return "moderate"
+    return "none"
+
+
+def unsure_note(part: str, share: float, interval: tuple[float, float] | None) -> str:
+    """What the interval could not tell, for a verdict's detail: '' when the share's own
+    grade (``part_level``) is the one its interval vouches for; else the interval and the
+    grade it does not reach, ' (15-23%; highly from 20%: not enough steps to tell)'."""
+    graded = part_level(part, share)
+    if graded not in GRADE_WORDS or graded == vouched_level(part, interval):
+        return ""
+    high, moderate = PART_GRADES[part]
+    line = high if graded == "high" else moderate
+    told = f"{GRADE_WORDS[graded]} from {line:g}%: not enough steps to tell"
+    if interval is None:
+        return f" (too few steps for an interval; {told})"
+    return f" ({interval[0]:.0f}-{interval[1]:.0f}%; {told})"

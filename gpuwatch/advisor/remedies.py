@@ -41,15 +41,20 @@ def part_remedies(ev: Evidence, part: str, share: float) -> tuple[str, list[Reme
     return f"{share:.0f}% of {ev.step} outside its measured parts (host work, dispatch)", remedies
 
 
-def input_finding(ev: Evidence, level: str) -> Finding:
+def input_finding(ev: Evidence, level: str, unsure: str = "") -> Finding:
     """'highly input-bound: 38.0% of step time waiting for input' (in a cluster '... on
-    worker 1: 38.0% of its step time ...')."""
+    worker 1: 38.0% of its step time ...'). `unsure`: what the share's interval could not
+    tell (``unsure_note``), after the figure; with level "none" the input still holds the
+    step back by its figure, ungraded: 'input-bound: 6.0% of ... (3-9%; moderately ...)'."""
     pct = ev.input_wait_pct if ev.input_wait_pct is not None else ev.share("input") or 0.0
     whose = ev.input_worker if ev.worker is None else ev.worker
     named = whose is not None and (ev.worker is None or ev.named)
-    label = VERDICTS[level] + (f" on worker {whose}" if named else "")
-    detail = f"{pct:.1f}% of {'its ' if whose is not None else ''}step time waiting for input"
-    remedies = tuple(input_remedies(ev)) if level in ("high", "moderate") else ()
+    words = "input-bound" if level == "none" and unsure else VERDICTS[level]
+    label = words + (f" on worker {whose}" if named else "")
+    detail = (f"{pct:.1f}% of {'its ' if whose is not None else ''}step time waiting for "
+              f"input{unsure}")
+    holds = level in ("high", "moderate") or bool(unsure)
+    remedies = tuple(input_remedies(ev)) if holds else ()
     return Finding("input", level, pct, label, detail, remedies)
 
 

@@ -14,6 +14,7 @@ from gpuwatch import peaks
 from gpuwatch.advisor.evidence import JIT_KEY, PRECISION_KEY, Evidence
 from gpuwatch.advisor.findings import (
     BOTTLENECKS,
+    GRADE_WORDS,
     PART_GRADES,
     Finding,
     Remedy,
@@ -21,6 +22,8 @@ from gpuwatch.advisor.findings import (
     holding_part,
     input_bound_level,
     part_level,
+    unsure_note,
+    vouched_level,
 )
 from gpuwatch.advisor.remedies import (
     faster_precision,
@@ -90,19 +93,23 @@ def step_bottleneck(ev: Evidence) -> Finding | None:
     if held is None:
         return None
     part, share = held
-    level = part_level(part, share)
+    # Its grade is the one its share's interval vouches for (two parts' intervals may
+    # overlap: the larger figure still names it, but "highly" is its own interval's word).
+    interval = ev.interval(part)
+    level = vouched_level(part, interval)
+    unsure = unsure_note(part, share, interval)
     runners_up = sorted(((p, float(pct)) for p, pct in shares.items()
                          if p != part and pct is not None and part_level(p, pct) == "high"),
                         key=lambda pair: pair[1], reverse=True)
     others = [first for p, pct in runners_up if (first := part_remedies(ev, p, pct)[1][:1])]
     if part == "input":
-        finding = input_finding(ev, level)
+        finding = input_finding(ev, level, unsure)
         remedies = list(finding.remedies)
     else:
-        grade = "highly" if level == "high" else "moderately"
-        label = f"{grade} {BOTTLENECKS[part]}-bound{ev.named_as}"
+        grade = f"{GRADE_WORDS[level]} " if level in GRADE_WORDS else ""
+        label = f"{grade}{BOTTLENECKS[part]}-bound{ev.named_as}"
         detail, remedies = part_remedies(ev, part, share)
-        finding = Finding(BOTTLENECKS[part], level, share, label, detail, ())
+        finding = Finding(BOTTLENECKS[part], level, share, label, detail + unsure, ())
     if part == "input" and not others:
         return finding  # as the input rule has always said it
     merged = remedies[:1] + [r[0] for r in others if r[0] not in remedies] + remedies[1:]

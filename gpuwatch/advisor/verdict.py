@@ -18,6 +18,8 @@ from gpuwatch.advisor.findings import (
     Advice,
     Remedy,
     input_bound_level,
+    unsure_note,
+    vouched_level,
 )
 from gpuwatch.advisor.remedies import input_finding, input_remedies
 from gpuwatch.advisor.rules import verdict_of, worker_verdicts
@@ -99,12 +101,17 @@ def _input_only(run: Evidence, figures: Figures, straggler: Straggler | None) ->
     script's loop). Steps measured without an input wait make no input verdict."""
     pct = figures.input_wait_pct
     level = input_bound_level(pct)
-    verdict = VERDICTS[level] if pct is None else input_finding(run, level).verdict
+    unsure = ""
+    if pct is not None:  # its grade is the one its interval vouches for
+        interval = run.interval("input")
+        level, unsure = vouched_level("input", interval), unsure_note("input", pct, interval)
+    verdict = VERDICTS[level] if pct is None else input_finding(run, level, unsure).verdict
     if pct is None and (figures.examples_per_s is not None or figures.step_time_ms is not None):
         verdict = WAIT_NOT_MEASURED
     recs: list[str] = [straggler_text(straggler)] if straggler is not None else []
     util = mean_util(run.gpus)
-    remedies = tuple(input_remedies(run)) if level in ("high", "moderate") else ()
+    holds = level in ("high", "moderate") or bool(unsure)  # unsure: by its figure
+    remedies = tuple(input_remedies(run)) if holds else ()
     if run.command:
         remedies = _for_command(remedies)
     recs += [remedy.text for remedy in remedies]
@@ -112,10 +119,10 @@ def _input_only(run: Evidence, figures: Figures, straggler: Straggler | None) ->
         full = run.fullest_gpu
         if full is not None:
             recs.append(f"GPU {full[0]} memory {full[1]:.0f}% full")
-        bottleneck = "input" if level in ("high", "moderate") else level
+        bottleneck = "input" if holds else level
         return Advice(level, verdict, pct, recs[:MAX_RECOMMENDATIONS], bottleneck=bottleneck,
                       share_pct=pct, remedies=remedies)
-    if level == "none":
+    if level == "none" and not unsure:
         if util is not None and util < LOW_GPU_UTIL_PCT:
             recs.append(f"GPUs only {util:.0f}% busy, not waiting on input: "
                         "a larger batch (b) adds work")
@@ -134,7 +141,7 @@ def _input_only(run: Evidence, figures: Figures, straggler: Straggler | None) ->
     if full is not None:
         recs.append(f"GPU {full[0]} memory {full[1]:.0f}% full: a larger batch (b) may not fit")
     most = MAX_RECOMMENDATIONS if straggler is None else min(2, MAX_RECOMMENDATIONS)
-    bottleneck = "input" if level in ("high", "moderate") else level
+    bottleneck = "input" if holds else level
     return Advice(level, verdict, pct, recs[:most], bottleneck=bottleneck, share_pct=pct,
                   remedies=remedies)
 

@@ -9,7 +9,7 @@ same value. And every figure says the window it was taken over, in the words her
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from gpuwatch import peaks
@@ -18,6 +18,7 @@ from gpuwatch.runstate.steps import (
     bus_bandwidth,
     median_value,
     pace_setter,
+    share_intervals,
     steps_input_wait_pct,
 )
 from gpuwatch.runstate.workers import WorkerSummary
@@ -67,6 +68,10 @@ class Figures:
     link: peaks.LinkPeak | None = None
     bus_pct_of_link: float | None = None
     steps: int = 0  # the chief's steps they are over (RunState.figures: CURRENT_STEPS at most)
+    # Each share's SHARE_CONFIDENCE interval over the same steps (steps.share_intervals:
+    # a part left out is graded on its figure alone, None is too few steps); None: not
+    # taken from steps (an attempt's sums, a worker's summaries).
+    share_intervals: Mapping[str, tuple[float, float] | None] | None = None
 
 
 def step_figures(
@@ -81,10 +86,12 @@ def step_figures(
     wait, whose = steps_input_wait_pct(points), None
     parts = [(p, p.event.breakdown) for p in points]
     timed = sum_breakdowns(b for _, b in parts)
+    intervals = share_intervals(points)
     if workers:
         pace = pace_setter({w.worker: w.input_wait_pct for w in workers if w.measured})
         if pace is not None:
             whose, wait = pace
+            intervals.pop("input", None)  # that worker's steps are not these
     return Figures(
         examples_per_s=median_value(
             [r for p in points if (r := p.examples_per_s) is not None]
@@ -101,4 +108,5 @@ def step_figures(
             sum(p.grad_sync_bytes for p, b in parts if b is not None), timed
         ),
         steps=len(points),
+        share_intervals=intervals,
     )
