@@ -69,6 +69,7 @@ from gpuwatch.runstate import (
     ATTEMPT_WINDOW,
     CURRENT_STEPS,
     WARMUP_STEPS,
+    AttemptSummary,
     Figures,
     RunState,
     printable,
@@ -76,7 +77,6 @@ from gpuwatch.runstate import (
     share_of_link,
     step_figures,
 )
-from gpuwatch.runstate.steps import recentred_intervals
 from trainer_runtime.protocol import Breakdown, ProtocolError, Scale, decode, parse_event
 
 PROGRESS_EVERY_S = 3.0
@@ -130,8 +130,7 @@ def summary_figures(state: RunState) -> tuple[Figures, str]:
             tflops=tflops, mfu_pct=mfu, breakdown=current.input_breakdown,
             bus_bytes_per_s=current.bus_bytes_per_s, link=now.link,
             bus_pct_of_link=share_of_link(current.bus_bytes_per_s, now.link),
-            steps=current.measured_steps, share_intervals=_attempt_intervals(
-                now, current.input_wait_pct, current.input_breakdown))
+            steps=current.measured_steps, share_intervals=_attempt_intervals(current))
         return figures, (f"its {current.measured_steps:,} steps after the first "
                          f"{WARMUP_STEPS} (warm-up)")
     # Too short to leave warm-up out: what it did measure, said so.
@@ -139,11 +138,9 @@ def summary_figures(state: RunState) -> tuple[Figures, str]:
               and p.event.worker == 0 and p.event.step_time_ms > 0]
     if not points:
         return Figures(workers=now.workers, link=now.link), "no step with a time"
-    rates = sorted(r for p in points if (r := p.event.examples_per_s) is not None)
-    rate = rates[len(rates) // 2] if rates else None
-    _, tflops, mfu = state.flops_figures(rate)
-    steps = step_figures(points)
-    figures = replace(steps, examples_per_s=rate, workers=now.workers, tflops=tflops,
+    steps = step_figures(points)  # the median the dashboard shows over the same steps
+    _, tflops, mfu = state.flops_figures(steps.examples_per_s)
+    figures = replace(steps, workers=now.workers, tflops=tflops,
                       mfu_pct=mfu, link=now.link,
                       bus_pct_of_link=share_of_link(steps.bus_bytes_per_s, now.link))
     steps_word = "step" if len(points) == 1 else "steps"
@@ -151,19 +148,14 @@ def summary_figures(state: RunState) -> tuple[Figures, str]:
                      "(too few to leave it out)")
 
 
-def _attempt_intervals(now: Figures, input_wait_pct: float | None,
-                       breakdown: Breakdown | None
-                       ) -> dict[str, tuple[float, float] | None] | None:
-    """The attempt's shares' intervals: its steps are not kept, only their sums, so each is
-    the latest steps' (``Figures.share_intervals``, over the current figures' steps) as
-    wide, held around the attempt's share (``recentred_intervals``)."""
-    if now.share_intervals is None:
-        return None
-    shares: dict[str, float | None] = {"input": input_wait_pct}
-    if breakdown is not None:
-        shares.update({part: breakdown.pct(part) for part in Breakdown.PARTS
-                       if part != "input"})
-    return recentred_intervals(now.share_intervals, shares)
+def _attempt_intervals(summary: AttemptSummary) -> dict[str, tuple[float, float] | None] | None:
+    """The attempt's shares' intervals over all its measured steps (its ``share_sums``). A
+    cluster's input wait is the worker's that waits most, whose steps are another's: no
+    interval of the chief's stands for it, and that share is graded on its figure."""
+    intervals = {part: sums.interval() for part, sums in summary.share_sums.items()}
+    if summary.input_wait_worker is not None:
+        intervals.pop("input", None)
+    return intervals or None
 
 
 def summary_window(state: RunState) -> tuple[float | None, float | None, str]:

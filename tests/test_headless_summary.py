@@ -7,6 +7,7 @@ which start TensorFlow for other checks anyway."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 import pytest
@@ -27,13 +28,14 @@ def test_a_short_run_reports_what_it_measured_and_says_over_what(home: Path) -> 
     said = lines[lines.index(summary) - 1]
     assert said == ("gpuwatch: attempt 1's figures over all its 4 steps, warm-up included "
                     "(too few to leave it out); a progress line's are its last 20 steps")
-    # The figure is the steps' own: their median examples/s, as the trainer reported them.
+    # The figure is the steps' own: their median examples/s (of an even count, the mean of
+    # the middle two, as the dashboard's over the same steps), as the trainer reported them.
     (info,) = runs.list_runs(home)
     rates = sorted(json.loads(line)["examples"] / json.loads(line)["step_time_ms"] * 1000
                    for line in (info.run_dir / "events.jsonl").read_text().splitlines()
                    if '"type":"step"' in line)
     shown = float(summary.split("examples_per_s=")[1].split()[0])
-    assert shown == pytest.approx(rates[len(rates) // 2], rel=1e-3)
+    assert shown == pytest.approx(statistics.median(rates), rel=1e-3)
 
 
 def test_with_telemetry_off_the_run_still_tells_its_step_and_the_verdict_says_why_no_figures(

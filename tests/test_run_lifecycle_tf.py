@@ -63,9 +63,13 @@ def gone_after_end(run_dir: Path, ended_at: float | None = None) -> None:
 
 
 def newest_on_disk(run_dir: Path) -> int:
-    """The step of the newest checkpoint in the run's folder (ckpt-<step>.index)."""
-    index = (run_dir / "checkpoints").glob("ckpt-*.index")
-    return max(int(p.name.split("-")[1].split(".")[0]) for p in index)
+    """The step of the checkpoint a resume takes: the one the checkpoints' state file names
+    (`model_checkpoint_path`, what TensorFlow's latest_checkpoint reads). A kill between a
+    save's files and that file leaves a newer ckpt-<step>.index that no resume reads
+    (x2 at ae7bf0d: ckpt-50.index on disk, the state file still at ckpt-25)."""
+    state = (run_dir / "checkpoints" / "checkpoint").read_text()
+    line = next(line for line in state.splitlines() if line.startswith("model_checkpoint_path"))
+    return int(line.split('"')[1].rsplit("-", 1)[1])
 
 
 def assert_resumed(run_dir: Path, attempt: int, from_step: int) -> None:
@@ -202,8 +206,8 @@ def test_a_sigkilled_trainer_crashes_the_run_and_a_resume_counts_the_lost_steps(
     # The killed trainer could not remove its temporary directory; its supervisor did.
     assert list(private_tmp.iterdir()) == []
     last_step = max(e["step"] for e in of(run_dir, "step", 1))
-    # The kill may land between a checkpoint's save and its event: the newest on disk is
-    # the one a resume takes, and it is never older than the newest recorded.
+    # The kill may land between a checkpoint's save and its event: the one the state file
+    # names is the one a resume takes, and it is never older than the newest recorded.
     last_checkpoint = newest_on_disk(run_dir)
     assert last_checkpoint >= max(e["step"] for e in of(run_dir, "checkpoint", 1))
 

@@ -52,13 +52,27 @@ def test_anything_else_is_one_line_naming_the_variable_and_the_defaults_stay(
     assert problem.startswith(f"{Timings.variable(name)}={text!r}: not a positive ")
 
 
+STARTS = {"train": ["train", str(TINY), "--detach"],
+          "run": ["run", "--detach", "--", sys.executable, "-V"],
+          "scale": ["scale", str(TINY), "--replicas", "1,2", "--detach"]}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_a_run_does_not_start_with_a_bad_timing(name: str, home: Path):
     env = {**os.environ, Timings.variable(name): "soon"}
-    done = subprocess.run([sys.executable, "-m", "gpuwatch", "train", str(TINY), "--detach"],
+    command = STARTS[("train", "run", "scale")[NAMES.index(name) % 3]]
+    done = subprocess.run([sys.executable, "-m", "gpuwatch", *command],
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert done.returncode == 2, done.stderr
     assert done.stdout == ""
     assert done.stderr == (f"gpuwatch: {Timings.variable(name)}='soon': not a positive "
                            f"{'whole number' if name in WHOLE else 'number of seconds'}\n")
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_a_resume_does_not_start_with_a_bad_timing(home: Path):
+    env = {**os.environ, "GPUWATCH_LINGER_S": "0"}
+    done = subprocess.run([sys.executable, "-m", "gpuwatch", "resume", "nosuchrun"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
+    assert (done.returncode, done.stderr) == (
+        2, "gpuwatch: GPUWATCH_LINGER_S='0': not a positive number of seconds\n")

@@ -76,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     if sys.stdout is None:
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the lines nobody reads
     problem = home_problem() if args.command != "doctor" else None
+    if problem is None and args.command in STARTS:
+        from gpuwatch.supervisor.timings import PROBLEM  # a run's supervisor would refuse it
+
+        problem = PROBLEM
     if problem:
         err(problem)
         return EXIT_USAGE
@@ -93,6 +97,11 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as exc:
         err(os_error_line(exc))
         return EXIT_FAILED
+
+
+# The commands that start a supervisor: each refuses a bad GPUWATCH_* timing before it
+# makes anything (starting.check_startable says it for a resume from the dashboard).
+STARTS = ("train", "run", "scale", "resume")
 
 
 def _writes_to_stdout(args: argparse.Namespace) -> bool:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuwatch.runstate.settings import ACCUMULATION_KEY, BATCH_KEY, PREFETCH_KEY, get_setting
-from gpuwatch.runstate.steps import WARMUP_STEPS, bus_bandwidth, pace_setter
+from gpuwatch.runstate.steps import WARMUP_STEPS, RatioSums, bus_bandwidth, pace_setter
 from gpuwatch.sketch import MedianSketch
 from trainer_runtime.changes import dotted_settings
 from trainer_runtime.protocol import Breakdown, Hello, Resume, input_wait_pct, per_second
@@ -63,6 +63,10 @@ class AttemptSummary:
     # The measured steps' breakdown together (None: none timed apart), and the all-reduce
     # bytes of those steps, for the bus bandwidth.
     breakdown: Breakdown | None = None
+    # Each share's sums over the chief's measured steps, for its interval over all of them
+    # (RatioSums): "input" over the steps whose wait was measured, the breakdown's parts
+    # over the steps timed apart.
+    share_sums: dict[str, RatioSums] = field(default_factory=dict)
     sum_timed_sync_bytes: float = 0.0
     # examples/s of every measured step, for the median: bounded (exact for a short attempt)
     rates: MedianSketch = field(default_factory=MedianSketch)

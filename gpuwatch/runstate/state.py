@@ -26,7 +26,7 @@ from gpuwatch.runstate.command import (
 )
 from gpuwatch.runstate.figures import Figures, step_figures
 from gpuwatch.runstate.settings import command_argv, get_setting
-from gpuwatch.runstate.steps import WARMUP_STEPS, StepPoint, share_of_link
+from gpuwatch.runstate.steps import WARMUP_STEPS, RatioSums, StepPoint, share_of_link
 from gpuwatch.runstate.workers import WorkerFigures, WorkerStep, WorkerSummary, summarize_workers
 from gpuwatch.series import DeviceHistory, RunHistory
 from trainer_runtime.protocol import (
@@ -34,6 +34,7 @@ from trainer_runtime.protocol import (
     SNAPSHOT,
     TERMINAL_STATUSES,
     Attempt,
+    Breakdown,
     Checkpoint,
     Done,
     Envelope,
@@ -72,6 +73,10 @@ AREAS = (
     "gpu_history", "plots", "scaling",
 )
 
+
+# The breakdown's parts whose shares an attempt keeps sums of besides the input wait (kept
+# from the steps' own input wait and time).
+SHARE_PARTS = tuple(part for part in Breakdown.PARTS if part != "input")
 
 # What a step changes, always (the attempts table too once it is measured).
 _STEP_AREAS = ("metrics", "history", "plots")
@@ -496,13 +501,17 @@ class RunState:
         if summary.steps_seen > WARMUP_STEPS and step_time_ms > 0:
             summary.measured_steps += 1
             summary.sum_step_time_ms += step_time_ms
+            sums = summary.share_sums
             if event.input_wait_ms is not None:
                 summary.sum_input_wait_ms += event.input_wait_ms
                 summary.sum_waited_ms += step_time_ms
+                sums.setdefault("input", RatioSums()).add(event.input_wait_ms, step_time_ms)
             summary.sum_grad_sync_bytes += event.grad_sync_bytes
             if timed is not None:
                 summary.breakdown = (timed if summary.breakdown is None
                                      else summary.breakdown + timed)
+                for part in SHARE_PARTS:
+                    sums.setdefault(part, RatioSums()).add(timed.ms(part), timed.total_ms)
                 summary.sum_timed_sync_bytes += event.grad_sync_bytes
             rate = event.examples_per_s
             if rate is not None:

@@ -168,10 +168,10 @@ class KeysScreen(ModalScreen[None]):
         # Where the list is, in words: a scrollbar's thumb is drawn with block glyphs
         # that read as bits of a sparkline on a screen without colour.
         self.watch(scroll, "scroll_y", self._say_where, init=False)
-        self.watch(scroll, "max_scroll_y", self._say_where, init=False)
+        self.watch(scroll, "virtual_size", self._say_where, init=False)
         self.call_after_refresh(self._say_where)
 
-    def _say_where(self, _value: float | None = None) -> None:
+    def _say_where(self, _value: object = None) -> None:
         scroll = self.query_one("#keys-scroll", VerticalScroll)
         above = round(scroll.scroll_y)
         below = max(0, round(scroll.max_scroll_y) - above)
