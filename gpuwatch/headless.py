@@ -410,7 +410,7 @@ def scale_ended(
         for remedy in verdict.recommendations:
             print(f"  - {remedy}", file=out)
     code = _exit_code(info, state, stopping, err)
-    failed = scaling.probe_failed(rows)
+    failed = scaling.probe_failed(rows, state)
     if failed is not None:
         print(f"gpuwatch: the probe did not measure {failed.count} {plan.unit}: "
               f"{failed.state}{f' ({state.status_message})' if state.status_message else ''}",

@@ -440,9 +440,23 @@ def _rate_interval(summary: AttemptSummary | None, row_state: str
     return summary.rates.median_interval(MEDIAN_CONFIDENCE)
 
 
-def probe_failed(rows: Sequence[ScalingRow]) -> ScalingRow | None:
-    """The first count that did not measure (crashed, stopped, never ran), or None."""
-    return next((row for row in rows if row.failed or row.examples_per_s is None), None)
+def probe_failed(rows: Sequence[ScalingRow], state: RunState | None = None
+                 ) -> ScalingRow | None:
+    """The first count that did not measure (crashed, stopped, never ran), or None. With
+    the state, also a count whose row shows an earlier round's figures (``_attempt_at``)
+    while its latest attempt ended without measuring: a round cut short is said, not hidden
+    behind the round before's row."""
+    failed = next((row for row in rows if row.failed or row.examples_per_s is None), None)
+    if failed is not None or state is None:
+        return failed
+    for row in rows:
+        latest = [summary for summary in state.attempts.values()
+                  if summary.reason == REASON and count_of(summary.settings) == row.count]
+        if latest and latest[-1].attempt != row.attempt:
+            ended = _row_state(state, latest[-1])
+            if ended not in ("running", "measured"):
+                return ScalingRow(row.count, attempt=latest[-1].attempt, state=ended)
+    return None
 
 
 # ---- the table in words (headless, export and the dashboard's cells) -------------------

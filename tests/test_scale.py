@@ -501,3 +501,13 @@ def test_a_stop_in_round_2_ends_the_run_stopped_with_no_further_attempt(
         gpuwatch("export", run_id, "--what", "scaling", check=True).stdout)))
     assert [(r["count"], r["attempt"], r["state"]) for r in rows] == [
         ("1", "1", "measured"), ("2", "2", "measured")]
+    # ... and says round 2 was cut short: its first count's attempt stopped.
+    from gpuwatch import scaling
+    from gpuwatch.headless import recorded_state
+
+    state = recorded_state(run_dir)
+    rows_now = scaling.scaling_rows(state)
+    assert scaling.probe_failed(rows_now) is None  # the rows alone: round 1, measured
+    failed = scaling.probe_failed(rows_now, state)
+    assert failed is not None and (failed.count, failed.attempt, failed.state) == (
+        1, 3, "stopped")

@@ -26,7 +26,13 @@ from gpuwatch.runstate.command import (
 )
 from gpuwatch.runstate.figures import Figures, step_figures
 from gpuwatch.runstate.settings import command_argv, get_setting
-from gpuwatch.runstate.steps import WARMUP_STEPS, RatioSums, StepPoint, share_of_link
+from gpuwatch.runstate.steps import (
+    WARMUP_STEPS,
+    RatioSums,
+    StepPoint,
+    median_value,
+    share_of_link,
+)
 from gpuwatch.runstate.workers import WorkerFigures, WorkerStep, WorkerSummary, summarize_workers
 from gpuwatch.series import DeviceHistory, RunHistory
 from trainer_runtime.protocol import (
@@ -295,7 +301,9 @@ class RunState:
         point = self.last_step
         if self.status != "running" or point is None or point.t is None:
             return None
-        step_ms = step_figures(self.recent_steps()).step_time_ms or point.event.step_time_ms
+        # The headline's step time (step_figures'), without its other figures: every tick.
+        step_ms = (median_value([p.step_time_ms for p in self.recent_steps()])
+                   or point.event.step_time_ms)
         waited = now - point.t
         if waited < max(STALE_MIN_S, STALE_STEP_TIMES * step_ms / 1000.0):
             return None
