@@ -45,7 +45,7 @@ pytest_plugins = ["tests.support.alone", "tests.support.no_retries"]
 ROOT = Path(__file__).resolve().parents[1]
 # No spare trainer (gpuwatch/supervisor/spare.py) unless a test asks: each would import
 # TensorFlow once more per real run, doubling the suite's CPU on a 2-core CI box.
-# tests/test_spare.py and the tmux demo test turn it on.
+# tests/integration/test_spare.py and the tmux demo test turn it on.
 os.environ.setdefault("GPUWATCH_SPARE_TRAINER", "0")
 # Python's own default, as users run it: compiled modules are written to __pycache__ and
 # read back. A box that sets PYTHONDONTWRITEBYTECODE (this development box does) made

@@ -421,7 +421,7 @@ def test_a_clusters_attempts_export_the_input_wait_the_table_shows(
     """In a cluster the input wait is the worker's that waits most (the chief's is far
     less), with its worker: the figure the attempts table shows, from the same fold."""
     from gpuwatch.runstate import RunState
-    from tests.test_runstate_workers import measured_wait_pct, relaunch_helps_the_straggler
+    from tests.runstate.test_runstate_workers import measured_wait_pct, relaunch_helps_the_straggler
 
     frames = relaunch_helps_the_straggler().frames
     path = tmp_path / "events.jsonl"

@@ -4,7 +4,7 @@ verdict (advisor.poor_scaling) on them: on recorded noisy series (built here wit
 seeds from distributions whose true efficiency is known), a verdict only when the
 efficiency's interval is on one side of the line, else "not enough steps to tell".
 
-The real probe (a supervisor, real trainers) is tests/test_scale.py.
+The real probe (a supervisor, real trainers) is tests/integration/test_scale.py.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from gpuwatch.config_words import Loc, key_text
 
 # Bounds on what a config may hold. A real config is a few KiB with a few hundred values;
 # these leave room for large kwargs while keeping the worst input (measured in
-# tests/test_config_bounds.py) well inside 1 s and 100 MB on a small machine. PyYAML's
+# tests/config/test_config_bounds.py) well inside 1 s and 100 MB on a small machine. PyYAML's
 # pure-Python parser costs about 1 us a byte and 20-40 us a value, so the byte and value
 # limits are what bound the time; the depth limit bounds every recursive walk.
 MAX_CONFIG_BYTES = 128 * 1024  # the file, and the config as dump_config writes it

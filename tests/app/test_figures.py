@@ -21,7 +21,7 @@ from gpuwatch.app.widgets.history import HistoryPanel
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.workers import WorkersPanel
 from gpuwatch.runstate import CURRENT_STEPS, WARMUP_STEPS
-from tests.test_runstate_workers import measured_wait_pct, relaunch_helps_the_straggler
+from tests.runstate.test_runstate_workers import measured_wait_pct, relaunch_helps_the_straggler
 
 from .conftest import SIZE, Waiter, frozen_clock_for, load_events, make_app, settle
 from .test_painters import later_steps

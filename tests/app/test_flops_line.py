@@ -15,7 +15,7 @@ from gpuwatch.runstate.state import CURRENT_STEPS
 
 from .conftest import SIZE, frozen_clock_for, load_events, settle
 
-FLOPS = 9_564_160.0  # the demo MLP's hand count (tests/trainer/test_flops.py)
+FLOPS = 9_564_160.0  # the demo MLP's hand count (tests/integration/trainer/test_flops.py)
 
 
 def _with_flops(name: str) -> list[dict[str, Any]]:

@@ -2,7 +2,8 @@
 
 The run directories are recorded fixtures written through the real EventLog and
 StateKeeper (tests/support/recorded.py). `r` there resumes the run: resume_run is
-replaced here (no supervisor, no TensorFlow); tests/test_resume_attach.py runs it for real.
+replaced here (no supervisor, no TensorFlow); tests/integration/test_resume_attach.py
+runs it for real.
 """
 
 from __future__ import annotations

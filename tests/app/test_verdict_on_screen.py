@@ -6,7 +6,7 @@ from __future__ import annotations
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.advice import AdvicePanel
-from tests.test_advisor_verdicts import GB, run_events
+from tests.advisor.test_advisor_verdicts import GB, run_events
 
 from .conftest import SIZE, frozen_clock_for, settle
 

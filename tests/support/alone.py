@@ -626,7 +626,7 @@ def _keeps_alone(item: pytest.Item, nextitem: pytest.Item | None) -> bool:
     """Whether the worker keeps the lock alone from this `alone` test's body to the next
     test's: the next is `alone` too, in the same module. Its set-up then runs inside the
     hold, which costs less than a drain when, as in one module, the set-ups are light
-    (tests/trainer/test_script_hook.py preloads its scripts at the first one); the next
+    (tests/integration/trainer/test_script_hook.py preloads its scripts at the first one); the next
     module's `alone` test may start with anything (a million-event run written in its
     set-up, 26 s), so it waits its turn like any other."""
     return (nextitem is not None and _is_alone(nextitem)

@@ -5,7 +5,7 @@ Test-only: it lives with the tests, outside the installed package.
 It has the real module's function names, constants and error classes
 (``NVMLError`` with ``.value``, one ``NVMLError_<Name>`` subclass per
 ``NVML_ERROR_*`` code, and ``NVMLError(code)`` returning the subclass), so the
-sampler cannot tell it from the real thing. tests/test_sampling_gpu.py checks
+sampler cannot tell it from the real thing. tests/sampling/test_sampling_gpu.py checks
 those names and values against the installed pynvml so the fake cannot drift.
 
 Each GPU is a mutable ``FakeGpu``: a test changes its readings, advances the
