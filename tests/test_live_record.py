@@ -57,6 +57,13 @@ class StandInAgent:
     live_capable = True
     replicas = None
     bad_frames = 0
+    spare_pid = None
+
+    def want_spare(self, wanted: bool) -> None:
+        pass
+
+    def release_spare(self) -> None:
+        pass
 
     def __init__(self, index: int, core: Supervisor, trainer: Trainer) -> None:
         self.index = index

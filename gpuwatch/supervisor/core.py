@@ -192,7 +192,7 @@ class Supervisor:
             "trainer_pid": self.agents[0].pid,
             "workers": len(self.agents),
             "worker_pids": self.workers.pids,
-            "spare_pids": [pid for a in self.agents if (pid := getattr(a, "spare_pid", None))],
+            "spare_pids": [pid for a in self.agents if (pid := a.spare_pid)],
             "supervisor_pid": os.getpid(),
             "bad_frames": self.bad_frames,
             "dropped_clients": self.hub.dropped_clients,
