@@ -10,7 +10,10 @@ only the cells that changed (``StatePanel.set_text``). Keys change *pending* set
 (``e`` opens a screen to type them); nothing restarts until ``r`` sends ``relaunch``.
 On a run that has ended ``r`` works with nothing pending too: it goes on as it was, the
 next attempt from the last checkpoint (a relaunch by its supervisor, or, shown from its
-record with no supervisor, a resume: RecordLink).
+record with no supervisor, a resume: RecordLink). A live change sent with `r` shows as
+in flight (the pending bar's "applying ...": ``Applying``) until the record settles it:
+its attempt begins, a trainer refuses it, or the command's err; a supervisor's ``pending``
+answer (the trainer has not answered within its wait) leaves it in flight until then.
 
 The app's return value says what happened to the run:
   "detach"   the dashboard closed, the run was left as it was;
@@ -25,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,10 +43,10 @@ from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
 from gpuwatch.app import keys
-from gpuwatch.app.commands import CommandsMixin
 from gpuwatch.app.link import RECORD, RunLink
 from gpuwatch.app.painters import HISTORY_INTERVAL_S, RENDER_INTERVAL_S, Repainter
 from gpuwatch.app.screens.modals import (
+    ConfirmStopScreen,
     KeysScreen,
     QuitChoice,
     QuitScreen,
@@ -62,6 +66,7 @@ from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.app.widgets.scaling import ScalingPanel
 from gpuwatch.app.widgets.workers import WorkersPanel
+from gpuwatch.client import ClientError, ConnectionLost
 from gpuwatch.runs import RunInfo, list_runs
 from gpuwatch.runstate import (
     RunState,
@@ -86,7 +91,28 @@ def parse_action(action: str) -> tuple[str, tuple[object, ...]]:
 COMMAND_SETTINGS_REFUSAL = keys.COMMAND_SETTINGS_REFUSAL
 
 
-class GpuwatchApp(CommandsMixin, App[str]):
+@dataclass
+class Applying:
+    """A live change sent with `r` that the record has not settled yet."""
+
+    description: str
+    since: float  # time.monotonic() when r was pressed
+    from_attempt: int  # the attempt running when it was sent
+    refusals: int  # the trainers' refusals recorded by then (RunState.refusals)
+
+    def settled(self, state: RunState) -> bool:
+        """The record says how it went: a new attempt began (this change's, or a relaunch's),
+        a trainer refused it (one change is in flight at a time: a refusal since is its),
+        or the run ended."""
+        return (state.terminal or state.attempt > self.from_attempt
+                or state.refusals > self.refusals)
+
+    def line(self) -> str:
+        seconds = time.monotonic() - self.since
+        return f"applying live: {self.description} · {seconds:.0f} s"
+
+
+class GpuwatchApp(App[str]):
     """Live dashboard of one training run (and a switcher between the live runs)."""
 
     CSS_PATH = "gpuwatch.tcss"
@@ -126,6 +152,7 @@ class GpuwatchApp(CommandsMixin, App[str]):
         self.repainter = Repainter(self, render_interval_s, history_interval_s, cpu_budget_pct)
         self._stopped_by_person = False
         self._relaunched_attempt = 0  # the attempt the latest r started (it may not show yet)
+        self.applying: Applying | None = None  # a live change sent with r, not settled yet
 
     # ---- layout ---------------------------------------------------------
 
@@ -301,7 +328,97 @@ class GpuwatchApp(CommandsMixin, App[str]):
             return None
         return True
 
-    # ---- commands -------------------------------------------------------
+    # ---- commands: relaunch (r, R) and stop (s, q) ------------------------
+
+    def action_relaunch(self, live: bool = True) -> None:
+        """r: live where the trainer can change them (the supervisor decides); R: live=False.
+        On a run that has ended: the next attempt, with nothing pending too. R always
+        relaunches, as it is when nothing is pending (a trainer that seems stuck)."""
+        if live and self.applying is not None:
+            self.notify("a live change is still being applied: wait for it, or R relaunches",
+                        severity="warning")
+            return
+        overrides = pending_overrides(self.state.settings, self.pending)
+        if overrides or self.state.terminal or not live:
+            self.send_relaunch(overrides, live=live)
+
+    @work(group="command", exit_on_error=False)
+    async def send_relaunch(self, overrides: dict[str, Any], live: bool = True) -> None:
+        description = describe_pending(self.state.settings, overrides)
+        running = self.state.status == "running"
+        applying = None
+        if live and pending_applies_live(self.state.settings, overrides, running=running):
+            # Shown until the trainer has switched: no figure reads as the new settings' yet.
+            applying = self.applying = Applying(
+                description, time.monotonic(), self.state.attempt, self.state.refusals
+            )
+            self.show_pending()
+        link = self.link
+        try:
+            reply = await link.command("relaunch", overrides=overrides, fresh=False, live=live)
+        except (ConnectionLost, TimeoutError) as exc:
+            if applying is None:
+                self.notify(f"relaunch failed: {exc}", severity="error")
+                return
+            # Sent, and maybe applied: the bar follows the record until it says how it went.
+            self.notify(f"no answer to the live change ({exc}); the record will show whether "
+                        "it applied", title="still applying", severity="warning")
+            return
+        except ClientError as exc:
+            self._settle_applying(applying)
+            self.notify(f"relaunch failed: {exc}", severity="error")
+            return
+        if link is not self.link:
+            return  # switched runs meanwhile: this answer is the other run's
+        if pending_overrides(self.state.settings, self.pending) == overrides:
+            self.pending = {}
+        if isinstance(reply.get("attempt"), int):
+            self._relaunched_attempt = max(self._relaunched_attempt, reply["attempt"])
+        if reply.get("pending") and applying is not None:
+            self.notify(str(reply.get("message", "the trainer has not answered yet")),
+                        title="still applying", severity="warning")
+            self.check_applying()
+            return
+        self._settle_applying(applying)
+        if reply.get("live"):
+            self.notify(f"applied live: {description}", title="live")
+        elif reply.get("resumed"):
+            with_what = f": {description}" if description else ""
+            self.notify(f"resuming as attempt {reply.get('attempt')}{with_what}", title="resume")
+        else:
+            self.notify(f"relaunching: {description or 'the same settings'}", title="relaunch")
+
+    def _settle_applying(self, applying: Applying | None) -> None:
+        if applying is not None and self.applying is applying:
+            self.applying = None
+            self.show_pending()
+
+    def check_applying(self) -> None:
+        """The bar's "applying" line, each second (show_pending drops it once settled)."""
+        if self.applying is not None:
+            self.show_pending()
+
+    def action_stop_run(self) -> None:
+        def confirmed(answer: bool | None) -> None:
+            if answer:
+                self.send_stop(exit_after=False)
+
+        self.push_screen(ConfirmStopScreen(), callback=confirmed)
+
+    @work(group="command", exit_on_error=False)
+    async def send_stop(self, exit_after: bool) -> None:
+        try:
+            await self.link.command("stop")
+        except (ClientError, TimeoutError) as exc:
+            self.notify(f"stop failed: {exc}", severity="error")
+            if exit_after:
+                self.exit("stop")
+            return
+        self._stopped_by_person = True
+        if exit_after:
+            self.exit("stopped")
+        else:
+            self.notify("stop sent: the trainer checkpoints and exits", title="stop")
 
     @property
     def run_ended(self) -> bool:

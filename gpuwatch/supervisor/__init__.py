@@ -16,13 +16,13 @@ The parts, each usable alone:
                 state.json
   snapshots.py  the run folded as a dashboard folds it (RunState), snapshot.json
   recorder.py   one order for every event: event log, fold, dashboards, TensorBoard
-  agent.py      one trainer process and its host's device sampler
+  agent.py      one trainer process and its host's device sampler; Agent, what any agent is
   summarize.py  pure: past 8 workers, a worker's steps as one summary a second, lean samples
   launcher.py   starting a trainer here: trainer.log, its command, a spare or cold start
   spare.py      a trainer process waiting with TensorFlow imported, for the next attempt
   remote.py     an agent on another host (ssh, srun): the link and its frames; runs the agent
   agent_process.py  the agent process there: a LocalAgent whose callbacks are frames
-  remote_agent.py   RemoteAgent: LocalAgent's interface here, over that agent's link
+  remote_agent.py   RemoteAgent: an Agent here, over that agent's link
   link.py       the supervisor's end of a remote agent's stdio link
   cluster.py    pure: a cluster run's workers, their launchers and TF_CONFIG
   launch.py     pure: what one worker's trainer needs to join its cluster

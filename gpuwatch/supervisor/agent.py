@@ -5,7 +5,8 @@ its own process group, a socketpair for telemetry, trainer.log, a spare), reads
 and checks its frames, stops the whole group, and when the trainer exits hands
 the supervisor a TrainerExit (exits.py says what status that is). Every frame and sample it
 passes up carries its index, so the supervisor knows which worker spoke; what
-is recorded on the wire is unchanged.
+is recorded on the wire is unchanged. ``Agent`` is what the supervisor drives of any
+agent: LocalAgent here, RemoteAgent (remote_agent.py) for a worker on another host.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 from gpuwatch.ports import Reservation, reserve_port
 from gpuwatch.supervisor.exits import TrainerExit
@@ -57,6 +58,59 @@ OnFrame = Callable[[int, Event, float | None], None]
 OnExit = Callable[[int, TrainerExit], None]
 # (agent index, sample fields): called on the event loop, once per sample.
 OnSample = Callable[[int, dict[str, Any]], None]
+
+
+class Agent(Protocol):
+    """One worker's trainer as the supervisor drives it, whatever host it is on: a LocalAgent
+    here, a RemoteAgent (remote_agent.py) through its agent process there."""
+
+    index: int
+    live_capable: bool  # it can send a running trainer a reconfigure frame
+    replicas: int | None  # from the trainer's last hello
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def stoppable(self) -> bool: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def spare_pid(self) -> int | None: ...
+
+    @property
+    def bad_frames(self) -> int: ...
+
+    async def prepare(self) -> tuple[str, int]: ...
+
+    def release_port(self) -> None: ...
+
+    async def start(
+        self, attempt: int, config_path: Path, *, fresh: bool, launch: WorkerLaunch | None = None
+    ) -> None: ...
+
+    async def stop(self, grace_s: float) -> None: ...
+
+    async def reconfigure(
+        self, request_id: int, new_attempt: int, settings: dict[str, Any], at_step: int,
+        deadline_s: float = LIVE_DEADLINE_S,
+    ) -> None: ...
+
+    def cancel_reconfigure(self, attempt: int) -> None: ...
+
+    def want_spare(self, wanted: bool) -> None: ...
+
+    def release_spare(self) -> None: ...
+
+    def start_sampling(self, loop: asyncio.AbstractEventLoop) -> None: ...
+
+    def stop_sampling(self) -> None: ...
+
+    def join_sampling(self, timeout_s: float = 3.0) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class LocalAgent:
@@ -191,6 +245,9 @@ class LocalAgent:
     def want_spare(self, wanted: bool) -> None:
         """Keep a spare trainer ready for a relaunch (a dashboard is attached), or none."""
         self.launcher.want_spare(wanted, trainer_up=self.stoppable)
+
+    async def close(self) -> None:
+        """Nothing to end: a trainer here has no link (stop() ends the trainer)."""
 
     async def _watch(
         self, proc: asyncio.subprocess.Process, sock: socket.socket, attempt: int

@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from gpuwatch import runs
-from gpuwatch.config import ConfigError, load_config
-from gpuwatch.supervisor.attempts import Attempts
+from gpuwatch.config import ConfigError, expected_replicas, load_config
+from gpuwatch.supervisor.attempts import Attempts, topology
 from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.exit_policy import ExitPolicy
 from gpuwatch.supervisor.exits import TrainerExit
@@ -73,11 +73,12 @@ FIRST_FOLLOWER_S = TIMINGS.first_follower_s
 LIFE_CHECK_S = 0.25
 
 
-class Supervisor(Attempts):
+class Supervisor:
     """One run: its record, its dashboards, and its agents (one per trainer host).
 
-    It orchestrates its parts: the agents as one group (workers.py), how their exits
-    become the run's status (exit_policy.py), live settings changes (live.py).
+    It orchestrates its parts: the agents as one group (workers.py), the attempts
+    started and stopped over them (attempts.py), how their exits become the run's
+    status (exit_policy.py), live settings changes (live.py).
     """
 
     def __init__(
@@ -119,8 +120,7 @@ class Supervisor(Attempts):
         self._tasks = TaskSet()
         self.exit_policy = ExitPolicy(self, self.workers, self._tasks)
         self.live = LiveChanges(self, self.workers)
-        self._hellos: set[int] = set()  # this attempt's workers that said hello
-        self._last_step_before = 0  # the chief's step when the attempt started
+        self.attempts = Attempts(self, self.workers, self.exit_policy)
         self._finished = asyncio.Event()
         self.exiting = False  # it has decided to exit: no new attempt starts here
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -132,6 +132,19 @@ class Supervisor(Attempts):
     @property
     def clustered(self) -> bool:
         return self.config.cluster is not None
+
+    @property
+    def trainer_running(self) -> bool:
+        return self.workers.running
+
+    def replicas_for(self, config: RunConfig) -> int:
+        """Replicas the trainers reported, or what the config asks for before they have."""
+        # The chief's hello says the run's replicas (in a cluster: all workers' together),
+        # unless the devices change (strategy.replicas, a relaunch setting).
+        replicas: int | None = self.agents[0].replicas
+        if config.strategy != self.config.strategy:
+            return expected_replicas(config)
+        return replicas or expected_replicas(config)
 
     # -- the record ---------------------------------------------------------------
 
@@ -179,7 +192,7 @@ class Supervisor(Attempts):
             "trainer_pid": self.agents[0].pid,
             "workers": len(self.agents),
             "worker_pids": self.workers.pids,
-            "spare_pids": [pid for a in self.agents if (pid := getattr(a, "spare_pid", None))],
+            "spare_pids": [pid for a in self.agents if (pid := a.spare_pid)],
             "supervisor_pid": os.getpid(),
             "bad_frames": self.bad_frames,
             "dropped_clients": self.hub.dropped_clients,
@@ -203,9 +216,8 @@ class Supervisor(Attempts):
             return
         if isinstance(event, Hello):
             self.record(event, t)
-            self._hellos.add(index)
             # Running once every worker is up (a cluster's first steps wait for all).
-            if len(self._hellos) == self.workers.active and self.status == "starting":
+            if self.attempts.hello(index) and self.status == "starting":
                 self.set_status("running")
             return
         if isinstance(event, Reconfigured):
@@ -222,8 +234,7 @@ class Supervisor(Attempts):
             self.last_step = max(self.last_step, event.step)
         elif isinstance(event, Resume):
             # Every worker resumes from the chief's checkpoint: lost against the chief's step.
-            lost = max(0, self._last_step_before - event.from_step)
-            event = replace(event, lost_steps=lost)
+            event = replace(event, lost_steps=self.attempts.lost_steps(event.from_step))
         self.record(event, t)
 
     def _on_trainer_exit(self, index: int, ended: TrainerExit) -> None:
@@ -264,6 +275,35 @@ class Supervisor(Attempts):
     async def live_outcome(self, change: LiveChange) -> dict[str, Any]:
         return await self.live.outcome(change)
 
+    async def start_attempt(self, config: RunConfig, *, fresh: bool, reason: str) -> int:
+        """Start the next attempt with config (attempts.py); returns its number."""
+        return await self.attempts.start(config, fresh=fresh, reason=reason)
+
+    async def relaunch(self, config: RunConfig, *, fresh: bool) -> int:
+        """Stop the trainers (not a terminal status), then start the next attempt; ValueError
+        when this run cannot (its agents would change, a scaling probe runs, it is exiting)."""
+        if topology(config) != topology(self.config):
+            raise ValueError(
+                "cluster workers, hosts, launcher, ports, python and ssh_options cannot "
+                "change on a relaunch (the agents are this run's); start a new run with "
+                "gpuwatch train"
+            )
+        if self.scaling:
+            assert self.scale is not None
+            raise ValueError(self.scale.in_progress())
+        if self.exiting:
+            raise ValueError(
+                f"run {self.run_id} has ended and its supervisor is exiting; "
+                f"gpuwatch resume {self.run_id} continues it"
+            )
+        if self.ended:  # a relaunch after the end (a stop, a crash): the run goes on
+            self.stop_requested = False
+        return await self.attempts.relaunch(config, fresh=fresh)
+
+    def begin_live_attempt(self, change: LiveChange) -> None:
+        """Every worker runs change's settings: its attempt begins now (live.py asks)."""
+        self.attempts.begin_live(change)
+
     async def stop_run(self) -> None:
         """The stop command: end the run. On a run already over it also lets the supervisor
         go at once, dashboards attached or not (`gpuwatch stop` on an ended run)."""
@@ -273,7 +313,7 @@ class Supervisor(Attempts):
         self.stop_requested = True
         self._update_spares()
         if self.trainer_running:
-            await self.stop_trainers()
+            await self.attempts.stop()
         elif self.status not in TERMINAL_STATUSES:
             self.set_status("stopped", message="stopped on request")
 
@@ -353,7 +393,7 @@ class Supervisor(Attempts):
         self.exiting = True
         if self.trainer_running:
             self.stop_requested = True
-            await self.stop_trainers()
+            await self.attempts.stop()
         await self.workers.close_links()
         await self.hub.flush(2.0)  # a moment for dashboards to receive the final status
         self.workers.stop_sampling()

@@ -14,7 +14,7 @@ Two halves of one link:
   stdin/stdout. stdout carries only frames; everything else goes to stderr.
   When stdin reaches EOF (the ssh link dropped, the supervisor went away) it
   stops its trainer (SIGTERM, grace, SIGKILL) and exits: nothing stays behind.
-* RemoteAgent, on the supervisor's side: LocalAgent's interface, backed by that
+* RemoteAgent, on the supervisor's side: an Agent (agent.py) as LocalAgent is, backed by that
   process through an AgentLink (link.py: the launcher process, reading and
   writing its stdio, replies, the log copy). The agent is as untrusted as a
   trainer: every relayed event is re-checked with parse_event (trainer events

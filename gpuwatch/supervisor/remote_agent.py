@@ -1,4 +1,4 @@
-"""RemoteAgent: LocalAgent's interface for a trainer on another host, through its agent process.
+"""RemoteAgent: an Agent (agent.py) for a trainer on another host, through its agent process.
 
 The supervisor's half of the link (remote.py has the whole link: both halves and every
 frame): the agent process is started over ssh or srun and reached through an AgentLink
@@ -105,7 +105,7 @@ class RemoteAgent:
         self.tf_host: str | None = None
         self.tf_port: int | None = None
 
-    # -- LocalAgent's interface ----------------------------------------------------
+    # -- the Agent protocol (agent.py) ---------------------------------------------
 
     @property
     def running(self) -> bool:
@@ -129,6 +129,20 @@ class RemoteAgent:
     @property
     def bad_frames(self) -> int:
         return self.link.bad_frames
+
+    @property
+    def spare_pid(self) -> int | None:
+        """None: no spare trainer waits for a worker on another host."""
+        return None
+
+    def want_spare(self, wanted: bool) -> None:
+        """A worker on another host keeps no spare trainer (its agent starts each one cold)."""
+
+    def release_spare(self) -> None:
+        """No spare to let go (want_spare)."""
+
+    def release_port(self) -> None:
+        """The port the agent holds there goes with its next prepare, a stop, or its link."""
 
     def command(self) -> list[str]:
         """The full argv that starts the agent there."""

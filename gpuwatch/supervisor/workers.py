@@ -15,9 +15,15 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from gpuwatch.supervisor.agent import AgentStartError, LocalAgent, OnExit, OnFrame, OnSample
+from gpuwatch.supervisor.agent import (
+    Agent,
+    AgentStartError,
+    LocalAgent,
+    OnExit,
+    OnFrame,
+    OnSample,
+)
 from gpuwatch.supervisor.cluster import (
     WorkerPlan,
     plan_workers,
@@ -51,38 +57,44 @@ class Workers:
         self._callbacks = (on_frame, on_exit, on_sample)
         # ClusterError (a ConfigError) when the cluster cannot be launched from here.
         self.plans = plan_workers(config, run_dir, env=os.environ)
-        self.agents: list[Any] = [
-            self._make_agent(config, plan) for plan in self.plans
-        ]
-        for agent in self.agents:  # one sampler per host counts all the run's processes there
-            if isinstance(agent, LocalAgent) and agent.sample:
-                agent.host_peers = [
-                    a for a in self.agents if isinstance(a, LocalAgent) and a is not agent
-                ]
+        self.agents: list[Agent] = []
+        local: list[LocalAgent] = []  # the workers on this host
+        for plan in self.plans:
+            if plan.kind == "local":
+                local.append(self._local_agent(config, plan))
+                self.agents.append(local[-1])
+            else:
+                self.agents.append(self._remote_agent(config, plan))
+        for agent in local:  # one sampler per host counts all the run's processes there
+            if agent.sample:
+                agent.host_peers = [a for a in local if a is not agent]
         self.hosts = [plan.host for plan in self.plans]  # a worker's host, for messages
         # The workers the current attempt runs: all of them, or the first N (a scaling
         # probe's attempt at N workers).
         self.active = len(self.agents)
 
-    def _make_agent(self, config: RunConfig, plan: WorkerPlan) -> Any:
-        """A LocalAgent for a worker on this host, a RemoteAgent (ssh, srun) for the others."""
+    def _local_agent(self, config: RunConfig, plan: WorkerPlan) -> LocalAgent:
+        """The agent of a worker on this host."""
         on_frame, on_exit, on_sample = self._callbacks
-        if plan.kind == "local":
-            clustered = config.cluster is not None
-            return LocalAgent(
-                plan.index,
-                self.run_dir,
-                on_frame=on_frame,
-                on_exit=on_exit,
-                on_sample=on_sample,
-                worker_dir=plan.worker_dir,
-                sample=plan.sample,
-                # A local worker finds the chief's checkpoints in the run directory.
-                trainer_args=("--chief-dir", str(self.run_dir)) if clustered else (),
-                command=config.command is not None,
-            )
+        clustered = config.cluster is not None
+        return LocalAgent(
+            plan.index,
+            self.run_dir,
+            on_frame=on_frame,
+            on_exit=on_exit,
+            on_sample=on_sample,
+            worker_dir=plan.worker_dir,
+            sample=plan.sample,
+            # A local worker finds the chief's checkpoints in the run directory.
+            trainer_args=("--chief-dir", str(self.run_dir)) if clustered else (),
+            command=config.command is not None,
+        )
+
+    def _remote_agent(self, config: RunConfig, plan: WorkerPlan) -> Agent:
+        """The agent of a worker on another host (ssh, srun)."""
         from gpuwatch.supervisor.remote_agent import RemoteAgent  # a cluster over ssh or srun
 
+        on_frame, on_exit, on_sample = self._callbacks
         cluster = config.cluster
         assert cluster is not None
         return RemoteAgent(
@@ -119,10 +131,7 @@ class Workers:
     @property
     def live_capable(self) -> bool:
         """Every worker runs and its agent can send frames down to it."""
-        return all(
-            getattr(agent, "live_capable", False) and agent.stoppable
-            for agent in self.agents[: self.active]
-        )
+        return all(agent.live_capable and agent.stoppable for agent in self.agents[: self.active])
 
     @property
     def pids(self) -> list[int | None]:
@@ -182,8 +191,7 @@ class Workers:
             # The ports held for workers this attempt did not start (a remote agent's
             # goes with its next prepare, a stop, or its link).
             for agent in agents[started:]:
-                if isinstance(agent, LocalAgent):
-                    agent.release_port()
+                agent.release_port()
 
     async def stop(self, grace_s: float) -> None:
         """Stop every worker still up: SIGTERM, then SIGKILL after grace_s."""
@@ -197,21 +205,18 @@ class Workers:
 
     async def close_links(self) -> None:
         """Remote links end now (their agents stop anything left and exit), not at exit."""
-        closing = [close() for agent in self.agents if (close := getattr(agent, "close", None))]
-        await asyncio.gather(*closing, return_exceptions=True)
+        await asyncio.gather(*(agent.close() for agent in self.agents), return_exceptions=True)
 
     def want_spares(self, wanted: bool) -> None:
         """Keep a spare trainer ready on each worker (True), or none at all (False)."""
         for agent in self.agents:
-            if want := getattr(agent, "want_spare", None):
-                want(wanted)
+            agent.want_spare(wanted)
 
     def stop_sampling(self) -> None:
         """Ask every sampler to stop, and discard the spare trainers (no relaunch will come)."""
         for agent in self.agents:
             agent.stop_sampling()
-            if release := getattr(agent, "release_spare", None):
-                release()
+            agent.release_spare()
 
     def join_sampling(self, timeout_s: float) -> None:
         for agent in self.agents:

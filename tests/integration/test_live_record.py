@@ -57,6 +57,13 @@ class StandInAgent:
     live_capable = True
     replicas = None
     bad_frames = 0
+    spare_pid = None
+
+    def want_spare(self, wanted: bool) -> None:
+        pass
+
+    def release_spare(self) -> None:
+        pass
 
     def __init__(self, index: int, core: Supervisor, trainer: Trainer) -> None:
         self.index = index
@@ -109,7 +116,7 @@ async def _play(run_dir: Path, workers: int, script: list[Move]) -> list[Trainer
     core.workers.agents[:] = agents  # type: ignore[index]
     core.agents = core.workers.agents
     core.attempt = 1
-    core._record_attempt(run_dir / "config.yaml", "start")
+    core.attempts.record(run_dir / "config.yaml", "start")
     core.status = "running"
     verdicts: dict[int, bool] = {}  # a cluster's trainers agree: one verdict per request
     asked = 0
@@ -252,7 +259,7 @@ def test_a_late_ok_during_a_stop_begins_the_attempt_on_the_status_the_run_has() 
             core.workers.agents[:] = [agent]  # type: ignore[list-item]
             core.agents = core.workers.agents
             core.attempt = 1
-            core._record_attempt(run_dir / "config.yaml", "start")
+            core.attempts.record(run_dir / "config.yaml", "start")
             core.status = "running"
             frame = {"v": 1, "type": "relaunch", "id": 1,
                      "overrides": {"data.read_latency_ms": BASE_LATENCY + 1}}
