@@ -19,6 +19,7 @@ from trainer_runtime import protocol
 from trainer_runtime.protocol import (
     EVENTS,
     Envelope,
+    HostSample,
     ProtocolError,
     Step,
     decode,
@@ -53,7 +54,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "scale": dict(counts=[1, 2, 4], unit="replicas", mode="weak", steps=40, cores=2),
     "status": dict(attempt=1, status="crashed", exit_code=1, signal=None, message="boom",
                    log_tail=["a", "b"]),
-    "sample": dict(host={"cpu_pct": 50.0}, gpus=[], nvml="no driver"),
+    "sample": dict(host=HostSample(cpu_pct=50.0), gpus=[], nvml="no driver"),
     "steps": dict(attempt=1, worker=9, first_step=6, last_step=45, count=40, epoch=0,
                   examples=2560, loss=0.5, position=2880, step_time_ms=[24.0, 25.0, 27.5, 1001.0],
                   input_wait_ms=[1.0, 1.2, 3.0, 50.0], compute_ms=None,
