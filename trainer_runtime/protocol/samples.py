@@ -32,6 +32,11 @@ def _not_sent(note: str) -> Any:
 _EXTRA = _not_sent("the fields of a newer sender, as they came")
 
 
+# A GPU's field that is not a reading of NVML's but what the GPU is, or how its links are
+# read (``gpuwatch doctor`` lists the readings: the other fields).
+_NOT_A_READING: Any = {"reading": False}
+
+
 @dataclass(frozen=True, slots=True)
 class GpuProcess:
     """A process NVML reports on a GPU (host pid, as NVML returns host pids)."""
@@ -46,11 +51,11 @@ class GpuProcess:
 class GpuSample:
     """One GPU at one instant. Rates are bytes per second over the last interval."""
 
-    index: int
-    name: str | None = None
-    uuid: str | None = None
-    lost: bool = False
-    mig: bool = False
+    index: int = field(metadata=_NOT_A_READING)
+    name: str | None = field(default=None, metadata=_NOT_A_READING)
+    uuid: str | None = field(default=None, metadata=_NOT_A_READING)
+    lost: bool = field(default=False, metadata=_NOT_A_READING)
+    mig: bool = field(default=False, metadata=_NOT_A_READING)
     util_gpu_pct: float | None = None
     util_mem_pct: float | None = None
     mem_used_bytes: int | None = None
@@ -68,11 +73,11 @@ class GpuSample:
     # Where the PCIe figures came from: "counter" (cumulative NVML counters,
     # differenced) or "window" (nvmlDeviceGetPcieThroughput's 20 ms window, read
     # by a worker thread); None while neither is available.
-    pcie_source: str | None = None
-    nvlink_links_active: int | None = None
+    pcie_source: str | None = field(default=None, metadata=_NOT_A_READING)
+    nvlink_links_active: int | None = field(default=None, metadata=_NOT_A_READING)
     # The NVLink generation of its first active link (nvmlDeviceGetNvLinkVersion): with
     # the active links, the link's peak (gpuwatch.peaks.link_peak). None: no NVLink.
-    nvlink_version: int | None = None
+    nvlink_version: int | None = field(default=None, metadata=_NOT_A_READING)
     # Last on the wire, as it always was.
     processes: tuple[GpuProcess, ...] = ()
     # Why each None reading is None, for `gpuwatch doctor` and tooltips; not
