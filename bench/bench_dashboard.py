@@ -49,7 +49,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpuwatch.sampling import sample_to_frame_fields  # noqa: E402
+from gpuwatch.sampling import sample_event  # noqa: E402
 from gpuwatch.sampling.types import DeviceSample, GpuSample, HostSample  # noqa: E402
 from gpuwatch.supervisor.eventlog import EventLog  # noqa: E402
 from gpuwatch.supervisor.hub import Client, ClientHub  # noqa: E402
@@ -370,7 +370,7 @@ class Feed(StandIn):
             run_cpu_pct=rnd.gauss(900.0, 40.0),
             run_rss_bytes=int(48 * GIB),
         )
-        return Sample(**sample_to_frame_fields(DeviceSample(time.time(), host, gpus, None)))
+        return sample_event(DeviceSample(time.time(), host, gpus, None))
 
     async def run(self) -> None:
         """Steps on a fixed schedule (no drift), a sample each second, until cancelled."""

@@ -17,11 +17,11 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpuwatch.sampling import DeviceSampler, cuda_version_text
+from gpuwatch.sampling import DeviceSampler, GpuSample, cuda_version_text
 from gpuwatch.sampling.nvml import PENDING_REASONS
 from trainer_runtime.schema import StrategyConfig
 
@@ -29,23 +29,11 @@ TF_PROBE_TIMEOUT_S = 120.0  # importing TF takes ~4 s on a quiet box, far more o
 DEFAULT_CPU_REPLICAS = StrategyConfig().cpu_replicas  # what a config without the key gets
 GPU_INSTALL_HINT = "pip install 'gpuwatch[gpu]'"
 CPU_INSTALL_HINT = "pip install 'gpuwatch[cpu]'"
-# The readings a GpuSample carries, in the order they are shown.
-READINGS = (
-    "util_gpu_pct",
-    "util_mem_pct",
-    "mem_used_bytes",
-    "mem_total_bytes",
-    "temperature_c",
-    "power_w",
-    "power_limit_w",
-    "sm_clock_mhz",
-    "pcie_gen",
-    "pcie_width",
-    "pcie_tx_bytes_per_s",
-    "pcie_rx_bytes_per_s",
-    "nvlink_tx_bytes_per_s",
-    "nvlink_rx_bytes_per_s",
-    "processes",
+# The readings a GpuSample carries, in the order they are shown: its sent fields but
+# those that say what the GPU is or how its links are read (metadata "reading": False).
+READINGS = tuple(
+    spec.name for spec in fields(GpuSample)
+    if spec.metadata.get("reading", True) and spec.metadata.get("wire", True)
 )
 _REPO_ROOT = Path(__file__).resolve().parent.parent
 

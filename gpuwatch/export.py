@@ -84,6 +84,7 @@ from trainer_runtime.protocol import (
     StepSummary,
     decode,
     parse_event,
+    wire_object,
 )
 
 WHATS = ("steps", "summaries", "samples", "attempts", "scaling")
@@ -275,14 +276,14 @@ def sample_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row]:
                 "t": envelope.t,
                 "nvml": event.nvml,
             }
-            host_extra = _split(event.host, "host.", HOST_FRAME_KEYS, base)
+            host_extra = _split(wire_object(event.host), "host.", HOST_FRAME_KEYS, base)
             if event.gpu_summary is not None:  # a summarizing worker's GPUs, summed
-                host_extra["gpu_summary"] = event.gpu_summary
+                host_extra["gpu_summary"] = wire_object(event.gpu_summary)
             if not event.gpus:
                 yield _with_extra(base, host_extra)
             for gpu in event.gpus:
                 row = dict(base)
-                extra = {**host_extra, **_split(gpu, "gpu.", GPU_FRAME_KEYS, row)}
+                extra = {**host_extra, **_split(wire_object(gpu), "gpu.", GPU_FRAME_KEYS, row)}
                 yield _with_extra(row, extra)
 
 

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuwatch.sampling.counters import pcie_link_bytes_per_s
+from trainer_runtime.protocol import GpuSample
 
 PRECISIONS = ("float32", "float16", "bfloat16")
 # train.mixed_precision -> the matmuls' precision (a table column).
@@ -205,21 +206,19 @@ class LinkPeak:
     bytes_per_s: float
 
 
-def gpu_link_peak(gpu: Mapping[str, Any]) -> LinkPeak | None:
-    """One GPU's link to its peers (a sample frame's GPU object): NVLink where it has active
-    links of a known generation (links x per-link rate), else its PCIe link (generation x
-    width); None when neither is known."""
-    links, version = gpu.get("nvlink_links_active"), gpu.get("nvlink_version")
-    per_link = NVLINK_LINK_BYTES_PER_S.get(version) if isinstance(version, int) else None
-    if isinstance(links, int) and links > 0 and per_link is not None:
+def gpu_link_peak(gpu: GpuSample, *, nvlink: bool = True) -> LinkPeak | None:
+    """One GPU's link to its peers (a sample's GPU): NVLink where it has active links of a
+    known generation (links x per-link rate; not with nvlink False), else its PCIe link
+    (generation x width); None when neither is known."""
+    links, version = gpu.nvlink_links_active, gpu.nvlink_version
+    per_link = NVLINK_LINK_BYTES_PER_S.get(version) if version is not None else None
+    if nvlink and links is not None and links > 0 and per_link is not None:
         return LinkPeak("NVLink", links * per_link)
-    gen, width = gpu.get("pcie_gen"), gpu.get("pcie_width")
-    pcie = pcie_link_bytes_per_s(gen if isinstance(gen, int) else None,
-                                 width if isinstance(width, int) else None)
+    pcie = pcie_link_bytes_per_s(gpu.pcie_gen, gpu.pcie_width)
     return None if pcie is None else LinkPeak("PCIe", pcie)
 
 
-def link_peak(gpus: Sequence[Mapping[str, Any]] | None, workers: int = 1) -> LinkPeak | None:
+def link_peak(gpus: Sequence[GpuSample] | None, workers: int = 1) -> LinkPeak | None:
     """The peak of the link a run's all-reduce crosses, from one host's GPU sample.
 
     The run's GPUs are those NVML lists a process of the run on (every GPU when it
@@ -230,9 +229,8 @@ def link_peak(gpus: Sequence[Mapping[str, Any]] | None, workers: int = 1) -> Lin
     """
     if workers > 1 or not gpus:
         return None
-    present = [g for g in gpus if isinstance(g, dict) and not g.get("lost")]
-    in_run = [g for g in present
-              if any(isinstance(p, dict) and p.get("in_run") for p in g.get("processes") or ())]
+    present = [g for g in gpus if not g.lost]
+    in_run = [g for g in present if any(p.in_run for p in g.processes)]
     peaks = [gpu_link_peak(g) for g in (in_run or present)]
     if not peaks or any(p is None for p in peaks):
         return None
@@ -240,7 +238,7 @@ def link_peak(gpus: Sequence[Mapping[str, Any]] | None, workers: int = 1) -> Lin
     kinds = {p.kind for p in known}
     if kinds == {"NVLink"}:
         return min(known, key=lambda p: p.bytes_per_s)
-    pcie = [gpu_link_peak({**g, "nvlink_links_active": None}) for g in (in_run or present)]
+    pcie = [gpu_link_peak(g, nvlink=False) for g in (in_run or present)]
     slowest = [p for p in pcie if p is not None]
     if len(slowest) != len(pcie):
         return None

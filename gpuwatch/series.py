@@ -32,11 +32,10 @@ old cells do not shift with every new sample).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from trainer_runtime.protocol import Step
+from trainer_runtime.protocol import GpuSample, Step
 
 # Buckets per whole-run series: a 160-column chart is about 300 dots wide.
 RUN_SERIES_POINTS = 512
@@ -172,21 +171,19 @@ def _recent() -> deque[float | None]:
     return deque(maxlen=DEVICE_HISTORY_SAMPLES)
 
 
-_READINGS = (
-    ("util_pct", "util_gpu_pct"),
-    ("mem_used_bytes", "mem_used_bytes"),
-    ("pcie_tx_bytes_per_s", "pcie_tx_bytes_per_s"),
-    ("pcie_rx_bytes_per_s", "pcie_rx_bytes_per_s"),
-    ("nvlink_tx_bytes_per_s", "nvlink_tx_bytes_per_s"),
-    ("nvlink_rx_bytes_per_s", "nvlink_rx_bytes_per_s"),
+# Each series of a GPU's history, and the reading of a GpuSample it keeps.
+_READINGS: tuple[tuple[str, Callable[[GpuSample], float | None]], ...] = (
+    ("util_pct", lambda gpu: gpu.util_gpu_pct),
+    ("mem_used_bytes", lambda gpu: gpu.mem_used_bytes),
+    ("pcie_tx_bytes_per_s", lambda gpu: gpu.pcie_tx_bytes_per_s),
+    ("pcie_rx_bytes_per_s", lambda gpu: gpu.pcie_rx_bytes_per_s),
+    ("nvlink_tx_bytes_per_s", lambda gpu: gpu.nvlink_tx_bytes_per_s),
+    ("nvlink_rx_bytes_per_s", lambda gpu: gpu.nvlink_rx_bytes_per_s),
 )
 
 
-def _reading(gpu: Mapping[str, Any], key: str) -> float | None:
-    value = gpu.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
+def _reading(value: float | None) -> float | None:
+    return None if value is None else float(value)
 
 
 @dataclass
@@ -207,18 +204,18 @@ class GpuHistory:
     nvlink_tx_bytes_per_s: deque[float | None] = field(default_factory=_recent)
     nvlink_rx_bytes_per_s: deque[float | None] = field(default_factory=_recent)
 
-    def add(self, gpu: Mapping[str, Any] | None) -> None:
+    def add(self, gpu: GpuSample | None) -> None:
         """One sample's reading of this GPU (None: the GPU was not in the sample)."""
         self.present = gpu is not None
         if gpu is not None:
-            self.name = gpu.get("name") or self.name
-            self.mem_total_bytes = _reading(gpu, "mem_total_bytes") or self.mem_total_bytes
-            self.temperature_c = _reading(gpu, "temperature_c")
-            self.lost = bool(gpu.get("lost"))
-            self.mig = bool(gpu.get("mig"))
-        for attr, key in _READINGS:
+            self.name = gpu.name or self.name
+            self.mem_total_bytes = _reading(gpu.mem_total_bytes) or self.mem_total_bytes
+            self.temperature_c = _reading(gpu.temperature_c)
+            self.lost = gpu.lost
+            self.mig = gpu.mig
+        for attr, read in _READINGS:
             series: deque[float | None] = getattr(self, attr)
-            series.append(None if gpu is None else _reading(gpu, key))
+            series.append(None if gpu is None else _reading(read(gpu)))
 
     def latest(self, attr: str) -> float | None:
         series: deque[float | None] = getattr(self, attr)
@@ -233,12 +230,8 @@ class DeviceHistory:
     t: deque[float | None] = field(default_factory=_recent)
     gpus: list[GpuHistory] = field(default_factory=list)  # by index
 
-    def add(self, gpus: Iterable[Mapping[str, Any]], t: float | None) -> None:
-        by_index: dict[int, Mapping[str, Any]] = {}
-        for gpu in gpus:
-            index = gpu.get("index")
-            if isinstance(index, int) and not isinstance(index, bool):
-                by_index[index] = gpu
+    def add(self, gpus: Iterable[GpuSample], t: float | None) -> None:
+        by_index = {gpu.index: gpu for gpu in gpus}
         known = {history.index for history in self.gpus}
         new = [GpuHistory(index) for index in sorted(by_index) if index not in known]
         for history in new:  # a GPU seen late: its earlier samples were not there

@@ -36,6 +36,8 @@ from gpuwatch.breakdown import ms_cells, share_cells
 from trainer_runtime.protocol import (
     Attempt,
     Event,
+    GpuSample,
+    HostSample,
     Sample,
     StatusChange,
     Step,
@@ -225,22 +227,22 @@ class EventFileWriter:
 
 # -- what a run's events show --------------------------------------------------------------
 
-# Sample fields (as gpuwatch.sampling.sample_to_frame_fields writes them) -> tag names.
-GPU_TAGS = (
-    ("util_gpu_pct", "util_pct"),
-    ("util_mem_pct", "memory_util_pct"),
-    ("mem_used_bytes", "memory_used_bytes"),
-    ("pcie_rx_bytes_per_s", "pcie_rx_bytes_per_s"),
-    ("pcie_tx_bytes_per_s", "pcie_tx_bytes_per_s"),
-    ("nvlink_rx_bytes_per_s", "nvlink_rx_bytes_per_s"),
-    ("nvlink_tx_bytes_per_s", "nvlink_tx_bytes_per_s"),
-    ("power_w", "power_w"),
-    ("temperature_c", "temperature_c"),
+# A sample's readings -> tag names.
+GPU_TAGS: tuple[tuple[Callable[[GpuSample], float | None], str], ...] = (
+    (lambda gpu: gpu.util_gpu_pct, "util_pct"),
+    (lambda gpu: gpu.util_mem_pct, "memory_util_pct"),
+    (lambda gpu: gpu.mem_used_bytes, "memory_used_bytes"),
+    (lambda gpu: gpu.pcie_rx_bytes_per_s, "pcie_rx_bytes_per_s"),
+    (lambda gpu: gpu.pcie_tx_bytes_per_s, "pcie_tx_bytes_per_s"),
+    (lambda gpu: gpu.nvlink_rx_bytes_per_s, "nvlink_rx_bytes_per_s"),
+    (lambda gpu: gpu.nvlink_tx_bytes_per_s, "nvlink_tx_bytes_per_s"),
+    (lambda gpu: gpu.power_w, "power_w"),
+    (lambda gpu: gpu.temperature_c, "temperature_c"),
 )
-HOST_TAGS = (
-    ("cpu_pct", "cpu_pct"),
-    ("mem_used_bytes", "memory_used_bytes"),
-    ("run_cpu_pct", "run_cpu_pct"),
+HOST_TAGS: tuple[tuple[Callable[[HostSample], float | None], str], ...] = (
+    (lambda host: host.cpu_pct, "cpu_pct"),
+    (lambda host: host.mem_used_bytes, "memory_used_bytes"),
+    (lambda host: host.run_cpu_pct, "run_cpu_pct"),
 )
 
 
@@ -294,16 +296,13 @@ def sample_scalars(sample: Sample) -> dict[str, float]:
     A reading that is not available (null) is left out, never written as 0.
     """
     out: dict[str, float] = {}
-    for position, gpu in enumerate(sample.gpus):
-        index = gpu.get("index")
-        if type(index) is not int:
-            index = position
-        for key, name in GPU_TAGS:
-            value = _number(gpu.get(key))
+    for gpu in sample.gpus:
+        for read, name in GPU_TAGS:
+            value = _number(read(gpu))
             if value is not None:
-                out[f"gpu{index}/{name}"] = value
-    for key, name in HOST_TAGS:
-        value = _number(sample.host.get(key))
+                out[f"gpu{gpu.index}/{name}"] = value
+    for read_host, name in HOST_TAGS:
+        value = _number(read_host(sample.host))
         if value is not None:
             out[f"host/{name}"] = value
     return out

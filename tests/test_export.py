@@ -51,6 +51,8 @@ from trainer_runtime.protocol import (
     Step,
     encode_event,
     event_frame,
+    record_from_wire,
+    wire_object,
 )
 from trainer_runtime.schema import RunConfig
 
@@ -126,6 +128,13 @@ def host(base: float, **more: Any) -> dict[str, Any]:
     }
 
 
+def sample(host_object: dict[str, Any], gpu_objects: list[dict[str, Any]], **fields: Any
+           ) -> Sample:
+    """A sample event of these wire objects (a field not declared kept in its extra)."""
+    return Sample(host=record_from_wire(HostSample, host_object),
+                  gpus=[record_from_wire(GpuSample, g) for g in gpu_objects], **fields)
+
+
 def step(attempt: int, number: int, worker: int, **changes: Any) -> Step:
     values: dict[str, Any] = {
         "attempt": attempt,
@@ -193,7 +202,7 @@ def record_run(home: Path) -> Recorded:
             settings=SETTINGS_1,
         )
     )
-    put(Sample(host=host(1.0), gpus=[], nvml="NVML not started yet"))  # before attempt 1
+    put(sample(host(1.0), [], nvml="NVML not started yet"))  # before attempt 1
     for number, settings_, first in ((1, SETTINGS_1, 1), (2, SETTINGS_2, 7)):
         put(
             Attempt(
@@ -226,9 +235,9 @@ def record_run(home: Path) -> Recorded:
                 for worker in (0, 1):
                     extra = {"fan_pct": 40} if n == 9 and worker == 1 else {}
                     put(
-                        Sample(
-                            host=host(10.0 * n + worker, **({"swap_bytes": 0} if extra else {})),
-                            gpus=[gpu(0, 50.0 + n), gpu(1, 60.0 + n, **extra)],
+                        sample(
+                            host(10.0 * n + worker, **({"swap_bytes": 0} if extra else {})),
+                            [gpu(0, 50.0 + n), gpu(1, 60.0 + n, **extra)],
                             nvml=None,
                             worker=worker,
                         )
@@ -345,15 +354,17 @@ def expected_samples(run: Recorded) -> list[dict[str, Any]]:
             "t": t,
             "nvml": event.nvml,
         }
-        extra = {f"host.{k}": v for k, v in event.host.items() if k == "swap_bytes"}
-        base.update({f"host.{k}": v for k, v in event.host.items() if k != "swap_bytes"})
+        host_sent = wire_object(event.host)
+        extra = {f"host.{k}": v for k, v in host_sent.items() if k == "swap_bytes"}
+        base.update({f"host.{k}": v for k, v in host_sent.items() if k != "swap_bytes"})
         if not event.gpus:
             rows.append(
                 {**base, **{f"gpu.{k}": None for k in GPU_FRAME_KEYS}, "extra": extra or None}
             )
         for one in event.gpus:
-            row = {**base, **{f"gpu.{k}": v for k, v in one.items() if k != "fan_pct"}}
-            more = {**extra, **{f"gpu.{k}": v for k, v in one.items() if k == "fan_pct"}}
+            sent = wire_object(one)
+            row = {**base, **{f"gpu.{k}": v for k, v in sent.items() if k != "fan_pct"}}
+            more = {**extra, **{f"gpu.{k}": v for k, v in sent.items() if k == "fan_pct"}}
             row["extra"] = more or None
             rows.append(row)
     return rows
@@ -661,7 +672,7 @@ def write_long_run(path: Path, lines: int) -> None:
     with open(path, "wb") as fh:
         for seq in range(lines):
             event = (
-                Sample(host=host(5.0), gpus=gpus, nvml=None)
+                sample(host(5.0), gpus, nvml=None)
                 if seq % 10 == 0
                 else step(1, seq + 1, seq % 2)
             )

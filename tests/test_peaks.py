@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gpuwatch import peaks
+from trainer_runtime.protocol import GpuProcess, GpuSample
 
 
 @pytest.mark.parametrize(
@@ -112,10 +115,10 @@ def test_every_row_names_its_public_source_and_has_a_float32_figure() -> None:
 # ---- the link an all-reduce crosses -------------------------------------------------
 
 
-def _gpu(**fields: object) -> dict[str, object]:
-    return {"index": 0, "name": "NVIDIA H100 80GB HBM3", "lost": False, "processes": [],
-            "pcie_gen": 5, "pcie_width": 16, "nvlink_links_active": None,
-            "nvlink_version": None, **fields}
+def _gpu(**fields: Any) -> GpuSample:
+    return GpuSample(**{"index": 0, "name": "NVIDIA H100 80GB HBM3", "uuid": None,
+                        "lost": False, "processes": (), "pcie_gen": 5, "pcie_width": 16,
+                        "nvlink_links_active": None, "nvlink_version": None, **fields})
 
 
 def test_nvlink_peak_is_links_times_the_generations_per_link_rate() -> None:
@@ -141,10 +144,10 @@ def test_pcie_peak_is_generation_times_width_and_the_slowest_gpu_bounds_the_ring
 
 
 def test_the_runs_own_gpus_are_the_ones_measured() -> None:
-    run = {"pid": 7, "used_bytes": 1, "in_run": True}
-    gpus = [_gpu(index=0, pcie_gen=3, processes=[]),
-            _gpu(index=1, pcie_gen=5, processes=[run]),
-            _gpu(index=2, pcie_gen=5, processes=[run])]
+    run = GpuProcess(pid=7, used_bytes=1, in_run=True)
+    gpus = [_gpu(index=0, pcie_gen=3, processes=()),
+            _gpu(index=1, pcie_gen=5, processes=(run,)),
+            _gpu(index=2, pcie_gen=5, processes=(run,))]
     assert peaks.link_peak(gpus) == peaks.LinkPeak("PCIe", pytest.approx(32e9 / 8 * 128 / 130 * 16))
 
 

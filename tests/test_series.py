@@ -6,6 +6,7 @@ import json
 import math
 import random
 from dataclasses import asdict
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -19,7 +20,7 @@ from gpuwatch.series import (
     RunSeries,
     bucket_means,
 )
-from trainer_runtime.protocol import Step
+from trainer_runtime.protocol import GpuSample, Step
 
 
 def exact(raw: list[tuple[int, float, float]], attempt: int, first_x: float, last_x: float):
@@ -154,10 +155,11 @@ def test_run_history_keeps_each_timed_steps_shares_of_compute_all_reduce_and_upd
             history.update_pct.points(2)) == (([4.0], [30.0]), ([4.0], [50.0]), ([4.0], [5.0]))
 
 
-def gpu(index: int, util: float | None, **extra: object) -> dict[str, object]:
-    return {
+def gpu(index: int, util: float | None, **extra: Any) -> GpuSample:
+    return GpuSample(**{
         "index": index,
         "name": "A100",
+        "uuid": None,
         "util_gpu_pct": util,
         "mem_used_bytes": 10 * index,
         "mem_total_bytes": 100,
@@ -166,7 +168,7 @@ def gpu(index: int, util: float | None, **extra: object) -> dict[str, object]:
         "nvlink_tx_bytes_per_s": None,
         "nvlink_rx_bytes_per_s": None,
         **extra,
-    }
+    })
 
 
 def test_device_history_keeps_the_last_samples_per_gpu():

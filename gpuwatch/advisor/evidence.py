@@ -15,11 +15,12 @@ from gpuwatch.runstate import (
     BATCH_KEY,
     CHIEF,
     Figures,
+    HostReading,
     WorkerSummary,
     command_argv,
     get_setting,
 )
-from trainer_runtime.protocol import Breakdown, Hello
+from trainer_runtime.protocol import Breakdown, GpuSample, Hello
 
 JIT_KEY = "train.jit_compile"
 PRECISION_KEY = "train.mixed_precision"
@@ -40,7 +41,7 @@ class Evidence:
     input_wait_pct: float | None
     breakdown: Breakdown | None
     settings: Mapping[str, Any]
-    gpus: tuple[Mapping[str, Any], ...]  # the run's GPUs on this host (none: no GPU, or no sample)
+    gpus: tuple[GpuSample, ...]  # the run's GPUs on this host (none: no GPU, or no sample)
     hello: Hello | None
     replicas: int
     workers: int = 1
@@ -57,7 +58,7 @@ class Evidence:
 
     @classmethod
     def of_run(cls, figures: Figures, settings: Mapping[str, Any],
-               sample: Mapping[str, Any] | None, replicas: int, hello: Hello | None
+               sample: HostReading | None, replicas: int, hello: Hello | None
                ) -> Evidence:
         return cls(
             input_wait_pct=figures.input_wait_pct, breakdown=figures.breakdown,
@@ -140,27 +141,24 @@ class Evidence:
         """(index, % of its memory used) of the fullest GPU at or above HIGH_GPU_MEM_FRACTION."""
         full: tuple[int, float] | None = None
         for gpu in self.gpus:
-            used, total = gpu.get("mem_used_bytes"), gpu.get("mem_total_bytes")
-            if not isinstance(used, int | float) or not isinstance(total, int | float):
+            used, total = gpu.mem_used_bytes, gpu.mem_total_bytes
+            if used is None or total is None:
                 continue
             if total > 0 and used / total >= HIGH_GPU_MEM_FRACTION:
                 pct = 100.0 * used / total
                 if full is None or pct > full[1]:
-                    index = gpu.get("index")
-                    full = (index if isinstance(index, int) else 0, pct)
+                    full = (gpu.index, pct)
         return full
 
 
-def run_gpus(sample: Mapping[str, Any] | None) -> tuple[Mapping[str, Any], ...]:
+def run_gpus(sample: HostReading | None) -> tuple[GpuSample, ...]:
     """The GPUs of a sample the run uses: those NVML lists a process of the run on, else
     every GPU present (lost ones left out)."""
-    gpus = [g for g in (sample or {}).get("gpus") or () if isinstance(g, Mapping)]
-    present = [g for g in gpus if not g.get("lost")]
-    in_run = [g for g in present
-              if any(isinstance(p, Mapping) and p.get("in_run") for p in g.get("processes") or ())]
+    present = [g for g in (sample.gpus if sample is not None else ()) if not g.lost]
+    in_run = [g for g in present if any(p.in_run for p in g.processes)]
     return tuple(in_run or present)
 
 
-def mean_util(gpus: Sequence[Mapping[str, Any]]) -> float | None:
-    utils = [u for g in gpus if isinstance(u := g.get("util_gpu_pct"), int | float)]
+def mean_util(gpus: Sequence[GpuSample]) -> float | None:
+    utils = [u for g in gpus if (u := g.util_gpu_pct) is not None]
     return sum(utils) / len(utils) if utils else None

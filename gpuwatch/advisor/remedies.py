@@ -132,7 +132,7 @@ def faster_precision(ev: Evidence) -> tuple[str, str, float] | None:
     has a faster peak in bfloat16 (preferred: no loss scaling) or float16; else None."""
     if peaks.precision_of(ev.setting(PRECISION_KEY)) != "float32" or not ev.gpus:
         return None
-    found = [peaks.find_peak(g.get("name")) for g in ev.gpus]
+    found = [peaks.find_peak(g.name) for g in ev.gpus]
     if any(p is None for p in found):
         return None
     rows = [p for p in found if p is not None]

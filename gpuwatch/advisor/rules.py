@@ -56,8 +56,7 @@ def model_state_bytes(param_bytes: int, optimizer: Any, accumulation_steps: int)
 def too_large_for_data_parallelism(ev: Evidence) -> Finding | None:
     """The model's state is more than one GPU's memory: data parallelism cannot hold it."""
     hello = ev.hello
-    totals = [t for g in ev.gpus if isinstance(t := g.get("mem_total_bytes"), int | float)
-              and t > 0]
+    totals = [t for g in ev.gpus if (t := g.mem_total_bytes) is not None and t > 0]
     if hello is None or hello.device_kind != "gpu" or hello.param_bytes <= 0 or not totals:
         return None
     optimizer = ev.setting("train.optimizer")

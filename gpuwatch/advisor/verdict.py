@@ -25,7 +25,7 @@ from gpuwatch.advisor.remedies import input_finding, input_remedies
 from gpuwatch.advisor.rules import verdict_of, worker_verdicts
 from gpuwatch.advisor.straggler import Straggler, find_straggler, straggler_text
 from gpuwatch.advisor.units import format_rate
-from gpuwatch.runstate import ACCUMULATION_KEY, Figures, RunState, get_setting
+from gpuwatch.runstate import ACCUMULATION_KEY, Figures, HostReading, RunState, get_setting
 from trainer_runtime.protocol import SUMMARY_PAST_WORKERS, Hello
 
 # Steps measured, but none with an input wait (a script's loop may not let the hook time
@@ -50,7 +50,7 @@ UNWATCHED_ADVICE = "its processes and their GPUs are sampled; steps come from a 
 def advise(
     figures: Figures,
     settings: Mapping[str, Any],
-    sample: Mapping[str, Any] | None = None,
+    sample: HostReading | None = None,
     replicas: int = 1,
     straggler: Straggler | None = None,
     hello: Hello | None = None,

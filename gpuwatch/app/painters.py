@@ -307,7 +307,8 @@ class Repainter:
 
     def gpus_shown(self) -> bool:
         """GPU readings: the per-GPU history replaces the devices panel."""
-        return bool((self.app.state.sample or {}).get("gpus"))
+        sample = self.app.state.sample
+        return sample is not None and bool(sample.gpus)
 
     def _gpus(self) -> None:
         if self.gpus_shown():

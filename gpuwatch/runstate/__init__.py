@@ -92,7 +92,13 @@ from gpuwatch.runstate.steps import (
     share_of_link,
     steps_input_wait_pct,
 )
-from gpuwatch.runstate.workers import WORKER_WINDOW_STEPS, WorkerFigures, WorkerStep, WorkerSummary
+from gpuwatch.runstate.workers import (
+    WORKER_WINDOW_STEPS,
+    HostReading,
+    WorkerFigures,
+    WorkerStep,
+    WorkerSummary,
+)
 
 __all__ = [
     "ACCUMULATION_KEY",
@@ -112,6 +118,7 @@ __all__ = [
     "AttemptSummary",
     "CommandView",
     "Figures",
+    "HostReading",
     "RunState",
     "SettingRefused",
     "StepPoint",

@@ -33,7 +33,13 @@ from gpuwatch.runstate.steps import (
     median_value,
     share_of_link,
 )
-from gpuwatch.runstate.workers import WorkerFigures, WorkerStep, WorkerSummary, summarize_workers
+from gpuwatch.runstate.workers import (
+    HostReading,
+    WorkerFigures,
+    WorkerStep,
+    WorkerSummary,
+    summarize_workers,
+)
 from gpuwatch.series import DeviceHistory, RunHistory
 from trainer_runtime.protocol import (
     FAILED_STATUSES,
@@ -109,10 +115,10 @@ class RunState:
     hello: Hello | None = None
     last_step: StepPoint | None = None
     window: deque[StepPoint] = field(default_factory=lambda: deque(maxlen=WINDOW_STEPS))
-    sample: dict[str, Any] | None = None  # the chief's host
+    sample: HostReading | None = None  # the chief's host
     gpu_history: DeviceHistory = field(default_factory=DeviceHistory)  # the chief's host
     run_history: RunHistory = field(default_factory=RunHistory)  # the chief's steps
-    samples: dict[int, dict[str, Any]] = field(default_factory=dict)  # by Sample.worker
+    samples: dict[int, HostReading] = field(default_factory=dict)  # by Sample.worker
     workers_seen: dict[int, WorkerFigures] = field(default_factory=dict)
     last_seq: int = -1
     last_t: float | None = None
@@ -290,7 +296,8 @@ class RunState:
         workers = tuple(self.worker_summaries()) if self.workers > 1 else ()
         figures = step_figures(self.recent_steps(), workers)
         _, tflops, mfu = self.flops_figures(figures.examples_per_s)
-        link = peaks.link_peak((self.samples.get(CHIEF) or {}).get("gpus"), self.workers)
+        chief = self.samples.get(CHIEF)
+        link = peaks.link_peak(chief.gpus if chief is not None else None, self.workers)
         return replace(figures, tflops=tflops, mfu_pct=mfu, link=link,
                        bus_pct_of_link=share_of_link(figures.bus_bytes_per_s, link))
 
@@ -349,9 +356,8 @@ class RunState:
             if summary is None or summary.replicas is None:
                 names.append(None)  # a worker not heard from: its GPUs are not known
                 continue
-            gpus = (summary.sample or {}).get("gpus") or []
-            host_names = {None if g.get("mig") else g.get("name") for g in gpus
-                          if isinstance(g, dict)}
+            gpus = summary.sample.gpus if summary.sample is not None else []
+            host_names = {None if g.mig else g.name for g in gpus}
             name = host_names.pop() if len(host_names) == 1 else None
             names.extend([name] * summary.replicas)
         return names
@@ -570,10 +576,7 @@ class RunState:
 
 
     def _on_sample(self, event: Sample, t: float | None) -> None:
-        # The widgets read the sample as its wire fields (host/gpus are plain objects).
-        sample = {"host": event.host, "gpus": event.gpus, "nvml": event.nvml, "t": t}
-        if event.gpu_summary is not None:  # a summarizing worker's GPUs, summed
-            sample["gpu_summary"] = event.gpu_summary
+        sample = HostReading(event.host, event.gpus, event.nvml, t, event.gpu_summary)
         if 0 <= event.worker < MAX_WORKERS:
             self.samples[event.worker] = sample
         if event.worker == CHIEF:

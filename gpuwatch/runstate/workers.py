@@ -18,7 +18,10 @@ from gpuwatch import snapshot
 from gpuwatch.runstate.steps import median_value, weighted_median
 from trainer_runtime.protocol import (
     Breakdown,
+    GpuSample,
+    GpuSummary,
     Hello,
+    HostSample,
     StepSummary,
     input_wait_pct,
     per_second,
@@ -27,6 +30,17 @@ from trainer_runtime.protocol import (
 
 # Steps per worker its figures (median step time, input wait, compute) are taken over.
 WORKER_WINDOW_STEPS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class HostReading:
+    """A host's latest sample event as the screen reads it: its readings, and when."""
+
+    host: HostSample
+    gpus: list[GpuSample]
+    nvml: str | None
+    t: float | None
+    gpu_summary: GpuSummary | None = None  # a summarizing worker's GPUs, summed
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +128,7 @@ class WorkerSummary:
     input_wait_ms: float | None
     compute_ms: float | None
     examples_per_s: float | None
-    sample: dict[str, Any] | None
+    sample: HostReading | None
     breakdown: Breakdown | None = None  # its window's steps together (None: not timed)
     summarized: bool = False  # from its 1 s summaries (medians at their resolution)
 
@@ -131,11 +145,11 @@ class WorkerSummary:
         return self.step_time_ms
 
 
-def summarize_workers(current: list[WorkerFigures], samples: Mapping[int, dict[str, Any]]
+def summarize_workers(current: list[WorkerFigures], samples: Mapping[int, HostReading]
                       ) -> list[WorkerSummary]:
     """The workers' summaries by index, each with its host's latest sample (workers on one
     host share one sampler: theirs is that host's)."""
-    by_host: dict[str, dict[str, Any]] = {}
+    by_host: dict[str, HostReading] = {}
     for figures in current:
         sample = samples.get(figures.worker)
         if sample is not None and figures.host:
@@ -146,14 +160,14 @@ def summarize_workers(current: list[WorkerFigures], samples: Mapping[int, dict[s
         key = (figures.attempt, figures.steps_seen, figures.last_step, figures.status,
                figures.host, id(figures.hello), figures.summarized_steps,
                id(figures.summaries[-1]) if figures.summaries else None,
-               id(sample), sample.get("t") if sample else None)
+               id(sample), sample.t if sample else None)
         if figures.made is None or figures.made[0] != key:
             figures.made = (key, _summarize(figures, sample))
         out.append(figures.made[1])
     return out
 
 
-def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerSummary:
+def _summarize(figures: WorkerFigures, sample: HostReading | None) -> WorkerSummary:
     if figures.summaries:
         return _from_summaries(figures, sample)
     steps = list(figures.window)
@@ -174,7 +188,7 @@ def _summarize(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerS
     )
 
 
-def _worker_summary(figures: WorkerFigures, sample: dict[str, Any] | None,
+def _worker_summary(figures: WorkerFigures, sample: HostReading | None,
                     **measured: Any) -> WorkerSummary:
     """A worker's summary: who and where it is, and its `measured` figures."""
     return WorkerSummary(worker=figures.worker, host=figures.host, replicas=figures.replicas,
@@ -189,7 +203,7 @@ def _wait_pct(waited: Sequence[tuple[float, float]]) -> float | None:
     return input_wait_pct(sum(wait for _, wait in waited), sum(step for step, _ in waited))
 
 
-def _from_summaries(figures: WorkerFigures, sample: dict[str, Any] | None) -> WorkerSummary:
+def _from_summaries(figures: WorkerFigures, sample: HostReading | None) -> WorkerSummary:
     """_summarize's figures from a worker's latest summaries: medians of their medians
     (each counted for its steps), input wait % and the breakdown from their sums."""
     summaries = list(figures.summaries)

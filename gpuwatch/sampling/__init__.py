@@ -3,7 +3,7 @@
 Plain data, no Textual, no TensorFlow, no pydantic/yaml: this package must import
 with only nvidia-ml-py and psutil installed (tests/gpu runs it that way on GPU
 boxes). The supervisor calls ``DeviceSampler.sample()`` from a thread at 2 Hz
-and sends ``sample_to_frame_fields(sample)`` as the protocol's ``sample`` frame.
+and sends ``sample_event(sample)``, the protocol's ``sample`` event.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import math
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import fields
+from dataclasses import replace
 from typing import Any
 
 from gpuwatch.sampling.gpu import GpuReader
@@ -20,6 +20,7 @@ from gpuwatch.sampling.host import HostSampler
 from gpuwatch.sampling.nvml import cuda_visible_count, describe_init_failure, visible_gpu_count
 from gpuwatch.sampling.throughput import WINDOW_MAX_AGE_S, PcieWindowPoller
 from gpuwatch.sampling.types import DeviceSample, GpuProcess, GpuSample, HostSample
+from trainer_runtime.protocol import Sample, event_frame, wire_field_names
 
 __all__ = [
     "GPU_FRAME_KEYS",
@@ -31,6 +32,7 @@ __all__ = [
     "HostSample",
     "cuda_version_text",
     "cuda_visible_count",
+    "sample_event",
     "sample_to_frame_fields",
     "visible_gpu_count",
 ]
@@ -183,57 +185,53 @@ def _json_number(value: Any, digits: int | None = None) -> Any:
     return value
 
 
-# Percentages, watts and degrees to 0.1; rates to whole bytes/s: enough for a
-# dashboard, and it keeps the 2 Hz frame short.
-_ONE_DECIMAL = {"util_gpu_pct", "util_mem_pct", "temperature_c", "power_w", "power_limit_w"}
-_WHOLE = {
-    "pcie_tx_bytes_per_s",
-    "pcie_rx_bytes_per_s",
-    "nvlink_tx_bytes_per_s",
-    "nvlink_rx_bytes_per_s",
-}
-_NOT_IN_FRAME = {"unavailable", "processes"}
 # The keys of a sample frame's host object and of each object in its gpus, in order
 # (gpuwatch.export's columns read them).
-HOST_FRAME_KEYS = tuple(spec.name for spec in fields(HostSample))
-GPU_FRAME_KEYS = (
-    *(spec.name for spec in fields(GpuSample) if spec.name not in _NOT_IN_FRAME),
-    "processes",
-)
+HOST_FRAME_KEYS = wire_field_names(HostSample)
+GPU_FRAME_KEYS = wire_field_names(GpuSample)
 
 
-def _gpu_fields(gpu: GpuSample) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for spec in fields(gpu):
-        if spec.name in _NOT_IN_FRAME:
-            continue
-        value = getattr(gpu, spec.name)
-        if spec.name in _ONE_DECIMAL:
-            value = _json_number(value, 1)
-        elif spec.name in _WHOLE:
-            value = _json_number(value, 0)
-            value = None if value is None else int(value)
-        out[spec.name] = value
-    out["processes"] = [
-        {"pid": p.pid, "used_bytes": p.used_bytes, "in_run": p.in_run} for p in gpu.processes
-    ]
-    return out
+def _whole(value: Any) -> int | None:
+    value = _json_number(value, 0)
+    return None if value is None else int(value)
+
+
+def _sent_gpu(gpu: GpuSample) -> GpuSample:
+    # Percentages, watts and degrees to 0.1; rates to whole bytes/s: enough for a
+    # dashboard, and it keeps the 2 Hz frame short. Why a reading is None is not sent:
+    # the event is what a reader of the record gets (the supervisor folds it as is).
+    return replace(
+        gpu,
+        unavailable=(),
+        util_gpu_pct=_json_number(gpu.util_gpu_pct, 1),
+        util_mem_pct=_json_number(gpu.util_mem_pct, 1),
+        temperature_c=_json_number(gpu.temperature_c, 1),
+        power_w=_json_number(gpu.power_w, 1),
+        power_limit_w=_json_number(gpu.power_limit_w, 1),
+        pcie_tx_bytes_per_s=_whole(gpu.pcie_tx_bytes_per_s),
+        pcie_rx_bytes_per_s=_whole(gpu.pcie_rx_bytes_per_s),
+        nvlink_tx_bytes_per_s=_whole(gpu.nvlink_tx_bytes_per_s),
+        nvlink_rx_bytes_per_s=_whole(gpu.nvlink_rx_bytes_per_s),
+    )
+
+
+def sample_event(sample: DeviceSample) -> Sample:
+    """The protocol's ``sample`` event of a device sample: host, gpus, nvml, its readings
+    rounded as they are sent."""
+    host = sample.host
+    sent_host = replace(
+        host,
+        cpu_pct=_json_number(host.cpu_pct, 1),
+        per_cpu_pct=tuple(_json_number(p, 1) for p in host.per_cpu_pct),
+        load_1m=_json_number(host.load_1m, 2),
+        run_cpu_pct=_json_number(host.run_cpu_pct, 1),
+    )
+    return Sample(host=sent_host, gpus=[_sent_gpu(gpu) for gpu in sample.gpus],
+                  nvml=sample.nvml)
 
 
 def sample_to_frame_fields(sample: DeviceSample) -> dict[str, Any]:
-    """JSON-able fields of the protocol ``sample`` frame: host, gpus, nvml."""
-    host = sample.host
-    return {
-        "host": {
-            "cpu_pct": _json_number(host.cpu_pct, 1),
-            "per_cpu_pct": [_json_number(p, 1) for p in host.per_cpu_pct],
-            "mem_used_bytes": host.mem_used_bytes,
-            "mem_total_bytes": host.mem_total_bytes,
-            "load_1m": _json_number(host.load_1m, 2),
-            "run_cpu_pct": _json_number(host.run_cpu_pct, 1),
-            "run_rss_bytes": host.run_rss_bytes,
-            "spare_rss_bytes": host.spare_rss_bytes,
-        },
-        "gpus": [_gpu_fields(gpu) for gpu in sample.gpus],
-        "nvml": sample.nvml,
-    }
+    """JSON-able fields of the protocol ``sample`` frame, as sample_event's are written:
+    host, gpus, nvml."""
+    frame = event_frame(sample_event(sample))
+    return {key: frame[key] for key in ("host", "gpus", "nvml")}

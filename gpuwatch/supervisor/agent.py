@@ -43,6 +43,7 @@ from trainer_runtime.protocol import (
     Hello,
     ProtocolError,
     Reconfigured,
+    Sample,
     Step,
     parse_event,
     reconfigure_frame,
@@ -56,8 +57,8 @@ SAMPLE_INTERVAL_S = TIMINGS.sample_interval_s
 OnFrame = Callable[[int, Event, float | None], None]
 # (agent index, how the trainer ended): called once its frames are all read.
 OnExit = Callable[[int, TrainerExit], None]
-# (agent index, sample fields): called on the event loop, once per sample.
-OnSample = Callable[[int, dict[str, Any]], None]
+# (agent index, its host's sample): called on the event loop, once per sample.
+OnSample = Callable[[int, Sample], None]
 
 
 class Agent(Protocol):
@@ -493,7 +494,7 @@ class _SamplerThread:
 
     def _main(self) -> None:
         try:
-            from gpuwatch.sampling import DeviceSampler, sample_to_frame_fields
+            from gpuwatch.sampling import DeviceSampler, sample_event
         except ImportError as exc:  # the sampling package is part of gpuwatch; be loud if absent
             log.error("device sampling unavailable: %s", exc)
             return
@@ -502,18 +503,18 @@ class _SamplerThread:
             while not self.stop.is_set():
                 started = time.monotonic()
                 try:
-                    self._post(sample_to_frame_fields(sampler.sample()))
+                    self._post(sample_event(sampler.sample()))
                 except Exception:
                     log.exception("device sample failed")
                 self.stop.wait(max(0.0, SAMPLE_INTERVAL_S - (time.monotonic() - started)))
         finally:
             sampler.close()
 
-    def _post(self, fields: dict[str, Any]) -> None:
+    def _post(self, sample: Sample) -> None:
         loop = self.loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self.on_sample, self.index, fields)
+                loop.call_soon_threadsafe(self.on_sample, self.index, sample)
 
 
 def signal_group(pid: int, sig: int) -> None:

@@ -26,17 +26,22 @@ from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.link import REPLY_TIMEOUT_S, frames_of
 from trainer_runtime.protocol import (
+    ENVELOPE,
     LIVE_DEADLINE_S,
     MAX_FRAME_BYTES,
     FrameBuffer,
     ProtocolError,
     Reconfigured,
+    Sample,
     encode,
     event_frame,
     host_name,
 )
 
 log = logging.getLogger("gpuwatch.supervisor.remote")
+
+# What a sample sent up leaves out: the envelope and the worker.
+_NOT_SENT_UP = frozenset({*ENVELOPE, "worker"})
 
 # The agent's log relay: lines per frame, bytes per second (the rest is skipped, and
 # the skip is said in the log), how often trainer.log is read.
@@ -102,7 +107,10 @@ class _AgentProcess:
     def _on_frame(self, index: int, event: Any, t: float | None) -> None:
         self.send("event", frame=event_frame(event, t=t))
 
-    def _on_sample(self, index: int, fields: dict[str, Any]) -> None:
+    def _on_sample(self, index: int, sample: Sample) -> None:
+        # Its wire fields but the worker (the supervisor's to say) and an empty summary.
+        fields = {key: value for key, value in event_frame(sample).items()
+                  if key not in _NOT_SENT_UP and (key != "gpu_summary" or value is not None)}
         self.send("sample", droppable=True, fields=fields)
 
     def _on_exit(self, index: int, ended: TrainerExit) -> None:

@@ -243,11 +243,11 @@ class Supervisor:
         if self.scale is not None:
             self.scale.poke()
 
-    def _on_sample(self, index: int, fields: dict[str, Any]) -> None:
+    def _on_sample(self, index: int, sample: Sample) -> None:
         # A finished run lingering for a relaunch records no more samples: the record
         # stays about training, and does not grow while nothing runs.
         if self.trainer_running or self.status not in TERMINAL_STATUSES:
-            self.record(Sample(**{**fields, "worker": index}))
+            self.record(replace(sample, worker=index))
 
     # -- what the commands ask (commands.Run) ---------------------------------------
 

@@ -36,6 +36,7 @@ from trainer_runtime.protocol import (
     Hello,
     ProtocolError,
     Reconfigured,
+    Sample,
     encode,
     parse_event,
 )
@@ -302,9 +303,9 @@ class RemoteAgent:
         if not isinstance(fields, dict):
             raise ProtocolError("sample: fields must be an object")
         fields = {k: v for k, v in fields.items() if k != "worker"}
-        parse_event({"v": 1, "type": "sample", **fields})  # checked as the recorder will
-        if self._sampling:
-            self._on_sample(self.index, fields)
+        _, sample = parse_event({"v": 1, "type": "sample", **fields})
+        if self._sampling and isinstance(sample, Sample):
+            self._on_sample(self.index, sample)
 
     def take_exit(self, frame: dict[str, Any]) -> None:
         if self._stamp.attempt is None:

@@ -22,11 +22,18 @@ import asyncio
 import statistics
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import replace
 
 from gpuwatch.runstate import CHIEF, WARMUP_STEPS
 from gpuwatch.supervisor.launch import WorkerLaunch
-from trainer_runtime.protocol import SUMMARY_PAST_WORKERS, Event, Step, StepSummary
+from trainer_runtime.protocol import (
+    SUMMARY_PAST_WORKERS,
+    Event,
+    GpuSummary,
+    Sample,
+    Step,
+    StepSummary,
+)
 
 # A summary covers at most this long of a worker's steps.
 SUMMARY_EVERY_S = 1.0
@@ -36,9 +43,9 @@ FALLING_BEHIND = 2.0
 SUMMARY_TICK_S = 0.2
 
 Emit = Callable[[Event, float | None], None]
-# The agent's callbacks: (its index, event, t) and (its index, sample fields).
+# The agent's callbacks: (its index, event, t) and (its index, its host's sample).
 OnFrame = Callable[[int, Event, float | None], None]
-OnSample = Callable[[int, dict[str, Any]], None]
+OnSample = Callable[[int, Sample], None]
 
 
 def summarizes(index: int, workers: int) -> bool:
@@ -54,42 +61,32 @@ def _round(values: list[float]) -> list[float]:
     return [round(v, 3) for v in values]  # a microsecond: far below a step's own spread
 
 
-# What a lean sample keeps of its host's readings (per_cpu_pct alone is a number per
-# core: hundreds on a big host).
-LEAN_HOST_KEYS = ("cpu_pct", "mem_used_bytes", "mem_total_bytes", "load_1m")
-
-
-def lean_sample(fields: dict[str, Any]) -> dict[str, Any]:
-    """A summarizing worker's device sample: its host's few readings, and its GPUs summed
+def lean_sample(sample: Sample) -> Sample:
+    """A summarizing worker's device sample: its host's few readings (HostSample.leaned:
+    per_cpu_pct alone is a number per core, hundreds on a big host), and its GPUs summed
     (Sample.gpu_summary: how many, lost, utilization min/mean/max, memory and link
     traffic summed) instead of every GPU's every field: at 64 hosts x 8 GPUs, 512 full
     GPU readings a second are some 280 KiB/s of record."""
-    gpus = [g for g in fields.get("gpus") or [] if isinstance(g, dict)]
-    live = [g for g in gpus if not g.get("lost")]
-    utils = [float(u) for g in live if isinstance(u := g.get("util_gpu_pct"), int | float)]
+    gpus = sample.gpus
+    live = [g for g in gpus if not g.lost]
+    utils = [float(g.util_gpu_pct) for g in live if g.util_gpu_pct is not None]
 
-    def total(*keys: str) -> float | None:
-        values = [g[k] for g in live for k in keys if isinstance(g.get(k), int | float)]
-        return float(sum(values)) if values else None
+    def total(*values: float | None) -> float | None:
+        known = [v for v in values if v is not None]
+        return float(sum(known)) if known else None
 
-    given = fields.get("host")
-    host: dict[str, Any] = given if isinstance(given, dict) else {}
-    lean: dict[str, Any] = {
-        **{k: v for k, v in fields.items() if k not in ("host", "gpus")},
-        "host": {k: host[k] for k in LEAN_HOST_KEYS if k in host},
-        "gpus": [],
-    }
-    if gpus:
-        lean["gpu_summary"] = {
-            "count": len(gpus), "lost": len(gpus) - len(live),
-            "util_gpu_pct": ([min(utils), round(sum(utils) / len(utils), 1), max(utils)]
-                             if utils else None),
-            "mem_used_bytes": total("mem_used_bytes"),
-            "mem_total_bytes": total("mem_total_bytes"),
-            "pcie_bytes_per_s": total("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"),
-            "nvlink_bytes_per_s": total("nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s"),
-        }
-    return lean
+    summary = GpuSummary(
+        count=len(gpus), lost=len(gpus) - len(live),
+        util_gpu_pct=([min(utils), round(sum(utils) / len(utils), 1), max(utils)]
+                      if utils else None),
+        mem_used_bytes=total(*(g.mem_used_bytes for g in live)),
+        mem_total_bytes=total(*(g.mem_total_bytes for g in live)),
+        pcie_bytes_per_s=total(*(v for g in live
+                                 for v in (g.pcie_tx_bytes_per_s, g.pcie_rx_bytes_per_s))),
+        nvlink_bytes_per_s=total(*(v for g in live for v in (g.nvlink_tx_bytes_per_s,
+                                                              g.nvlink_rx_bytes_per_s))),
+    ) if gpus else None
+    return replace(sample, host=sample.host.leaned(), gpus=[], gpu_summary=summary)
 
 
 def summary_of(steps: Sequence[Step]) -> StepSummary:
@@ -190,8 +187,8 @@ class Upward:
         else:
             self.on_frame(self.index, event, t)
 
-    def sample(self, index: int, fields: dict[str, Any]) -> None:
-        self.on_sample(index, lean_sample(fields) if self.summarizer is not None else fields)
+    def sample(self, index: int, sample: Sample) -> None:
+        self.on_sample(index, lean_sample(sample) if self.summarizer is not None else sample)
 
     def flush(self) -> None:
         """The trainer's frames have ended: the summary so far goes (before its exit)."""

@@ -5,8 +5,14 @@ from __future__ import annotations
 import pytest
 
 from gpuwatch.advisor import advise, format_rate, input_bound_level
-from gpuwatch.runstate import Figures, StepPoint, step_figures, steps_input_wait_pct
-from trainer_runtime.protocol import Step
+from gpuwatch.runstate import (
+    Figures,
+    HostReading,
+    StepPoint,
+    step_figures,
+    steps_input_wait_pct,
+)
+from trainer_runtime.protocol import GpuSample, HostSample, Step
 
 SETTINGS = {
     "data": {"prefetch": False, "parallel_calls": 1},
@@ -73,7 +79,8 @@ def test_gradient_sync_estimate_mentions_accumulation():
 
 
 def test_low_gpu_util_not_input_bound_suggests_bigger_batch():
-    sample = {"gpus": [{"index": 0, "util_gpu_pct": 20.0}, {"index": 1, "util_gpu_pct": 30.0}]}
+    gpus = [GpuSample(0, util_gpu_pct=20.0), GpuSample(1, util_gpu_pct=30.0)]
+    sample = HostReading(HostSample(), gpus, None, None)
     advice = advise(points(100.0, 1.0), SETTINGS, sample)
     assert "25% busy" in advice.recommendations[0] and "(b)" in advice.recommendations[0]
 

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 
 from gpuwatch import peaks
 from gpuwatch.advisor import LEVELS, advise
-from gpuwatch.runstate import Figures, StepPoint, step_figures
+from gpuwatch.runstate import Figures, HostReading, StepPoint, step_figures
 from gpuwatch.runstate.steps import MIN_SHARE_STEPS
-from trainer_runtime.protocol import Breakdown, Hello, Step
+from trainer_runtime.protocol import Breakdown, GpuProcess, GpuSample, Hello, HostSample, Step
 
 # Each part's moderate grade, in % of the step, written out here as the docs state them:
 # input 5 (TF Profiler), all-reduce 3 (its collectives' grade), update and host 5.
@@ -63,16 +63,18 @@ def maybe(strategy: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
     return st.one_of(st.none(), strategy)
 
 
-gpus = st.lists(st.fixed_dictionaries({}, optional={
-    "index": maybe(st.integers(0, 7)),
-    "name": maybe(st.sampled_from(["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3",
-                                   "Tesla V100-SXM2-16GB", "NVIDIA A10G", "x"])),
-    "mem_used_bytes": maybe(st.integers(0, 10**12)),
-    "mem_total_bytes": maybe(st.integers(0, 10**12)),
-    "util_gpu_pct": maybe(st.floats(0, 100)),
-    "lost": st.booleans(),
-    "processes": maybe(st.lists(st.fixed_dictionaries({"in_run": st.booleans()}))),
-}), max_size=3)
+gpus = st.lists(st.builds(
+    GpuSample,
+    index=st.integers(0, 7),
+    name=maybe(st.sampled_from(["NVIDIA A100-SXM4-80GB", "NVIDIA H100 80GB HBM3",
+                                "Tesla V100-SXM2-16GB", "NVIDIA A10G", "x"])),
+    mem_used_bytes=maybe(st.integers(0, 10**12)),
+    mem_total_bytes=maybe(st.integers(0, 10**12)),
+    util_gpu_pct=maybe(st.floats(0, 100)),
+    lost=st.booleans(),
+    processes=st.lists(st.builds(GpuProcess, pid=st.integers(1, 9), used_bytes=st.none(),
+                                 in_run=st.booleans())).map(tuple),
+), max_size=3)
 hellos = st.builds(
     Hello, attempt=st.just(1), pid=st.just(1), tf_version=st.just("2.21"),
     replicas=st.integers(1, 8), device_kind=st.sampled_from(["gpu", "cpu"]),
@@ -109,7 +111,8 @@ def test_any_missing_figure_gives_a_verdict_not_a_crash(breakdown, wait, bus, sh
     figures = Figures(input_wait_pct=wait, breakdown=breakdown, bus_bytes_per_s=bus,
                       bus_pct_of_link=share, mfu_pct=mfu,
                       link=peaks.LinkPeak("NVLink", 450e9) if with_link else None)
-    advice = advise(figures, config, {"gpus": gpu_list}, replicas, None, hello=hello)
+    sample = HostReading(HostSample(), gpu_list, None, None)
+    advice = advise(figures, config, sample, replicas, None, hello=hello)
     assert advice.level in LEVELS
     assert isinstance(advice.verdict, str) and advice.verdict
     assert len(advice.recommendations) <= 3

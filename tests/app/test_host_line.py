@@ -3,12 +3,14 @@ trainer has no figures."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.devices import DevicesPanel, host_line
 from gpuwatch.runstate import RunState
+from trainer_runtime.protocol import HostSample
 
 from .conftest import SIZE, Waiter, frozen_clock_for, load_events, settle
 
@@ -55,15 +57,15 @@ async def test_each_cpu_figure_says_what_it_is_of():
 
 def test_a_big_host_and_a_trainer_under_a_core():
     state = RunState()
-    host = {"cpu_pct": 64.0, "per_cpu_pct": [64.0] * 16, "mem_used_bytes": 40 * GIB,
-            "mem_total_bytes": 256 * GIB, "load_1m": 10.2, "run_cpu_pct": 45.0,
-            "run_rss_bytes": 3 * GIB}
+    host = HostSample(cpu_pct=64.0, per_cpu_pct=(64.0,) * 16, mem_used_bytes=40 * GIB,
+                      mem_total_bytes=256 * GIB, load_1m=10.2, run_cpu_pct=45.0,
+                      run_rss_bytes=3 * GIB)
     assert host_line(state, host).plain == (
         "host CPU 64% of 16 cores  memory 40.0/256.0 GiB  load 10.2"
         "  trainer 0.5 cores, 3.0 GiB RSS"
     )
     # No per-core readings (a CPU came or went): still said of the whole host.
-    host = {**host, "per_cpu_pct": [], "run_cpu_pct": None}
+    host = replace(host, per_cpu_pct=(), run_cpu_pct=None)
     assert host_line(state, host).plain.startswith("host CPU 64% of all cores  memory")
     assert host_line(state, host).plain.endswith("  trainer 3.0 GiB RSS")
 

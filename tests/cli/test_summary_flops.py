@@ -32,7 +32,8 @@ def frames(*, flops: float | None, device_kind: str = "gpu", gpus: list[dict[str
     if flops is not None:
         hello["flops_per_example"] = flops
     add("hello", **hello)
-    add("sample", host={"cpu_pct": 1.0}, gpus=gpus, nvml=None if gpus else "no GPU")
+    add("sample", host={"cpu_pct": 1.0}, gpus=[{"index": i, **gpu} for i, gpu in enumerate(gpus)],
+        nvml=None if gpus else "no GPU")
     for number in range(1, steps + 1):
         add("step", attempt=1, step=number, micro_step=number, epoch=0, loss=1.0, lr=1e-3,
             examples=examples, step_time_ms=step_ms, input_wait_ms=1.0,

@@ -195,3 +195,16 @@ def test_doctor_names_the_home_and_what_stops_the_other_commands_there(
     _, text = doctor([], **kwargs)
     assert (f"  home         {not_a_folder} (unusable: GPUWATCH_HOME={not_a_folder} is not a "
             "directory)\n") in text
+
+
+def test_the_readings_listed_are_gpu_samples_sent_fields_but_what_the_gpu_is() -> None:
+    from dataclasses import fields
+
+    from gpuwatch.doctor import READINGS as listed
+    from trainer_runtime.protocol import GpuSample, wire_field_names
+
+    not_readings = {f.name for f in fields(GpuSample) if f.metadata.get("reading") is False}
+    assert not_readings == {"index", "name", "uuid", "lost", "mig", "pcie_source",
+                            "nvlink_links_active", "nvlink_version"}
+    assert listed == tuple(n for n in wire_field_names(GpuSample) if n not in not_readings)
+    assert listed[0] == "util_gpu_pct" and listed[-1] == "processes"

@@ -27,7 +27,7 @@ from tests.support.ports import can_bind
 from tests.support.run_record import alive
 from tests.support.sshd import SshServer, sshd  # noqa: F401 - the fixture
 from trainer_runtime.protocol import Event as ProtocolEvent
-from trainer_runtime.protocol import FrameBuffer, ProtocolError, encode
+from trainer_runtime.protocol import FrameBuffer, HostSample, ProtocolError, encode
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = "tests.data.fake_trainer"
@@ -346,7 +346,7 @@ async def test_remote_agent_over_ssh_runs_a_trainer_to_its_end(
         local_log = run_dir / "workers" / "1" / "trainer.log"
         assert "fake trainer: attempt 1, finish, fresh=True" in local_log.read_text()
         await until(lambda: got.samples, "a sample from the remote host")
-        assert got.samples[0][0] == 1 and "host" in got.samples[0][1]
+        assert got.samples[0][0] == 1 and isinstance(got.samples[0][1].host, HostSample)
         assert agent.bad_frames == 0
     finally:
         await agent.close()

@@ -21,7 +21,7 @@ from gpuwatch.supervisor import agent as agent_module
 from gpuwatch.tboard import EventFileWriter, RunBoard, crc32c, step_scalars
 from tests.conftest import ROOT, TINY
 from tests.supervisor.test_supervisor_parts import until
-from trainer_runtime.protocol import Attempt, Sample, StatusChange, Step
+from trainer_runtime.protocol import Attempt, GpuSample, HostSample, Sample, StatusChange, Step
 
 # What a scalar reads back as: TensorBoard keeps simple_value as a float32.
 
@@ -178,10 +178,11 @@ def step_event(attempt: int, number: int, **changes: Any) -> Step:
     return Step(**fields)
 
 
-def gpu(index: int, util: float | None, memory: int) -> dict[str, Any]:
-    return {
+def gpu(index: int, util: float | None, memory: int) -> GpuSample:
+    return GpuSample(**{
         "index": index,
         "name": "Fake H100",
+        "uuid": None,
         "util_gpu_pct": util,
         "util_mem_pct": 10.0,
         "mem_used_bytes": memory,
@@ -191,7 +192,7 @@ def gpu(index: int, util: float | None, memory: int) -> dict[str, Any]:
         "nvlink_tx_bytes_per_s": 5_000,
         "power_w": 300.5,
         "temperature_c": 61.0,
-    }
+    })
 
 
 @pytest.mark.slow
@@ -200,7 +201,7 @@ def test_the_run_board_puts_each_attempt_and_worker_where_tensorboard_shows_them
 ) -> None:
     root = tmp_path / "tensorboard"
     board = RunBoard(root)
-    host = {"cpu_pct": 42.5, "mem_used_bytes": 8_000_000_000, "run_cpu_pct": None}
+    host = HostSample(cpu_pct=42.5, mem_used_bytes=8_000_000_000, run_cpu_pct=None)
     early = Sample(host=host, gpus=[gpu(0, 1.0, 1)], nvml=None)
     board.observe(early, 1.0)  # before any attempt: not written
     board.observe(Attempt(attempt=1, settings={}), 2.0)
@@ -210,15 +211,16 @@ def test_the_run_board_puts_each_attempt_and_worker_where_tensorboard_shows_them
         Sample(host=host, gpus=[gpu(0, 91.5, 10**9), gpu(1, 88.0, 2 * 10**9)], nvml=None), 4.0
     )
     board.observe(
-        Sample(host={"cpu_pct": None}, gpus=[gpu(0, None, 5), gpu(1, 7.0, 6)], nvml=None, worker=1),
+        Sample(host=HostSample(cpu_pct=None), gpus=[gpu(0, None, 5), gpu(1, 7.0, 6)], nvml=None,
+               worker=1),
         4.1,
     )
     board.observe(step_event(1, 2, loss=None), 5.0)
     board.observe(StatusChange(attempt=1, status="relaunching"), 6.0)
     board.observe(Attempt(attempt=2, settings={}), 7.0)
-    board.observe(Sample(host={"cpu_pct": 3.0}, gpus=[], nvml="no GPU", worker=1), 8.0)
+    board.observe(Sample(host=HostSample(cpu_pct=3.0), gpus=[], nvml="no GPU", worker=1), 8.0)
     board.observe(step_event(2, 3), 9.0)
-    board.observe(Sample(host={"cpu_pct": 4.0}, gpus=[], nvml="no GPU"), 10.0)
+    board.observe(Sample(host=HostSample(cpu_pct=4.0), gpus=[], nvml="no GPU"), 10.0)
     board.close()
 
     assert logdirs(root) == {"attempt-1", "attempt-1/worker-1", "attempt-2", "attempt-2/worker-1"}

@@ -29,7 +29,9 @@ from trainer_runtime.protocol import (
     Done,
     Error,
     Event,
+    GpuSample,
     Hello,
+    HostSample,
     Reconfigured,
     Resume,
     Run,
@@ -123,10 +125,9 @@ steps = st.builds(
 others: st.SearchStrategy[Event] = st.one_of(
     st.builds(
         Sample,
-        host=st.fixed_dictionaries({"cpu_pct": finite}),
-        gpus=st.lists(
-            st.fixed_dictionaries({"index": st.integers(0, 7), "util_gpu_pct": finite}), max_size=2
-        ),
+        host=st.builds(HostSample, cpu_pct=finite),
+        gpus=st.lists(st.builds(GpuSample, index=st.integers(0, 7), util_gpu_pct=finite),
+                      max_size=2),
         nvml=st.none() | st.just("no NVML"),
         worker=workers,
     ),

@@ -192,7 +192,7 @@ def test_samples_are_kept_per_worker_host_and_shared_on_one_host():
     state = RunState()
     state.apply_many(frames.frames)
     rows = state.worker_summaries()
-    assert rows[0].sample is not None and rows[0].sample["host"]["cpu_pct"] == 55.0
+    assert rows[0].sample is not None and rows[0].sample.host.cpu_pct == 55.0
     assert rows[1].sample is rows[0].sample
     # Two hosts: each worker its own; the headline device sample stays the chief's.
     frames = cluster_run(2, 2, {0: (100.0, 1.0, 5.0), 1: (100.0, 1.0, 5.0)})
@@ -201,9 +201,9 @@ def test_samples_are_kept_per_worker_host_and_shared_on_one_host():
     state = RunState()
     state.apply_many(frames.frames)
     first, second = state.worker_summaries()
-    assert first.sample is not None and first.sample["host"]["cpu_pct"] == 20.0
-    assert second.sample is not None and second.sample["host"]["cpu_pct"] == 97.0
-    assert state.sample is not None and state.sample["host"]["cpu_pct"] == 20.0
+    assert first.sample is not None and first.sample.host.cpu_pct == 20.0
+    assert second.sample is not None and second.sample.host.cpu_pct == 97.0
+    assert state.sample is not None and state.sample.host.cpu_pct == 20.0
     assert state.take_changes() >= {"workers", "devices"}
 
 

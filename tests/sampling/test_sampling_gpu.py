@@ -17,6 +17,7 @@ from gpuwatch.sampling import (
     DeviceSampler,
     cuda_version_text,
     cuda_visible_count,
+    sample_event,
     sample_to_frame_fields,
     visible_gpu_count,
 )
@@ -787,7 +788,7 @@ def test_a_sample_frame_gives_the_link_peak_the_all_reduce_is_measured_against(
     nvml = fake_h100_box(2)  # SXM H100s: 18 active NVLink 4 links each
     nvml.gpus[0].processes = nvml.gpus[1].processes = [(4242, 2**30)]
     sampler = make_sampler(nvml, run_pids=lambda: {4242})
-    gpus = sample_to_frame_fields(sampler.sample())["gpus"]
+    gpus = sample_event(sampler.sample()).gpus
     assert peaks.link_peak(gpus) == peaks.LinkPeak("NVLink", 18 * 25e9)
 
 

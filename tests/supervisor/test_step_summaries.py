@@ -297,9 +297,13 @@ def test_a_lean_sample_shows_a_worker_s_devices_in_the_same_words(tmp_path: Path
     # Past 8 workers a worker's host goes up with its GPUs summed: the workers panel's
     # device column reads the same from it as from every GPU's readings.
     from gpuwatch.app.widgets.devices import device_summary
-    from gpuwatch.sampling import DeviceSampler, sample_to_frame_fields
+    from gpuwatch.runstate import HostReading
+    from gpuwatch.sampling import DeviceSampler, sample_event
     from gpuwatch.supervisor.summarize import lean_sample
     from tests.support.fake_nvml import fake_h100_box
+
+    def reading(sample: protocol.Sample) -> HostReading:
+        return HostReading(sample.host, sample.gpus, sample.nvml, None, sample.gpu_summary)
 
     nvml = fake_h100_box(8)
     for i, gpu in enumerate(nvml.gpus):
@@ -307,15 +311,19 @@ def test_a_lean_sample_shows_a_worker_s_devices_in_the_same_words(tmp_path: Path
     nvml.gpus[7].lost = True
     sampler = DeviceSampler(nvml=nvml)
     sampler.sample()
-    full = sample_to_frame_fields(sampler.sample())
+    full = sample_event(sampler.sample())
     lean = lean_sample(full)
-    assert lean["gpus"] == [] and lean["gpu_summary"]["count"] == 8
-    assert lean["gpu_summary"]["lost"] == 1
-    assert lean["gpu_summary"]["util_gpu_pct"] == [0.0, 30.0, 60.0]
+    summary = lean.gpu_summary
+    assert lean.gpus == [] and summary is not None and summary.count == 8
+    assert summary.lost == 1
+    assert summary.util_gpu_pct == [0.0, 30.0, 60.0]
     for wide in (False, True):
-        assert device_summary(lean, wide) == device_summary(full, wide)
-    assert len(json.dumps(lean)) < len(json.dumps(full)) / 8
-    protocol.parse_event({"v": 1, "type": "sample", **lean})  # a valid sample frame
+        assert device_summary(reading(lean), wide) == device_summary(reading(full), wide)
+    line = protocol.encode_event(lean)
+    assert len(line) < len(protocol.encode_event(full)) / 8
+    # A valid sample frame of the host's few readings, read back as it was sent.
+    assert set(json.loads(line)["host"]) == set(protocol.LEAN_HOST_FIELDS)
+    assert protocol.parse_event(protocol.decode(line))[1] == lean
 
 
 def _recorded(tmp_path: Path) -> tuple[Path, list[tuple[float, Event]]]:

@@ -35,6 +35,7 @@ from trainer_runtime.protocol import (
     Event,
     ProtocolError,
     Run,
+    Sample,
     StatusChange,
     Subscribe,
     decode,
@@ -368,8 +369,8 @@ async def test_agent_samples_its_host_in_a_thread_and_stops(harness: AgentHarnes
     finally:
         harness.agent.stop_sampling()
         await asyncio.to_thread(harness.agent.join_sampling, 10)
-    index, fields = harness.samples[0]
-    assert index == 3 and isinstance(fields, dict) and fields
+    index, sample = harness.samples[0]
+    assert index == 3 and isinstance(sample, Sample) and sample.host.mem_total_bytes
 
 
 # -- the client hub ---------------------------------------------------------------------

@@ -26,7 +26,7 @@ from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.hub import ClientHub
 from gpuwatch.supervisor.snapshots import SNAPSHOT_FILE, StateKeeper
 from tests.data.fake_trainer import step as fake_step
-from trainer_runtime.protocol import Attempt, Event, Run, Sample, StatusChange
+from trainer_runtime.protocol import Attempt, Event, HostSample, Run, Sample, StatusChange
 
 FORMAT = RunState.snapshot_format()
 
@@ -58,7 +58,7 @@ def some_events(count: int, attempt: int = 1, first_step: int = 1) -> list[Event
     for i in range(count):
         events.append(replace(fake_step(attempt, first_step + i), step_time_ms=10.0 + i % 7))
         if i % 10 == 9:
-            events.append(Sample(host={"cpu_pct": float(i)}, gpus=[], nvml="none"))
+            events.append(Sample(host=HostSample(cpu_pct=float(i)), gpus=[], nvml="none"))
     return events
 
 

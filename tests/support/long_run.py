@@ -31,13 +31,16 @@ from trainer_runtime.protocol import (
     Checkpoint,
     Done,
     Event,
+    GpuSample,
     Hello,
+    HostSample,
     Resume,
     Run,
     Sample,
     StatusChange,
     Step,
     input_wait_pct,
+    record_from_wire,
 )
 
 T0 = 1_750_000_000.0
@@ -110,13 +113,14 @@ def gpu_sample(t: float) -> Sample:
     host = {
         "cpu_pct": 30.0 + wave,
         "per_cpu_pct": [30.0] * 16,
-        "mem_used_bytes": 9.0e10,
-        "mem_total_bytes": 2.0e12,
+        "mem_used_bytes": 90_000_000_000,
+        "mem_total_bytes": 2_000_000_000_000,
         "load_1m": 12.0,
         "run_cpu_pct": 800.0,
-        "run_rss_bytes": 3.0e10,
+        "run_rss_bytes": 30_000_000_000,
     }
-    return Sample(host=host, gpus=gpus, nvml=None)
+    return Sample(host=record_from_wire(HostSample, host),
+                  gpus=[record_from_wire(GpuSample, gpu) for gpu in gpus], nvml=None)
 
 
 class _Recorder:

@@ -303,7 +303,24 @@ def _plain_value(annotation: str) -> st.SearchStrategy[object]:
              "list[float]": st.lists(st.floats(allow_nan=False, allow_infinity=False),
                                      max_size=5),
              "dict[str, Any]": st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
-             "list[dict[str, Any]]": st.lists(st.just({"a": 1}), max_size=2)}[base]
+             "list[dict[str, Any]]": st.lists(st.just({"a": 1}), max_size=2),
+             # The sample records' wire objects (an older sender's fields left out).
+             "HostSample": st.fixed_dictionaries({}, optional={
+                 "cpu_pct": st.floats(0, 100), "per_cpu_pct": st.lists(st.floats(0, 100)),
+                 "mem_used_bytes": st.integers(0, 2**40), "load_1m": st.none()}),
+             "list[GpuSample]": st.lists(st.fixed_dictionaries(
+                 {"index": st.integers(0, 7), "name": st.text(max_size=3), "uuid": st.none()},
+                 optional={"util_gpu_pct": st.integers(0, 100) | st.floats(0, 100),
+                           "processes": st.lists(st.fixed_dictionaries(
+                               {"pid": st.integers(1, 9), "used_bytes": st.none(),
+                                "in_run": st.booleans()}), max_size=2)}), max_size=2),
+             "GpuSummary": st.fixed_dictionaries(
+                 {"count": st.integers(0, 8), "lost": st.integers(0, 8),
+                  "util_gpu_pct": st.none() | st.lists(st.floats(0, 100), min_size=3,
+                                                       max_size=3),
+                  "mem_used_bytes": st.floats(0, 1e12), "mem_total_bytes": st.none(),
+                  "pcie_bytes_per_s": st.none(), "nvlink_bytes_per_s": st.floats(0, 1e12)}),
+             }[base]
     return st.one_of(plain, st.none()) if annotation.endswith(" | None") else plain
 
 

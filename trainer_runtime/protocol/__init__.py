@@ -17,6 +17,8 @@ one of its modules, which import each other directly, never through this package
   wire               wire kinds: what a declared field accepts, and its check
   commands           the commands' declarations, parse_command, command_frame
   figures            rates, the input-wait share and the Breakdown of a step's time
+  samples            the device readings a sample event carries: HostSample, GpuSample,
+                     GpuSummary, and their wire objects
   events             the events' declarations, EVENTS, the statuses
   envelopes          the envelope of an event frame: event_frame, parse_event
   supervisor_frames  the supervisor's own frames: snapshot parts, reconfigure
@@ -185,11 +187,20 @@ supervisor -> dashboard, besides every trainer and agent event relayed:
               log_tail (list[str]): the trainer log's last lines, on a crash
               worker (int | None): the worker whose exit set this status, in a cluster
   sample      One device sample of the host (1 Hz).
-              host (dict[str, Any]): cpu_pct, mem_used_bytes, ...
-              gpus (list[dict[str, Any]]): one per GPU
+              host (HostSample): the host's readings: cpu_pct, per_cpu_pct,
+                mem_used_bytes, mem_total_bytes, load_1m, run_cpu_pct, run_rss_bytes,
+                spare_rss_bytes (past 8 workers, a worker's but the chief's: cpu_pct,
+                mem_used_bytes, mem_total_bytes, load_1m)
+              gpus (list[GpuSample]): one per GPU: index, name, uuid, lost, mig,
+                util_gpu_pct, util_mem_pct, mem_used_bytes, mem_total_bytes,
+                temperature_c, power_w, power_limit_w, sm_clock_mhz, pcie_gen,
+                pcie_width, pcie_tx_bytes_per_s, pcie_rx_bytes_per_s,
+                nvlink_tx_bytes_per_s, nvlink_rx_bytes_per_s, pcie_source,
+                nvlink_links_active, nvlink_version, processes (each process: pid,
+                used_bytes, in_run)
               nvml (str | None): null when NVML works, else why it does not
               worker (int): the worker whose host it samples
-              gpu_summary (dict[str, Any] | None): past 8 workers, a worker's (not the
+              gpu_summary (GpuSummary | None): past 8 workers, a worker's (not the
                 chief's) GPUs summed, gpus then empty: count, lost, util_gpu_pct [min,
                 mean, max], mem_used_bytes, mem_total_bytes, pcie_bytes_per_s,
                 nvlink_bytes_per_s
@@ -304,6 +315,17 @@ from trainer_runtime.protocol.framing import (
     encode_frame,
 )
 from trainer_runtime.protocol.reference import command_reference, event_reference
+from trainer_runtime.protocol.samples import (
+    LEAN_HOST_FIELDS,
+    GpuProcess,
+    GpuSample,
+    GpuSummary,
+    HostSample,
+    WireRecordError,
+    record_from_wire,
+    wire_field_names,
+    wire_object,
+)
 from trainer_runtime.protocol.supervisor_frames import (
     LIVE_DEADLINE_S,
     MAX_LIVE_DEADLINE_S,
@@ -340,6 +362,7 @@ __all__ = [
     "ENVELOPE",
     "EVENTS",
     "FAILED_STATUSES",
+    "LEAN_HOST_FIELDS",
     "LIVE_DEADLINE_S",
     "MAX_FRAME_BYTES",
     "MAX_ID_CHARS",
@@ -371,8 +394,12 @@ __all__ = [
     "Error",
     "Event",
     "FrameBuffer",
+    "GpuProcess",
+    "GpuSample",
+    "GpuSummary",
     "Hello",
     "Hook",
+    "HostSample",
     "InvalidCommand",
     "ProtocolError",
     "Reconfigured",
@@ -389,6 +416,7 @@ __all__ = [
     "Stop",
     "Subscribe",
     "WireKind",
+    "WireRecordError",
     "breakdown",
     "build_command",
     "command_frame",
@@ -407,9 +435,12 @@ __all__ = [
     "parse_reconfigure",
     "per_second",
     "reconfigure_frame",
+    "record_from_wire",
     "reply_id",
     "snapshot_frames",
     "sum_breakdowns",
+    "wire_field_names",
+    "wire_object",
 ]
 
 # The classes keep the home they had when this package was one module: their

@@ -23,7 +23,12 @@ from trainer_runtime.protocol.framing import (
     _show,
     encode_frame,
 )
-from trainer_runtime.protocol.wire import _finite_number, _plain_type, _type_check
+from trainer_runtime.protocol.wire import (
+    _finite_number,
+    _plain_type,
+    _type_check,
+    _type_encoder,
+)
 
 ENVELOPE = ("v", "type", "seq", "t")
 
@@ -31,6 +36,17 @@ ENVELOPE = ("v", "type", "seq", "t")
 # dataclasses.fields() rebuilds its tuple on every call.
 _FIELD_NAMES: Mapping[type[Event], tuple[str, ...]] = MappingProxyType(
     {cls: tuple(f.name for f in fields(cls)) for cls in EVENTS.values()}
+)
+
+# The fields not written as they are (the sample records: samples.wire_object), per event
+# type that has any: the others' values go into the frame untouched.
+_FIELD_ENCODERS: Mapping[type[Event], dict[str, Callable[[Any], Any]]] = MappingProxyType(
+    {
+        cls: encoders
+        for cls in EVENTS.values()
+        if (encoders := {f.name: encode for f in fields(cls)
+                         if (encode := _type_encoder(f.type)) is not None})
+    }
 )
 
 
@@ -54,6 +70,10 @@ def event_frame(event: Event, *, t: float | None = None, seq: int | None = None
     names = _FIELD_NAMES.get(type(event))
     for name in names if names is not None else (f.name for f in fields(event)):
         frame[name] = getattr(event, name)
+    encoders = _FIELD_ENCODERS.get(type(event))
+    if encoders is not None:
+        for name, encode in encoders.items():
+            frame[name] = encode(frame[name])
     return frame
 
 

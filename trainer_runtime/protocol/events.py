@@ -18,6 +18,13 @@ from types import MappingProxyType
 from typing import Any, ClassVar
 
 from trainer_runtime.protocol.figures import Breakdown, breakdown, input_wait_pct, per_second
+from trainer_runtime.protocol.samples import (
+    LEAN_HOST_FIELDS,
+    GpuSample,
+    GpuSummary,
+    HostSample,
+    wire_field_names,
+)
 
 # "relaunching": the old attempt stopped and a new one is about to start (not terminal).
 STATUSES = (
@@ -421,16 +428,21 @@ class Sample(Event):
 
     TYPE: ClassVar[str] = "sample"
     FROM: ClassVar[str] = "supervisor"
-    host: dict[str, Any] = field(metadata=_note("cpu_pct, mem_used_bytes, ..."))
-    gpus: list[dict[str, Any]] = field(metadata=_note("one per GPU"))
+    host: HostSample = field(metadata=_note(
+        "the host's readings: " + ", ".join(wire_field_names(HostSample))
+        + f" (past {SUMMARY_PAST_WORKERS} workers, a worker's but the chief's: "
+        + ", ".join(LEAN_HOST_FIELDS) + ")"))
+    gpus: list[GpuSample] = field(metadata=_note(
+        "one per GPU: " + ", ".join(wire_field_names(GpuSample))
+        + " (each process: pid, used_bytes, in_run)"))
     nvml: str | None = field(metadata=_note("null when NVML works, else why it does not"))
     worker: int = field(default=0, metadata=_note("the worker whose host it samples"))
-    gpu_summary: dict[str, Any] | None = field(
+    gpu_summary: GpuSummary | None = field(
         default=None,
         metadata=_note(f"past {SUMMARY_PAST_WORKERS} workers, a worker's (not the chief's) "
-                       "GPUs summed, gpus then empty: count, lost, util_gpu_pct [min, mean, "
-                       "max], mem_used_bytes, mem_total_bytes, pcie_bytes_per_s, "
-                       "nvlink_bytes_per_s"),
+                       "GPUs summed, gpus then empty: "
+                       + ", ".join(wire_field_names(GpuSummary)).replace(
+                           "util_gpu_pct", "util_gpu_pct [min, mean, max]")),
     )
 
 

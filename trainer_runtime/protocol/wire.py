@@ -4,7 +4,9 @@ A command's field carries its ``WireKind`` in its metadata (``_wire``): the word
 reference shows and the check ``parse_command`` runs. An event's field is checked by its
 declared type, a string (``int``, ``float | None``, ``list[str]``, ...): ``_type_check``
 makes its check, ``_plain_type`` the type its value has when it needs no conversion
-(``parse_event``'s fast path).
+(``parse_event``'s fast path). A field of the sample records (``HostSample``,
+``list[GpuSample]``, ``GpuSummary | None``: ``samples.py``) is read by their check and
+written by ``_type_encoder``.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from types import MappingProxyType
 from typing import Any, TypeAlias
 
 from trainer_runtime.protocol.framing import MAX_NESTING_DEPTH, _show
+from trainer_runtime.protocol.samples import RECORDS, WireRecordError, _field_check, wire_object
 
 # Bounds on command fields.
 MAX_WIRE_INT = 2**53 - 1  # the largest integer every JSON reader holds exactly
@@ -206,7 +209,7 @@ def _type_check(annotation: Any) -> Callable[[Any], tuple[bool, Any]]:
         ),
     }
     if base not in simple:
-        raise TypeError(f"event field type {text!r} has no wire check")
+        return _record_check(text, base)
     accepts, convert, words = simple[base]
     words = f"{words} or null" if optional else words
 
@@ -218,6 +221,39 @@ def _type_check(annotation: Any) -> Callable[[Any], tuple[bool, Any]]:
         return False, words
 
     return check
+
+
+def _record_name(base: str) -> str | None:
+    """The sample record a field type names (``HostSample``, ``list[GpuSample]``), if any."""
+    name = base.removeprefix("list[").removesuffix("]") if base.startswith("list[") else base
+    return name if name in RECORDS else None
+
+
+def _record_check(text: str, base: str) -> Callable[[Any], tuple[bool, Any]]:
+    """The check of a field that carries the protocol's sample records (``samples.py``)."""
+    if _record_name(base) is None:
+        raise TypeError(f"event field type {text!r} has no wire check")
+    read = _field_check(text)  # "X | None" takes null, and says so
+
+    def check(value: Any) -> tuple[bool, Any]:
+        try:
+            return True, read(value)
+        except WireRecordError as exc:
+            return False, str(exc)
+
+    return check
+
+
+def _type_encoder(annotation: Any) -> Callable[[Any], Any] | None:
+    """How a field's value is written in a frame, when it is not as it is: the sample
+    records as their wire objects (``samples.wire_object``); None for every other field."""
+    text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
+    base = text.removesuffix(" | None")
+    if _record_name(base) is None:
+        return None
+    if base.startswith("list["):
+        return lambda value: None if value is None else [wire_object(item) for item in value]
+    return lambda value: None if value is None else wire_object(value)
 
 
 def _plain_type(annotation: Any) -> type | None:

@@ -3,15 +3,15 @@ in a few characters (each worker's row says it too)."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
 
 from rich.text import Text
 
 from gpuwatch.app import fmt
 from gpuwatch.app.widgets.common import is_tall, plural
 from gpuwatch.app.widgets.state_panel import StatePanel
-from gpuwatch.runstate import RunState
-from trainer_runtime.protocol import Hello
+from gpuwatch.runstate import HostReading, RunState
+from trainer_runtime.protocol import GpuSummary, Hello, HostSample
 
 
 class DevicesPanel(StatePanel):
@@ -30,7 +30,7 @@ class DevicesPanel(StatePanel):
         """sync: the gradient sync estimate of the figures on screen (RunState.figures);
         None where the all-reduce is measured (the metrics panel shows its bus bandwidth)."""
         self._last_state, self._last_sync = state, sync
-        sample = state.sample or {}
+        sample = state.sample
         text = Text()
         self._no_gpu(text, state, sample, state.hello, sync)
         self.set_text(text)
@@ -39,13 +39,13 @@ class DevicesPanel(StatePanel):
         self,
         text: Text,
         state: RunState,
-        sample: dict[str, Any],
+        sample: HostReading | None,
         hello: Hello | None,
         sync: float | None,
     ) -> None:
         replicas = state.replicas
         kind = hello.device_kind if hello is not None else "cpu"
-        reason = sample.get("nvml")
+        reason = sample.nvml if sample is not None else None
         devices = [
             d.rsplit("/", 1)[-1].removeprefix("device:")
             for d in (hello.devices if hello is not None else [])
@@ -68,7 +68,8 @@ class DevicesPanel(StatePanel):
         if devices and not cluster:
             text.append(f" ({', '.join(devices)})", style="dim")
         text.append("\n")
-        text.append_text(host_line(state, sample.get("host") or {}, self.content_size.width))
+        host = sample.host if sample is not None else HostSample()
+        text.append_text(host_line(state, host, self.content_size.width))
         if cluster and not is_tall(self):
             # A cluster on a short screen: the workers panel says each host's devices; the
             # rows go to the attempts table below (why no NVML shows at 120x40).
@@ -84,23 +85,23 @@ class DevicesPanel(StatePanel):
             text.append(f"\nNVML: {reason}", style="dim")
 
 
-def host_line(state: RunState, host: dict[str, Any], width: int = 0) -> Text:
+def host_line(state: RunState, host: HostSample, width: int = 0) -> Text:
     """'host CPU 64% of 16 cores  memory 5.0/15.6 GiB  load 1.9  trainer 1.2 cores, 1.2 GiB
     RSS': each CPU figure says what it is of (the host's: of all its cores; the trainer's:
     cores' worth, as top's 120% is). Once the run has ended, no figure of its trainer. The
     load gives way when the line is wider than `width` (0: any).
     """
-    cores = len(host.get("per_cpu_pct") or ())
+    cores = len(host.per_cpu_pct)
     for with_load in (True, False):
         text = Text("host CPU ", style="dim")
-        text.append(fmt.pct(host.get("cpu_pct")), style="bold")
+        text.append(fmt.pct(host.cpu_pct), style="bold")
         text.append(f" of {plural(cores, 'core')}" if cores else " of all cores", style="dim")
         text.append("  memory ", style="dim")
-        text.append(fmt.mem_pair(host.get("mem_used_bytes"), host.get("mem_total_bytes")))
-        if with_load and host.get("load_1m") is not None:
+        text.append(fmt.mem_pair(host.mem_used_bytes, host.mem_total_bytes))
+        if with_load and host.load_1m is not None:
             text.append("  load ", style="dim")
-            text.append(f"{host['load_1m']:.1f}")
-        cpu_pct, rss = host.get("run_cpu_pct"), host.get("run_rss_bytes")
+            text.append(f"{host.load_1m:.1f}")
+        cpu_pct, rss = host.run_cpu_pct, host.run_rss_bytes
         who = "command" if state.command is not None else "trainer"  # gpuwatch run's: its own
         if state.terminal:
             text.append(f"  {who} exited", style="dim")  # its last sample is not its now
@@ -109,10 +110,10 @@ def host_line(state: RunState, host: dict[str, Any], width: int = 0) -> Text:
             figures = [f"{cpu_pct / 100.0:.1f} cores"] if cpu_pct is not None else []
             figures += [f"{fmt.bytes_binary(rss)} RSS"] if rss is not None else []
             text.append(", ".join(figures))
-        if host.get("spare_rss_bytes") is not None:
+        if host.spare_rss_bytes is not None:
             # The spare trainer waiting for `r` (only while a dashboard is attached).
             text.append("  spare trainer ", style="dim")
-            text.append(f"{fmt.bytes_binary(host.get('spare_rss_bytes'))}")
+            text.append(f"{fmt.bytes_binary(host.spare_rss_bytes)}")
         if not width or text.cell_len <= width:
             break
     return text
@@ -133,26 +134,26 @@ def cluster_line(state: RunState) -> str:
     return f"{workers} workers x {replicas} (MultiWorkerMirroredStrategy)"
 
 
-def _sum_rate(gpus: list[dict[str, Any]], *keys: str) -> float | None:
-    values = [g[key] for g in gpus for key in keys if g.get(key) is not None]
-    return sum(values) if values else None
+def _sum_rate(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
 
 
-def _summed_devices(summed: dict[str, Any], wide: bool) -> str:
+def _summed_devices(summed: GpuSummary, wide: bool) -> str:
     """device_summary of a lean sample's gpu_summary (past 8 workers): the same words."""
-    count = int(summed.get("count") or 0) - int(summed.get("lost") or 0)
-    utils = summed.get("util_gpu_pct")
-    util = fmt.pct(utils[1]) if isinstance(utils, list) and len(utils) == 3 else fmt.NA
-    used, total = summed.get("mem_used_bytes"), summed.get("mem_total_bytes")
-    mem = fmt.pct(100.0 * used / total) if isinstance(used, int | float) and total else fmt.NA
+    count = summed.count - summed.lost
+    utils = summed.util_gpu_pct
+    util = fmt.pct(utils[1]) if utils is not None and len(utils) == 3 else fmt.NA
+    used, total = summed.mem_used_bytes, summed.mem_total_bytes
+    mem = fmt.pct(100.0 * used / total) if used is not None and total else fmt.NA
     text = f"{count} GPU {util} mem {mem}"
     if wide:
-        text += (f"  PCIe {fmt.format_rate(summed.get('pcie_bytes_per_s'))}"
-                 f"  NVLink {fmt.format_rate(summed.get('nvlink_bytes_per_s'))}")
+        text += (f"  PCIe {fmt.format_rate(summed.pcie_bytes_per_s)}"
+                 f"  NVLink {fmt.format_rate(summed.nvlink_bytes_per_s)}")
     return text
 
 
-def device_summary(sample: dict[str, Any] | None, wide: bool = False) -> str:
+def device_summary(sample: HostReading | None, wide: bool = False) -> str:
     """A host's devices in a few characters: '2 GPU 92% mem 53%' or 'CPU 95% mem 33%'.
 
     Mean GPU utilization and memory used of all its GPUs; ``wide`` adds the host's
@@ -160,26 +161,28 @@ def device_summary(sample: dict[str, Any] | None, wide: bool = False) -> str:
     """
     if not sample:
         return fmt.NA
-    gpus = [g for g in sample.get("gpus") or [] if not g.get("lost")]
+    gpus = [g for g in sample.gpus if not g.lost]
     if gpus:
-        utils = [g["util_gpu_pct"] for g in gpus if g.get("util_gpu_pct") is not None]
-        used = sum(g.get("mem_used_bytes") or 0 for g in gpus)
-        total = sum(g.get("mem_total_bytes") or 0 for g in gpus)
+        utils = [g.util_gpu_pct for g in gpus if g.util_gpu_pct is not None]
+        used = sum(g.mem_used_bytes or 0 for g in gpus)
+        total = sum(g.mem_total_bytes or 0 for g in gpus)
         util = fmt.pct(sum(utils) / len(utils)) if utils else fmt.NA
         mem = fmt.pct(100.0 * used / total) if total else fmt.NA
         summary = f"{len(gpus)} GPU {util} mem {mem}"
         if wide:
-            pcie = _sum_rate(gpus, "pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s")
-            nvlink = _sum_rate(gpus, "nvlink_tx_bytes_per_s", "nvlink_rx_bytes_per_s")
+            pcie = _sum_rate(v for g in gpus for v in (g.pcie_tx_bytes_per_s,
+                                                       g.pcie_rx_bytes_per_s))
+            nvlink = _sum_rate(v for g in gpus for v in (g.nvlink_tx_bytes_per_s,
+                                                         g.nvlink_rx_bytes_per_s))
             summary += f"  PCIe {fmt.format_rate(pcie)}  NVLink {fmt.format_rate(nvlink)}"
         return summary
-    summed = sample.get("gpu_summary")
-    if isinstance(summed, dict) and summed.get("count"):
+    summed = sample.gpu_summary
+    if summed is not None and summed.count:
         return _summed_devices(summed, wide)
-    host = sample.get("host") or {}
-    used, total = host.get("mem_used_bytes"), host.get("mem_total_bytes")
-    mem = fmt.pct(100.0 * used / total) if used is not None and total else fmt.NA
-    summary = f"CPU {fmt.pct(host.get('cpu_pct'))} mem {mem}"
-    if wide and host.get("load_1m") is not None:
-        summary += f"  load {host['load_1m']:.1f}"
+    host = sample.host
+    in_use, of = host.mem_used_bytes, host.mem_total_bytes
+    mem = fmt.pct(100.0 * in_use / of) if in_use is not None and of else fmt.NA
+    summary = f"CPU {fmt.pct(host.cpu_pct)} mem {mem}"
+    if wide and host.load_1m is not None:
+        summary += f"  load {host.load_1m:.1f}"
     return summary
