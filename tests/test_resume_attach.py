@@ -22,7 +22,7 @@ from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.header import HeaderBar
 from gpuwatch.runs import read_run_info
 from gpuwatch.runstate import RunState
-from gpuwatch.snapshot import snapshotted
+from gpuwatch.runstate.codec import snapshotted
 from tests.app.conftest import SIZE, Waiter
 from tests.conftest import ROOT, TINY, gpuwatch, wait_for
 from trainer_runtime.protocol import SNAPSHOT

@@ -13,7 +13,7 @@ with an overlap never counts a step twice.
 
 The supervisor folds the same way (``apply_event``: typed events, no parsing) and
 sends a dashboard that attaches its state as a ``snapshot`` frame
-(``to_snapshot``/``from_snapshot``, gpuwatch/snapshot.py: generic over the
+(``to_snapshot``/``from_snapshot``, gpuwatch/runstate/codec.py: generic over the
 dataclass fields, so a field added here is carried without more code); the
 dashboard takes it whole and folds only the events after it. Memory does not grow
 with the run's length: windows are fixed deques, the log tail is cut, an attempt's

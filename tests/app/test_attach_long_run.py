@@ -27,8 +27,8 @@ from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.header import HeaderBar
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.runstate import WINDOW_STEPS, RunState
+from gpuwatch.runstate.codec import snapshotted
 from gpuwatch.sketch import MAX_BINS, RELATIVE_ERROR
-from gpuwatch.snapshot import snapshotted
 from gpuwatch.supervisor import Supervisor
 from tests.conftest import ROOT, TINY
 from tests.support.long_run import BATCH, LongRun, write_long_run

@@ -21,7 +21,7 @@ from gpuwatch.config import ConfigError
 from gpuwatch.record import line_offset
 from gpuwatch.runs import RunInfo, read_run_info
 from gpuwatch.runstate import RunState
-from gpuwatch.snapshot import snapshotted
+from gpuwatch.runstate.codec import snapshotted
 from tests.support.long_run import write_long_run
 from tests.support.recorded import finished, write_run_dir
 from trainer_runtime.protocol import SNAPSHOT, ProtocolError, decode
