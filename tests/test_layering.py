@@ -52,7 +52,8 @@ def test_non_app_modules_never_import_textual() -> None:
         "gpuwatch.cli", "gpuwatch.supervisor", "gpuwatch.headless", "gpuwatch.config",
         "gpuwatch.runstate", "gpuwatch.advisor", "gpuwatch.sampling", "gpuwatch.client",
         "gpuwatch.settings_form", "gpuwatch.export", "gpuwatch.tboard",
-        "gpuwatch.runstate.codec", "gpuwatch.sketch", "gpuwatch.series", "gpuwatch.breakdown",
+        "gpuwatch.runstate.codec", "gpuwatch.measures.sketch", "gpuwatch.measures.series",
+        "gpuwatch.measures.breakdown",
     )
     assert "textual" not in loaded
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuwatch import peaks
+from gpuwatch.measures import peaks
 
 
 @pytest.mark.parametrize(

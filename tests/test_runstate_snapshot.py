@@ -18,9 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gpuwatch.measures.sketch import EXACT_VALUES
 from gpuwatch.runstate import AREAS, RunState, codec
 from gpuwatch.runstate.codec import SnapshotError, snapshotted
-from gpuwatch.sketch import EXACT_VALUES
 from trainer_runtime.protocol import (
     STATUSES,
     Attempt,

@@ -388,7 +388,7 @@ def attempts_of(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
 def test_an_undecided_probe_runs_every_count_again_with_twice_the_steps_up_to_the_bound(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpuwatch.scaling import MAX_ROUNDS
+    from gpuwatch.measures.scaling import MAX_ROUNDS
 
     stand_in_steps(monkeypatch, ON_THE_LINE)
     proc = gpuwatch("scale", str(TINY), "--replicas", "1,2", "--steps", "20", "--headless")
@@ -502,8 +502,8 @@ def test_a_stop_in_round_2_ends_the_run_stopped_with_no_further_attempt(
     assert [(r["count"], r["attempt"], r["state"]) for r in rows] == [
         ("1", "1", "measured"), ("2", "2", "measured")]
     # ... and says round 2 was cut short: its first count's attempt stopped.
-    from gpuwatch import scaling
     from gpuwatch.headless import recorded_state
+    from gpuwatch.measures import scaling
 
     state = recorded_state(run_dir)
     rows_now = scaling.scaling_rows(state)

@@ -19,8 +19,7 @@ from hypothesis import strategies as st
 from gpuwatch.cli.parser import build_parser
 from gpuwatch.config import ConfigError, load_config
 from gpuwatch.headless import round_lines
-from gpuwatch.runstate import WARMUP_STEPS, RunState
-from gpuwatch.scaling import (
+from gpuwatch.measures.scaling import (
     DEFAULT_STEPS,
     MAX_ROUNDS,
     MAX_STEPS,
@@ -35,6 +34,7 @@ from gpuwatch.scaling import (
     round_words,
     scaling_rows,
 )
+from gpuwatch.runstate import WARMUP_STEPS, RunState
 from gpuwatch.supervisor.scale import read_plan, write_plan
 from tests.conftest import ROOT, TINY
 from trainer_runtime.protocol import Scale, event_frame

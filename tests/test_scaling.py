@@ -1,4 +1,4 @@
-"""gpuwatch/scaling.py: the probe's plan, each count's settings, and its table's arithmetic,
+"""measures/scaling.py: the probe's plan, each count's settings, and its table's arithmetic,
 against figures worked out by hand from constructed runs; and the advisor's poor-scaling
 verdict (advisor.poor_scaling) on them: on recorded noisy series (built here with fixed
 seeds from distributions whose true efficiency is known), a verdict only when the
@@ -23,8 +23,7 @@ from gpuwatch.advisor import POOR_SCALING_EFFICIENCY, poor_scaling
 from gpuwatch.advisor.findings import interval_side
 from gpuwatch.advisor.scaling_verdict import steps_to_tell
 from gpuwatch.config import ConfigError, apply_overrides, load_config
-from gpuwatch.runstate import WARMUP_STEPS, RunState
-from gpuwatch.scaling import (
+from gpuwatch.measures.scaling import (
     MEDIAN_CONFIDENCE,
     MIN_INTERVAL_STEPS,
     MIN_STEPS,
@@ -41,7 +40,8 @@ from gpuwatch.scaling import (
     speedup,
     table_lines,
 )
-from gpuwatch.sketch import MedianSketch
+from gpuwatch.measures.sketch import MedianSketch
+from gpuwatch.runstate import WARMUP_STEPS, RunState
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from tests.conftest import ROOT, TINY
 from trainer_runtime.protocol import Breakdown, Scale

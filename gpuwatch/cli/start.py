@@ -136,8 +136,9 @@ def cmd_scale(args: argparse.Namespace) -> int:
     whose supervisor runs one fresh attempt per count (supervisor/scale.py)."""
     import importlib.util
 
-    from gpuwatch import runs, scaling
+    from gpuwatch import runs
     from gpuwatch.config import ConfigError, dump_config, load_config, visible_gpus
+    from gpuwatch.measures import scaling
     from gpuwatch.supervisor.cluster import plan_workers
     from gpuwatch.supervisor.scale import PLAN_FILE, write_plan
 

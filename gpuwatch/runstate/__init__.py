@@ -6,7 +6,7 @@ frames of ``trainer_runtime/protocol/`` (as relayed by the supervisor, with
 link's synthetic ``{"type": "link", ...}`` events, and keep:
 the run, each attempt with its settings and measured figures (after warm-up),
 the latest step, rolling windows for sparklines, the latest device sample and
-the status; and the bounded histories of gpuwatch/series.py: the whole run's
+the status; and the bounded histories of gpuwatch/measures/series.py: the whole run's
 figures against step (the plot screen) and the chief's GPUs' recent samples.
 Events whose ``seq`` was already folded are skipped, so a link that resubscribes
 with an overlap never counts a step twice.

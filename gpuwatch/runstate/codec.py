@@ -36,6 +36,21 @@ from typing import Any
 # The encoding's own version: bump it when the way values are written changes.
 ENCODING_VERSION = 1
 
+# A class's module is part of the schema id (its own name, and its fields' types), so a
+# module moved without its fields changing would make every snapshot.json written before
+# the move unreadable (the reader would fold all of events.jsonl instead). A moved module's
+# classes keep their former home in the id.
+FORMER_HOMES = {
+    "gpuwatch.measures.series.": "gpuwatch.series.",
+    "gpuwatch.measures.sketch.": "gpuwatch.sketch.",
+}
+
+
+def _former(layout: str) -> str:
+    for now, before in FORMER_HOMES.items():
+        layout = layout.replace(now, before)
+    return layout
+
 
 class SnapshotError(ValueError):
     """A snapshot that cannot be made or read (the caller falls back to replaying events)."""
@@ -109,7 +124,7 @@ def _schema_id(cls: Any) -> str:
             parts = [
                 f"{f.name}:{hints[f.name]!r}" for f in dataclasses.fields(hint) if snapshotted(f)
             ]
-            layouts.append(f"{hint.__module__}.{hint.__qualname__}({','.join(parts)})")
+            layouts.append(_former(f"{hint.__module__}.{hint.__qualname__}({','.join(parts)})"))
             todo.extend(hints[f.name] for f in dataclasses.fields(hint) if snapshotted(f))
         else:
             todo.extend(typing.get_args(hint))

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from gpuwatch import peaks
+from gpuwatch.measures import peaks
+from gpuwatch.measures.series import DeviceHistory, RunHistory
 from gpuwatch.runstate import codec
 from gpuwatch.runstate.attempts import AttemptSummary, WorkerWait, add_wait
 from gpuwatch.runstate.command import (
@@ -35,7 +36,6 @@ from gpuwatch.runstate.steps import (
     share_of_link,
 )
 from gpuwatch.runstate.workers import WorkerFigures, WorkerStep, WorkerSummary, summarize_workers
-from gpuwatch.series import DeviceHistory, RunHistory
 from trainer_runtime.protocol import (
     FAILED_STATUSES,
     SNAPSHOT,
@@ -100,7 +100,7 @@ class RunState:
     settings: dict[str, Any] = field(default_factory=dict)
     attempts: dict[int, AttemptSummary] = field(default_factory=dict)
     attempt: int = 0
-    scale: Scale | None = None  # a scaling probe's plan (gpuwatch/scaling.py reads it)
+    scale: Scale | None = None  # a scaling probe's plan (gpuwatch/measures/scaling.py reads it)
     status: str | None = None
     status_message: str | None = None
     status_worker: int | None = None  # the worker whose exit set the status, in a cluster
@@ -324,7 +324,7 @@ class RunState:
         """(FLOPs per example, achieved TFLOP/s, MFU %) of the current attempt at a rate.
 
         MFU is None where the peak is not known: no GPU, a GPU not in the table, or a
-        precision it has no tensor cores for (gpuwatch/peaks.py).
+        precision it has no tensor cores for (gpuwatch/measures/peaks.py).
         """
         flops = self.flops_per_example
         current = self.current

@@ -50,7 +50,7 @@ class GpuSample:
     pcie_source: str | None = None
     nvlink_links_active: int | None = None
     # The NVLink generation of its first active link (nvmlDeviceGetNvLinkVersion): with
-    # the active links, the link's peak (gpuwatch.peaks.link_peak). None: no NVLink.
+    # the active links, the link's peak (gpuwatch.measures.peaks.link_peak). None: no NVLink.
     nvlink_version: int | None = None
     # Why each None reading is None, for `gpuwatch doctor` and tooltips; not
     # sent in the 2 Hz frame (it rarely changes and would bloat every frame).

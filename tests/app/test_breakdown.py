@@ -27,7 +27,7 @@ from gpuwatch.app.widgets.breakdown import (
 )
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.workers import WorkersPanel
-from gpuwatch.peaks import LinkPeak
+from gpuwatch.measures.peaks import LinkPeak
 from gpuwatch.runstate import CURRENT_STEPS, WARMUP_STEPS, WORKER_WINDOW_STEPS, Figures
 from trainer_runtime.protocol import Breakdown
 

@@ -19,7 +19,7 @@ from gpuwatch.app.widgets.history import HistoryPanel
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.app.widgets.state_panel import StatePanel
-from gpuwatch.series import DEVICE_HISTORY_SAMPLES
+from gpuwatch.measures.series import DEVICE_HISTORY_SAMPLES
 
 from .conftest import SIZE, Waiter, frozen_clock_for, load_events, make_app, settle
 

@@ -19,8 +19,8 @@ from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.history import HistoryPanel
 from gpuwatch.app.widgets.scaling import EfficiencyChart, ScalingPanel, table_text
 from gpuwatch.app.widgets.state_panel import StatePanel
+from gpuwatch.measures.scaling import scaling_rows
 from gpuwatch.runstate import RunState
-from gpuwatch.scaling import scaling_rows
 
 from .conftest import load_events, make_app, settle
 

@@ -37,8 +37,8 @@ from gpuwatch.config import (
     check_replicas,
     expected_replicas,
 )
+from gpuwatch.measures.sketch import median_ranks
 from gpuwatch.runstate import WARMUP_STEPS, AttemptSummary, RunState, get_setting
-from gpuwatch.sketch import median_ranks
 from trainer_runtime.protocol import Breakdown, Scale
 from trainer_runtime.schema import (
     MAX_REPLICAS,
