@@ -64,7 +64,7 @@ from gpuwatch.advisor import (
 )
 from gpuwatch.client import ClientError, ConnectionLost, RunClient
 from gpuwatch.measures import scaling
-from gpuwatch.runs import RunInfo, read_run_info, workers_in
+from gpuwatch.runs.folders import RunInfo, read_run_info, workers_in
 from gpuwatch.runstate import (
     ATTEMPT_WINDOW,
     CURRENT_STEPS,

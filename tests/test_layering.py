@@ -41,7 +41,7 @@ def _static_imports(path: Path) -> set[str]:
 def test_cli_app_and_supervisor_never_import_tensorflow() -> None:
     loaded = _imported_modules(
         "gpuwatch.cli", "gpuwatch.app", "gpuwatch.supervisor", "gpuwatch.headless",
-        "gpuwatch.config", "gpuwatch.sampling", "gpuwatch.export", "gpuwatch.tboard",
+        "gpuwatch.config", "gpuwatch.sampling", "gpuwatch.runs.export", "gpuwatch.tboard",
     )
     assert "tensorflow" not in loaded
     assert "keras" not in loaded
@@ -51,7 +51,7 @@ def test_non_app_modules_never_import_textual() -> None:
     loaded = _imported_modules(
         "gpuwatch.cli", "gpuwatch.supervisor", "gpuwatch.headless", "gpuwatch.config",
         "gpuwatch.runstate", "gpuwatch.advisor", "gpuwatch.sampling", "gpuwatch.client",
-        "gpuwatch.settings_form", "gpuwatch.export", "gpuwatch.tboard",
+        "gpuwatch.settings_form", "gpuwatch.runs.export", "gpuwatch.tboard",
         "gpuwatch.runstate.codec", "gpuwatch.measures.sketch", "gpuwatch.measures.series",
         "gpuwatch.measures.breakdown",
     )

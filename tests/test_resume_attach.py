@@ -20,7 +20,7 @@ from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.link import RECORD, RecordLink
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.header import HeaderBar
-from gpuwatch.runs import read_run_info
+from gpuwatch.runs.folders import read_run_info
 from gpuwatch.runstate import RunState
 from gpuwatch.runstate.codec import snapshotted
 from tests.app.conftest import SIZE, Waiter

@@ -21,6 +21,7 @@ from gpuwatch.cli.listing import shorten_command
 from gpuwatch.cli.start import command_name
 from gpuwatch.config import command_config, dump_config
 from gpuwatch.headless import progress_line, summary_line, verdict_line
+from gpuwatch.runs.spawn import command_problem
 from gpuwatch.runstate import (
     NOT_TENSORFLOW,
     RunState,
@@ -31,7 +32,6 @@ from gpuwatch.runstate import (
     toggle_prefetch,
 )
 from gpuwatch.runstate.command import NO_TRAINING
-from gpuwatch.starting import command_problem
 from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
 from gpuwatch.supervisor.exits import TrainerExit, command_exit_status, exit_status
 from gpuwatch.supervisor.launcher import TrainerLauncher

@@ -311,7 +311,7 @@ def test_while_the_probe_runs_a_relaunch_is_refused_and_a_stop_ends_it(
     import asyncio
 
     from gpuwatch.client import CommandError, RunClient
-    from gpuwatch.runs import read_run_info
+    from gpuwatch.runs.folders import read_run_info
     from tests.conftest import wait_for
 
     monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
@@ -469,7 +469,7 @@ def test_a_stop_in_round_2_ends_the_run_stopped_with_no_further_attempt(
     import asyncio
 
     from gpuwatch.client import CommandError, RunClient
-    from gpuwatch.runs import read_run_info
+    from gpuwatch.runs.folders import read_run_info
     from tests.conftest import wait_for
 
     stand_in_steps(monkeypatch, ON_THE_LINE)

@@ -391,7 +391,7 @@ def test_export_scaling_is_the_tables_rows_with_the_steps_parts_by_hand() -> Non
     import csv
     import io
 
-    from gpuwatch.export import SCALING_COLUMNS, export_events
+    from gpuwatch.runs.export import SCALING_COLUMNS, export_events
 
     out = io.StringIO()
     report = export_events(ROOT / "tests" / "app" / "data" / "cpu_scale.jsonl", "scaling",
@@ -612,7 +612,7 @@ def test_headless_prints_the_interval_and_abstains_on_a_noisy_probe(tmp_path: An
     import io
 
     from gpuwatch.headless import scale_ended
-    from gpuwatch.runs import RunInfo
+    from gpuwatch.runs.folders import RunInfo
 
     state = noisy_probe(seed=100, median_2_ms=12.5, spread=0.3)
     two = scaling_rows(state)[1]

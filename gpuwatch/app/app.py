@@ -62,7 +62,7 @@ from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.app.widgets.scaling import ScalingPanel
 from gpuwatch.app.widgets.workers import WorkersPanel
-from gpuwatch.runs import RunInfo, list_runs
+from gpuwatch.runs.folders import RunInfo, list_runs
 from gpuwatch.runstate import (
     RunState,
     SettingRefused,

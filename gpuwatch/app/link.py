@@ -16,7 +16,7 @@ already holds everything up to the last seq.
 An ended run has no supervisor: ``RecordLink`` reads its directory the same way
 (snapshot.json as that snapshot frame, then the events after it) and then says
 ``{"type": "link", "state": "record"}``. Its ``relaunch`` resumes the run
-(gpuwatch/resume.py) and from then on it follows the new supervisor as SocketLink
+(gpuwatch/runs/resume.py) and from then on it follows the new supervisor as SocketLink
 does, from the last seq it delivered + 1.
 """
 
@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from gpuwatch.client import CommandError, ConnectionLost, RunClient, build
 from gpuwatch.record import RecordReader, line_offset, saved_snapshot
-from gpuwatch.runs import RunInfo, read_run_info, socket_path_for
+from gpuwatch.runs.folders import RunInfo, read_run_info, socket_path_for
 from gpuwatch.runstate import RunState
 from trainer_runtime.protocol import StatusChange, event_frame
 
@@ -153,7 +153,7 @@ class RecordLink:
     a resume. A record that stops while the run was live (read_run_info calls it "lost":
     its supervisor is gone) gets a ``lost`` status event first, with no seq.
 
-    command("relaunch", overrides=...) resumes the run: ``gpuwatch.resume.resume_run`` in a
+    command("relaunch", overrides=...) resumes the run: ``gpuwatch.runs.resume.resume_run`` in a
     thread (it waits for the new supervisor's socket), the overrides as its `--set` texts;
     its ConfigError, ResumeError or RuntimeError (or OSError) is a CommandError with the same
     line. The link then follows that supervisor as SocketLink does, subscribing from the
@@ -351,8 +351,8 @@ class RecordLink:
     def _resume(self, overrides: Sequence[str]) -> tuple[RunInfo, RunInfo]:
         """Start the run's supervisor again (blocks until its socket answers): the run as it
         was, and as it is now."""
-        from gpuwatch import resume
         from gpuwatch.config import ConfigError
+        from gpuwatch.runs import resume
 
         before = read_run_info(self.run_dir)
         try:

@@ -194,7 +194,7 @@ _WHOLE = {
 }
 _NOT_IN_FRAME = {"unavailable", "processes"}
 # The keys of a sample frame's host object and of each object in its gpus, in order
-# (gpuwatch.export's columns read them).
+# (gpuwatch.runs.export's columns read them).
 HOST_FRAME_KEYS = tuple(spec.name for spec in fields(HostSample))
 GPU_FRAME_KEYS = (
     *(spec.name for spec in fields(GpuSample) if spec.name not in _NOT_IN_FRAME),

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.runs import RunError, agent_worker_dir, ensure_private_tree
+from gpuwatch.runs.folders import RunError, agent_worker_dir, ensure_private_tree
 from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
 from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Literal
 
 from gpuwatch.config import ConfigError
-from gpuwatch.runs import worker_dir
+from gpuwatch.runs.folders import worker_dir
 from gpuwatch.supervisor.launch import WorkerLaunch, tf_config
 from trainer_runtime.schema import LOCAL_HOSTS, RunConfig
 

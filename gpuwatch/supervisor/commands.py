@@ -165,8 +165,8 @@ class Commands:
         if self.run.ended and not command.fresh:
             # The run's next attempt after its end: what `gpuwatch resume` checks, here too
             # (no trainer is left to save a checkpoint over a damaged one).
-            from gpuwatch import resume
-            from gpuwatch.runs import read_run_info
+            from gpuwatch.runs import resume
+            from gpuwatch.runs.folders import read_run_info
 
             info = read_run_info(self.run.run_dir)
             problem = resume.progress_problem(info, config, resume.settings_path(info))

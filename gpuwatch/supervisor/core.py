@@ -36,8 +36,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import runs
 from gpuwatch.config import ConfigError, load_config
+from gpuwatch.runs import folders
 from gpuwatch.supervisor.attempts import Attempts
 from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.exit_policy import ExitPolicy
@@ -343,7 +343,7 @@ class Supervisor(Attempts):
 
     def _restore_progress(self) -> None:
         """Started again on a recorded run: go on from its last attempt and step."""
-        recorded = runs.read_run_info(self.run_dir)
+        recorded = folders.read_run_info(self.run_dir)
         state = self.keeper.state
         last = state.last_step.step if state.last_step is not None else 0
         self.attempt = max(self.attempt, recorded.attempt, state.attempt or 0)
@@ -397,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    socket_path = args.socket or runs.socket_path_for(run_dir.name, run_dir.parent.parent)
+    socket_path = args.socket or folders.socket_path_for(run_dir.name, run_dir.parent.parent)
     try:
         supervisor = Supervisor(
             run_dir,

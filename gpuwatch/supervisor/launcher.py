@@ -33,7 +33,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpuwatch.environment import command_environment, trainer_environment
+from gpuwatch.runs.environment import command_environment, trainer_environment
 from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.spare import SpareTrainer, spare_enabled
 from trainer_runtime.hook import ENV_FD, ENV_SETTINGS, HOOK_DIR, hook_settings
@@ -263,13 +263,13 @@ class TrainerLauncher:
 
 
 def trainer_env(launch: WorkerLaunch | None = None) -> dict[str, str]:
-    """The bundled trainer's environment (gpuwatch/environment.py), launch's own last."""
+    """The bundled trainer's environment (gpuwatch/runs/environment.py), launch's own last."""
     return trainer_environment(os.environ, launch.env if launch is not None else None)
 
 
 def command_env(config: RunConfig, attempt: int, telemetry_fd: int,
                 launch: WorkerLaunch | None = None) -> dict[str, str]:
-    """A person's own command's environment (gpuwatch run, gpuwatch/environment.py): theirs
+    """A person's own command's environment (gpuwatch run, gpuwatch/runs/environment.py): theirs
     as they typed gpuwatch in, with the hook's directory first on PYTHONPATH, the
     telemetry socket's fd and the hook's settings; a cluster's worker (`--workers N`) gets
     its TF_CONFIG too, in place of any of the person's."""

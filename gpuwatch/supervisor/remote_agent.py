@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.runs import worker_dir
+from gpuwatch.runs.folders import worker_dir
 from gpuwatch.supervisor.agent import (
     AgentStartError,
     AttemptStamp,
