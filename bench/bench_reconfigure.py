@@ -35,7 +35,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpuwatch.client import RunClient  # noqa: E402
+from gpuwatch.follow.client import RunClient  # noqa: E402
 from gpuwatch.runs import folders  # noqa: E402
 
 FIRST_AGE_S = 10.0

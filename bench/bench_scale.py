@@ -67,7 +67,7 @@ import head_node  # noqa: E402
 from bench_dashboard import Screen  # noqa: E402
 
 from gpuwatch import advisor  # noqa: E402
-from gpuwatch.client import RunClient  # noqa: E402
+from gpuwatch.follow.client import RunClient  # noqa: E402
 from gpuwatch.runs import folders  # noqa: E402
 from gpuwatch.runstate import RunState  # noqa: E402
 

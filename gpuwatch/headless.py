@@ -62,7 +62,7 @@ from gpuwatch.advisor import (
     input_bound_level,
     poor_scaling,
 )
-from gpuwatch.client import ClientError, ConnectionLost, RunClient
+from gpuwatch.follow.client import ClientError, ConnectionLost, RunClient
 from gpuwatch.measures import scaling
 from gpuwatch.runs.folders import RunInfo, read_run_info, workers_in
 from gpuwatch.runstate import (

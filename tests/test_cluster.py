@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.client import CommandError, RunClient
+from gpuwatch.follow.client import CommandError, RunClient
 from gpuwatch.runs.folders import pid_alive
 from gpuwatch.supervisor import Supervisor
 from gpuwatch.supervisor.cluster import (

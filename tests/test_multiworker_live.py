@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.client import RunClient
+from gpuwatch.follow.client import RunClient
 from gpuwatch.runs import folders
 from gpuwatch.runs.folders import pid_alive
 from tests.conftest import ROOT, gpuwatch, wait_for

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import RECORD, RecordLink
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.header import HeaderBar
+from gpuwatch.follow.link import RECORD, RecordLink
 from gpuwatch.runs.folders import read_run_info
 from gpuwatch.runstate import RunState
 from gpuwatch.runstate.codec import snapshotted

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.client import CommandError, RunClient
+from gpuwatch.follow.client import CommandError, RunClient
 from gpuwatch.runs import folders
 from gpuwatch.runstate.command import NO_TRAINING
 from tests.conftest import ROOT, gpuwatch, run_async, wait_for

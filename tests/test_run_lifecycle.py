@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.client import RunClient
+from gpuwatch.follow.client import RunClient
 from gpuwatch.headless import recorded_state
 from gpuwatch.runs import folders
 from tests.conftest import ROOT, TINY, gpuwatch, wait_for

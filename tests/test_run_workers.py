@@ -82,8 +82,8 @@ def the_dashboard_shows_both_workers(recorded: list[dict[str, Any]]) -> None:
     import asyncio
 
     from gpuwatch.app.app import GpuwatchApp
-    from gpuwatch.app.link import ReplayLink
     from gpuwatch.app.widgets.workers import WorkersPanel
+    from gpuwatch.follow.link import ReplayLink
 
     def rows(text: str) -> set[str]:
         return {words[0] for line in text.splitlines()

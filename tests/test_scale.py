@@ -310,7 +310,7 @@ def test_while_the_probe_runs_a_relaunch_is_refused_and_a_stop_ends_it(
 ) -> None:
     import asyncio
 
-    from gpuwatch.client import CommandError, RunClient
+    from gpuwatch.follow.client import CommandError, RunClient
     from gpuwatch.runs.folders import read_run_info
     from tests.conftest import wait_for
 
@@ -468,7 +468,7 @@ def test_a_stop_in_round_2_ends_the_run_stopped_with_no_further_attempt(
 ) -> None:
     import asyncio
 
-    from gpuwatch.client import CommandError, RunClient
+    from gpuwatch.follow.client import CommandError, RunClient
     from gpuwatch.runs.folders import read_run_info
     from tests.conftest import wait_for
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuwatch.client import RunClient
+from gpuwatch.follow.client import RunClient
 from gpuwatch.runs import folders
 from gpuwatch.supervisor.spare import SpareTrainer
 from tests.conftest import ROOT, run_async, wait_for

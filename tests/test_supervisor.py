@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.client import CommandError, ConnectionLost, RunClient
+from gpuwatch.follow.client import CommandError, ConnectionLost, RunClient
 from gpuwatch.runs import folders
 from gpuwatch.supervisor import peer_allowed, peer_credentials
 from tests.conftest import ROOT, TINY, gpuwatch, run_async, shared_home, wait_for
@@ -104,7 +104,7 @@ class TestOneSharedRun:
                 "-c",
                 (
                     "import asyncio, sys\n"
-                    "from gpuwatch.client import RunClient\n"
+                    "from gpuwatch.follow.client import RunClient\n"
                     "async def main():\n"
                     "    async with RunClient(sys.argv[1]) as c:\n"
                     "        await c.subscribe(0)\n"

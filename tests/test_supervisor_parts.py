@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.client import CommandError, ConnectionLost, RunClient
 from gpuwatch.config import load_config
+from gpuwatch.follow.client import CommandError, ConnectionLost, RunClient
 from gpuwatch.supervisor import Supervisor, eventlog
 from gpuwatch.supervisor import live as live_module
 from gpuwatch.supervisor.agent import LocalAgent

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.client import RunClient
+from gpuwatch.follow.client import RunClient
 from gpuwatch.runstate import RunState
 from gpuwatch.runstate.codec import snapshotted
 from gpuwatch.supervisor.commands import Commands

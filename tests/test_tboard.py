@@ -368,7 +368,7 @@ def samples_after_a_step(run_dir: Path, attempt: int) -> int:
 
 
 async def run_two_attempts(sup: Supervisor) -> None:
-    from gpuwatch.client import RunClient
+    from gpuwatch.follow.client import RunClient
 
     running = asyncio.create_task(sup.run())
     await until(lambda: sup.status == "running", "the first attempt to run")

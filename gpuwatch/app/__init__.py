@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpuwatch.app.link import RunLink
+    from gpuwatch.follow.link import RunLink
     from gpuwatch.runs.folders import RunInfo
 
 
@@ -29,9 +29,9 @@ def run_dashboard(
     acknowledged: the caller should stop it).
     """
     from gpuwatch.app.app import GpuwatchApp
-    from gpuwatch.app.link import RecordLink
     from gpuwatch.app.painters import READ_INTERVAL_S
     from gpuwatch.app.repaint import CPU_BUDGET_PCT
+    from gpuwatch.follow.link import RecordLink
     from gpuwatch.runs.folders import read_run_info, runs_root, socket_path_for
 
     def live_link(path: Path) -> RecordLink:

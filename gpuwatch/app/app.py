@@ -40,7 +40,6 @@ from textual.worker import Worker, WorkerState
 
 from gpuwatch.app import keys
 from gpuwatch.app.commands import CommandsMixin
-from gpuwatch.app.link import RECORD, RunLink
 from gpuwatch.app.painters import HISTORY_INTERVAL_S, RENDER_INTERVAL_S, Repainter
 from gpuwatch.app.screens.modals import (
     KeysScreen,
@@ -62,6 +61,7 @@ from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.app.widgets.scaling import ScalingPanel
 from gpuwatch.app.widgets.workers import WorkersPanel
+from gpuwatch.follow.link import RECORD, RunLink
 from gpuwatch.runs.folders import RunInfo, list_runs
 from gpuwatch.runstate import (
     RunState,

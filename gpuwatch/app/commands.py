@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from textual import work
 
 from gpuwatch.app.screens.modals import ConfirmStopScreen
-from gpuwatch.client import ClientError, ConnectionLost
+from gpuwatch.follow.client import ClientError, ConnectionLost
 from gpuwatch.runstate import (
     RunState,
     describe_pending,
@@ -28,7 +28,7 @@ from gpuwatch.runstate import (
 if TYPE_CHECKING:
     from textual.app import App
 
-    from gpuwatch.app.link import RunLink
+    from gpuwatch.follow.link import RunLink
 
     _Base = App[str]
 else:

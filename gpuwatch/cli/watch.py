@@ -74,7 +74,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 def _stop(info: RunInfo) -> int:
     import asyncio
 
-    from gpuwatch.client import ClientError, RunClient
+    from gpuwatch.follow.client import ClientError, RunClient
 
     if not info.live:
         return _release(info)
@@ -101,7 +101,7 @@ def _release(info: RunInfo) -> int:
     """An ended run whose supervisor lingers (for a relaunch): tell it to exit now."""
     import asyncio
 
-    from gpuwatch.client import ClientError, RunClient
+    from gpuwatch.follow.client import ClientError, RunClient
     from gpuwatch.runs.folders import pid_alive
 
     pid = info.supervisor_pid

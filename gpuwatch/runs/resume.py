@@ -214,7 +214,7 @@ def _what_holds(info: folders.RunInfo) -> dict[str, object]:
     followers, awaiting_follower); {} if it does not answer (it is exiting)."""
     import asyncio
 
-    from gpuwatch.client import ClientError, RunClient
+    from gpuwatch.follow.client import ClientError, RunClient
 
     socket_path = info.socket_path
     if socket_path is None:

@@ -22,10 +22,10 @@ import pytest
 
 from gpuwatch.app import fmt
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import SocketLink
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.header import HeaderBar
 from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.follow.link import SocketLink
 from gpuwatch.measures.sketch import MAX_BINS, RELATIVE_ERROR
 from gpuwatch.runstate import WINDOW_STEPS, RunState
 from gpuwatch.runstate.codec import snapshotted

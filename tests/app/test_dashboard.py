@@ -13,7 +13,6 @@ from textual.binding import Binding
 from textual.widgets import OptionList
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink, link_event
 from gpuwatch.app.screens.modals import ConfirmStopScreen, KeysScreen, QuitScreen, RunsScreen
 from gpuwatch.app.widgets.advice import AdvicePanel
 from gpuwatch.app.widgets.attempts import AttemptsPanel
@@ -24,7 +23,8 @@ from gpuwatch.app.widgets.header import HeaderBar
 from gpuwatch.app.widgets.history import HistoryPanel
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
-from gpuwatch.client import ConnectionLost
+from gpuwatch.follow.client import ConnectionLost
+from gpuwatch.follow.link import ReplayLink, link_event
 from gpuwatch.runs import folders
 from gpuwatch.runs.folders import RunInfo
 

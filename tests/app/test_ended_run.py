@@ -16,7 +16,6 @@ import pytest
 
 from gpuwatch.advisor import MAX_RECOMMENDATIONS
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.advice import AdvicePanel
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.crash import CrashPanel
@@ -24,6 +23,7 @@ from gpuwatch.app.widgets.devices import DevicesPanel
 from gpuwatch.app.widgets.header import HeaderBar
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
+from gpuwatch.follow.link import ReplayLink
 from gpuwatch.runs import folders
 from gpuwatch.runstate import RunState
 from gpuwatch.runstate.state import CURRENT_STEPS

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.devices import DevicesPanel, host_line
+from gpuwatch.follow.link import ReplayLink
 from gpuwatch.runstate import RunState
 
 from .conftest import SIZE, Waiter, frozen_clock_for, load_events, settle

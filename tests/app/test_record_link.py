@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.app.link import RECORD, RecordLink
-from gpuwatch.client import CommandError
 from gpuwatch.config import ConfigError
-from gpuwatch.record import line_offset
+from gpuwatch.follow.client import CommandError
+from gpuwatch.follow.link import RECORD, RecordLink
+from gpuwatch.follow.record_reader import line_offset
 from gpuwatch.runs import resume
 from gpuwatch.runs.folders import RunInfo, read_run_info
 from gpuwatch.runstate import RunState

@@ -29,8 +29,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuwatch.client import CommandError, ConnectionLost, RunClient, build
-from gpuwatch.record import RecordReader, line_offset, saved_snapshot
+from gpuwatch.follow.client import CommandError, ConnectionLost, RunClient, build
+from gpuwatch.follow.record_reader import RecordReader, line_offset, saved_snapshot
 from gpuwatch.runs.folders import RunInfo, read_run_info, socket_path_for
 from gpuwatch.runstate import RunState
 from trainer_runtime.protocol import StatusChange, event_frame
@@ -146,7 +146,7 @@ class SocketLink:
 class RecordLink:
     """An ended run read from its directory, with no supervisor; `r` resumes it, live.
 
-    events(): the record (gpuwatch/record.py): snapshot.json as the snapshot frame a
+    events(): the record (gpuwatch/follow/record_reader.py): snapshot.json as the snapshot frame a
     supervisor would send, when its format is RunState's and events.jsonl holds its seq,
     then the events after it (all of them without one), ``batch_size`` at a time from a
     file that is streamed, never held; then a ``record`` link event, and nothing more until
