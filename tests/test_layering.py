@@ -51,7 +51,7 @@ def test_non_app_modules_never_import_textual() -> None:
     loaded = _imported_modules(
         "gpuwatch.cli", "gpuwatch.supervisor", "gpuwatch.headless", "gpuwatch.config",
         "gpuwatch.runstate", "gpuwatch.advisor", "gpuwatch.sampling", "gpuwatch.follow.client",
-        "gpuwatch.settings_form", "gpuwatch.runs.export", "gpuwatch.tboard",
+        "gpuwatch.config.settings_form", "gpuwatch.runs.export", "gpuwatch.tboard",
         "gpuwatch.runstate.codec", "gpuwatch.measures.sketch", "gpuwatch.measures.series",
         "gpuwatch.measures.breakdown",
     )
