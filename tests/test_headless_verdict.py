@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.headless import _ended, part_shares, recorded_state, summary_line, verdict_line
+from gpuwatch.cli.headless import _ended, part_shares, recorded_state, summary_line, verdict_line
 from gpuwatch.runs.folders import RunInfo
 from gpuwatch.runstate import WARMUP_STEPS
 from tests.support.summary import fold, summary_keys

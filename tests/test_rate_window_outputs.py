@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from gpuwatch import cli
-from gpuwatch.headless import progress_line, scale_ended
+from gpuwatch.cli.headless import progress_line, scale_ended
 from gpuwatch.runs import folders
 from gpuwatch.runstate.state import CURRENT_STEPS, RunState
 from gpuwatch.runstate.steps import WARMUP_STEPS

@@ -17,10 +17,10 @@ from gpuwatch.advisor import (
     final_verdict,
     reading,
 )
+from gpuwatch.cli.headless import progress_line, summary_line, verdict_line
 from gpuwatch.cli.listing import shorten_command
 from gpuwatch.cli.start import command_name
 from gpuwatch.config import command_config, dump_config
-from gpuwatch.headless import progress_line, summary_line, verdict_line
 from gpuwatch.runs.spawn import command_problem
 from gpuwatch.runstate import (
     NOT_TENSORFLOW,

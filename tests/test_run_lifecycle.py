@@ -27,8 +27,8 @@ from typing import Any
 
 import pytest
 
+from gpuwatch.cli.headless import recorded_state
 from gpuwatch.follow.client import RunClient
-from gpuwatch.headless import recorded_state
 from gpuwatch.runs import folders
 from tests.conftest import ROOT, TINY, gpuwatch, wait_for
 from tests.support.attached import Attached

@@ -158,7 +158,7 @@ def test_a_stopped_run_resumes_from_the_checkpoint_its_stop_wrote_and_ctrl_c_sto
     assert max(e["step"] for e in of(run_dir, "checkpoint", 1)) == stopped_at
 
     # Attempt 2 followed headless; Ctrl-C stops it with the documented code (130, as
-    # gpuwatch/headless.py's docstring says), and that stop checkpoints too.
+    # gpuwatch/cli/headless.py's docstring says), and that stop checkpoints too.
     follower = subprocess.Popen(
         [sys.executable, "-m", "gpuwatch", "resume", run_id, "--headless"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,

@@ -502,7 +502,7 @@ def test_a_stop_in_round_2_ends_the_run_stopped_with_no_further_attempt(
     assert [(r["count"], r["attempt"], r["state"]) for r in rows] == [
         ("1", "1", "measured"), ("2", "2", "measured")]
     # ... and says round 2 was cut short: its first count's attempt stopped.
-    from gpuwatch.headless import recorded_state
+    from gpuwatch.cli.headless import recorded_state
     from gpuwatch.measures import scaling
 
     state = recorded_state(run_dir)

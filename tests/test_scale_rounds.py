@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuwatch.cli.headless import round_lines
 from gpuwatch.cli.parser import build_parser
 from gpuwatch.config import ConfigError, load_config
-from gpuwatch.headless import round_lines
 from gpuwatch.measures.scaling import (
     DEFAULT_STEPS,
     MAX_ROUNDS,

@@ -611,7 +611,7 @@ def test_the_verdict_never_contradicts_its_interval(
 def test_headless_prints_the_interval_and_abstains_on_a_noisy_probe(tmp_path: Any) -> None:
     import io
 
-    from gpuwatch.headless import scale_ended
+    from gpuwatch.cli.headless import scale_ended
     from gpuwatch.runs.folders import RunInfo
 
     state = noisy_probe(seed=100, median_2_ms=12.5, spread=0.3)

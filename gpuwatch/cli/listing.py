@@ -228,6 +228,6 @@ def _no_samples_note(info: RunInfo, worker: int, events_path: Path) -> str:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from gpuwatch.doctor import main as doctor_main
+    from gpuwatch.cli.doctor import main as doctor_main
 
     return doctor_main([])

@@ -173,7 +173,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
         err(str(exc))
         return EXIT_FAILED
     if args.headless:
-        from gpuwatch.headless import run_headless, scale_ended
+        from gpuwatch.cli.headless import run_headless, scale_ended
 
         return run_headless(info, ended=scale_ended)
     return _follow(info, args)
@@ -185,7 +185,7 @@ def _follow(info: RunInfo, args: argparse.Namespace, after_attempt: int = 0) -> 
         print(info.run_id)
         return EXIT_OK
     if args.headless:
-        from gpuwatch.headless import run_headless
+        from gpuwatch.cli.headless import run_headless
 
         return run_headless(info, after_attempt=after_attempt)
     return _dashboard(info)
