@@ -41,7 +41,8 @@ def _static_imports(path: Path) -> set[str]:
 def test_cli_app_and_supervisor_never_import_tensorflow() -> None:
     loaded = _imported_modules(
         "gpuwatch.cli", "gpuwatch.app", "gpuwatch.supervisor", "gpuwatch.cli.headless",
-        "gpuwatch.config", "gpuwatch.sampling", "gpuwatch.runs.export", "gpuwatch.tboard",
+        "gpuwatch.config", "gpuwatch.sampling", "gpuwatch.runs.export",
+        "gpuwatch.supervisor.tboard",
     )
     assert "tensorflow" not in loaded
     assert "keras" not in loaded
@@ -51,7 +52,7 @@ def test_non_app_modules_never_import_textual() -> None:
     loaded = _imported_modules(
         "gpuwatch.cli", "gpuwatch.supervisor", "gpuwatch.cli.headless", "gpuwatch.config",
         "gpuwatch.runstate", "gpuwatch.advisor", "gpuwatch.sampling", "gpuwatch.follow.client",
-        "gpuwatch.config.settings_form", "gpuwatch.runs.export", "gpuwatch.tboard",
+        "gpuwatch.config.settings_form", "gpuwatch.runs.export", "gpuwatch.supervisor.tboard",
         "gpuwatch.runstate.codec", "gpuwatch.measures.sketch", "gpuwatch.measures.series",
         "gpuwatch.measures.breakdown",
     )

@@ -1,4 +1,4 @@
-"""TensorBoard scalars written without TensorFlow (gpuwatch/tboard.py), read back with
+"""TensorBoard scalars written without TensorFlow (supervisor/tboard.py), read back with
 TensorFlow's own event reader; and the supervisor writing them live as it records."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from gpuwatch.supervisor import Supervisor
 from gpuwatch.supervisor import agent as agent_module
-from gpuwatch.tboard import EventFileWriter, RunBoard, crc32c, step_scalars
+from gpuwatch.supervisor.tboard import EventFileWriter, RunBoard, crc32c, step_scalars
 from tests.conftest import ROOT, TINY
 from tests.test_supervisor_parts import until
 from trainer_runtime.protocol import Attempt, Sample, StatusChange, Step

@@ -23,10 +23,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
-from gpuwatch.ports import Reservation, reserve_port
 from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.launcher import AgentStartError, TrainerLauncher
+from gpuwatch.supervisor.ports import Reservation, reserve_port
 from gpuwatch.supervisor.summarize import Upward
 from gpuwatch.supervisor.timings import TIMINGS
 from trainer_runtime import scratch
@@ -139,7 +139,7 @@ class LocalAgent:
     async def prepare(self) -> tuple[str, int]:
         """The host other workers dial this one's trainer on, and a free port there.
 
-        The port (gpuwatch/ports.py: outside the kernel's ephemeral range, so no other
+        The port (gpuwatch/supervisor/ports.py: outside the kernel's ephemeral range, so no other
         process's connection takes it meanwhile) stays bound, not listening, until
         start(): the local workers of one attempt never get the same one, and the
         trainer binds it once it is free. An attempt that never starts this worker (a

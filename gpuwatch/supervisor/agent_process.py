@@ -181,7 +181,7 @@ class _AgentProcess:
                 return
             except OSError:  # the marker only saves a doubled log copy: no marker, no share
                 marker = ""
-            # The port is held here (gpuwatch/ports.py) until the start frame's trainer.
+            # The port is held here (supervisor/ports.py) until the start frame's trainer.
             _, port = await self.agent.prepare()
             self.send(
                 "ready", host=host_name(), port=port, pid=os.getpid(),

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.ports import reserve_ports
+from gpuwatch.supervisor.ports import reserve_ports
 from tests.support.alone import RunAlone
 from tests.trainer.conftest import assert_breakdown_sums
 from trainer_runtime import protocol

@@ -42,6 +42,7 @@ from trainer_runtime.protocol import (
     StepSummary,
 )
 
+# Its name from before it moved into supervisor/: supervisor.log names each line's source.
 log = logging.getLogger("gpuwatch.tboard")
 
 FILE_VERSION = "brain.Event:2"
