@@ -19,10 +19,10 @@ from gpuwatch.supervisor.agent import AgentStartError
 from gpuwatch.supervisor.agent_process import LOG_BYTES_PER_S, _AgentProcess
 from gpuwatch.supervisor.cluster import srun_prefix, ssh_prefix
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
-from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.link import frames_of
 from gpuwatch.supervisor.ports import ephemeral_range
 from gpuwatch.supervisor.remote_agent import RemoteAgent
+from gpuwatch.supervisor.worker_role import WorkerLaunch
 from tests.support.ports import can_bind
 from tests.support.run_record import alive
 from trainer_runtime.protocol import Event as ProtocolEvent

@@ -35,7 +35,7 @@ from gpuwatch.measures.scaling import (
     scaling_rows,
 )
 from gpuwatch.runstate import WARMUP_STEPS, RunState
-from gpuwatch.supervisor.scale import read_plan, write_plan
+from gpuwatch.supervisor.scale_attempts import read_plan, write_plan
 from tests.conftest import ROOT, TINY
 from trainer_runtime.protocol import Scale, event_frame
 

@@ -133,14 +133,14 @@ def command_name(argv: Sequence[str]) -> str:
 
 def cmd_scale(args: argparse.Namespace) -> int:
     """gpuwatch scale: the probe's plan checked here (every count's settings), then a run
-    whose supervisor runs one fresh attempt per count (supervisor/scale.py)."""
+    whose supervisor runs one fresh attempt per count (supervisor/scale_attempts.py)."""
     import importlib.util
 
     from gpuwatch.config import ConfigError, dump_config, load_config, visible_gpus
     from gpuwatch.measures import scaling
     from gpuwatch.runs import folders
     from gpuwatch.supervisor.cluster import plan_workers
-    from gpuwatch.supervisor.scale import PLAN_FILE, write_plan
+    from gpuwatch.supervisor.scale_attempts import PLAN_FILE, write_plan
 
     try:
         loaded = load_config(args.config, args.overrides)

@@ -23,8 +23,8 @@ from typing import Any
 from gpuwatch.runs.folders import RunError, agent_worker_dir, ensure_private_tree
 from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
 from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
-from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.link import REPLY_TIMEOUT_S, frames_of
+from gpuwatch.supervisor.worker_role import WorkerLaunch
 from trainer_runtime.protocol import (
     LIVE_DEADLINE_S,
     MAX_FRAME_BYTES,

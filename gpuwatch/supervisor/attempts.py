@@ -23,7 +23,7 @@ STOP_GRACE_S = TIMINGS.stop_grace_s
 
 if TYPE_CHECKING:
     from gpuwatch.supervisor.exit_policy import ExitPolicy
-    from gpuwatch.supervisor.scale import ScaleProbe
+    from gpuwatch.supervisor.scale_attempts import ScaleProbe
     from gpuwatch.supervisor.workers import Workers
 
 

@@ -16,7 +16,7 @@ that crashes at once is still there for the person to read and relaunch with `r`
 an ended record to resume. A spare trainer (spare.py) waits only
 while a person's dashboard is attached to a live run. `gpuwatch resume` starts a
 supervisor again on the run directory (``--resume``): the next attempt, from the
-last checkpoint. A scaling probe (``--scale``, scale.py) runs one fresh attempt per
+last checkpoint. A scaling probe (``--scale``, scale_attempts.py) runs one fresh attempt per
 device count, in turn, before the run ends.
 """
 
@@ -45,7 +45,7 @@ from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.hub import Client, TaskSet
 from gpuwatch.supervisor.live import LiveChange, LiveChanges
 from gpuwatch.supervisor.recorder import Recorder
-from gpuwatch.supervisor.scale import ScaleProbe, read_plan
+from gpuwatch.supervisor.scale_attempts import ScaleProbe, read_plan
 from gpuwatch.supervisor.timings import PROBLEM, TIMINGS
 from gpuwatch.supervisor.workers import Workers
 from trainer_runtime.protocol import (
@@ -124,7 +124,7 @@ class Supervisor(Attempts):
         self._finished = asyncio.Event()
         self.exiting = False  # it has decided to exit: no new attempt starts here
         self.loop: asyncio.AbstractEventLoop | None = None
-        # A scaling probe's attempts (scale.py); ConfigError when a count cannot run here.
+        # A scaling probe's attempts (scale_attempts.py); ConfigError when a count cannot run here.
         self.scale: ScaleProbe | None = None
         if scale_path is not None:
             self.scale = ScaleProbe(self, *read_plan(scale_path, self.config))

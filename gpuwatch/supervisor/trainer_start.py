@@ -1,7 +1,7 @@
 """Starting one worker's trainer on this host: its log file, its command, a spare or a cold start.
 
 The trainer is ``python -m trainer_runtime --run-dir DIR --config ... --attempt N
---telemetry-fd FD`` (launch.py says what a cluster worker adds), in its own process
+--telemetry-fd FD`` (worker_role.py says what a cluster worker adds), in its own process
 group (start_new_session: a stop signals all of it), with stdout and stderr appended
 to the worker's trainer.log after one header line per attempt and the child end of
 a socketpair as its telemetry fd. While a spare is wanted (a person's dashboard is
@@ -34,8 +34,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from gpuwatch.runs.environment import command_environment, trainer_environment
-from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.spare import SpareTrainer, spare_enabled
+from gpuwatch.supervisor.worker_role import WorkerLaunch
 from trainer_runtime.hook import ENV_FD, ENV_SETTINGS, HOOK_DIR, hook_settings
 from trainer_runtime.schema import RunConfig
 
