@@ -41,7 +41,7 @@ from trainer_runtime.schema import RunConfig
 log = logging.getLogger("gpuwatch.supervisor")
 
 
-class Run(Protocol):
+class CommandedRun(Protocol):
     """What the commands need of the supervisor."""
 
     run_id: str
@@ -88,7 +88,7 @@ class LiveWait:
 class Commands:
     """Answers command frames on behalf of one run."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: CommandedRun) -> None:
         self.run = run
         # Attempts start and stop one at a time: the first start takes it too.
         self.lock = asyncio.Lock()

@@ -238,7 +238,7 @@ class Supervisor(Attempts):
         if self.trainer_running or self.status not in TERMINAL_STATUSES:
             self.record(Sample(**{**fields, "worker": index}))
 
-    # -- what the commands ask (commands.Run) ---------------------------------------
+    # -- what the commands ask (commands.CommandedRun) --------------------------------
 
     def subscribe(
         self, client: Client, from_seq: int, snapshot: str | None = None, *,
