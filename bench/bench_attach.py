@@ -27,8 +27,8 @@ from pathlib import Path
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import SocketLink
 from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.follow.link import SocketLink
 from gpuwatch.runstate import RunState
 from gpuwatch.supervisor import Supervisor
 from tests.conftest import ROOT, TINY

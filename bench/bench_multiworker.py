@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpuwatch.ports import reserve_ports  # noqa: E402
+from gpuwatch.supervisor.ports import reserve_ports  # noqa: E402
 from trainer_runtime.protocol import FrameBuffer, Step, parse_event  # noqa: E402
 
 STEPS = 120

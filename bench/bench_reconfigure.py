@@ -35,8 +35,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from gpuwatch import runs  # noqa: E402
-from gpuwatch.client import RunClient  # noqa: E402
+from gpuwatch.follow.client import RunClient  # noqa: E402
+from gpuwatch.runs import folders  # noqa: E402
 
 FIRST_AGE_S = 10.0
 EVERY_S = 30.0
@@ -97,8 +97,8 @@ def one_run(max_age_s: float, relaunches: int) -> tuple[list[float], list[float]
         )
         if started.returncode != 0:
             raise SystemExit(f"gpuwatch train failed: {started.stderr}")
-        (info,) = runs.list_runs(Path(home))
-        socket_path = runs.socket_path_for(info.run_id, Path(home))
+        (info,) = folders.list_runs(Path(home))
+        socket_path = folders.socket_path_for(info.run_id, Path(home))
         hot: list[float] = []
         cold: list[float] = []
         age_max = 0.0

@@ -66,8 +66,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 import head_node  # noqa: E402
 from bench_dashboard import Screen  # noqa: E402
 
-from gpuwatch import advisor, runs  # noqa: E402
-from gpuwatch.client import RunClient  # noqa: E402
+from gpuwatch import advisor  # noqa: E402
+from gpuwatch.follow.client import RunClient  # noqa: E402
+from gpuwatch.runs import folders  # noqa: E402
 from gpuwatch.runstate import RunState  # noqa: E402
 
 STRAGGLER = 17
@@ -267,7 +268,7 @@ def measure(args: argparse.Namespace, env: dict[str, str], config: Path, tmp: Pa
         print(started.stdout + started.stderr, file=sys.stderr)
         return 1
     home = Path(env["GPUWATCH_HOME"])
-    (info,) = runs.list_runs(home)
+    (info,) = folders.list_runs(home)
     events = info.run_dir / "events.jsonl"
     dashboards: list[Dashboard] = []
     watcher: Watcher | None = None
@@ -284,7 +285,7 @@ def measure(args: argparse.Namespace, env: dict[str, str], config: Path, tmp: Pa
         for proc in simulated_cluster():
             with contextlib.suppress(psutil.Error):
                 proc.nice(19)
-        info = runs.read_run_info(info.run_dir)
+        info = folders.read_run_info(info.run_dir)
         assert info.supervisor_pid is not None and info.socket_path is not None
         supervisor = info.supervisor_pid
         watcher = Watcher(info.socket_path)

@@ -42,7 +42,7 @@ def events_until(record: Path, step: int) -> list[dict[str, Any]]:
 async def draw(events: list[dict[str, Any]], size: tuple[int, int] = SIZE) -> str:
     """The dashboard's screen after folding `events`, as SVG."""
     from gpuwatch.app.app import GpuwatchApp
-    from gpuwatch.app.link import ReplayLink
+    from gpuwatch.follow.link import ReplayLink
 
     now = max(float(event.get("t") or 0.0) for event in events)
     link = ReplayLink(events)

@@ -166,7 +166,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                 shutil.rmtree(folder, ignore_errors=True)
     # And the temporary directories of trainers the tests killed outright themselves,
     # with no supervisor to remove them (trainer_runtime/scratch.py), once they are gone.
-    from gpuwatch.runs import pid_alive
+    from gpuwatch.runs.folders import pid_alive
     from trainer_runtime import scratch
 
     for folder in glob.glob(os.path.join(tempfile.gettempdir(), f"{scratch.PREFIX}*-*")):
@@ -238,11 +238,11 @@ def shared_home(path: Path) -> Iterator[Path]:
 def _kill_everything_under(home: Path) -> None:
     """Stop every supervisor (and its trainer's process group) a test left running, and
     remove the home's socket folder where it is not inside the home (a test's home is
-    too long a path for a socket: /tmp/gpuwatch-<uid>-<hash>, gpuwatch/runs.py)."""
+    too long a path for a socket: /tmp/gpuwatch-<uid>-<hash>, gpuwatch/runs/folders.py)."""
     import json
     import shutil
 
-    from gpuwatch import runs
+    from gpuwatch.runs import folders
 
     for info_path in (home / "runs").glob("*/supervisor.json"):
         with contextlib.suppress(OSError, ValueError):
@@ -260,7 +260,7 @@ def _kill_everything_under(home: Path) -> None:
                     time.sleep(0.1)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid_dir.name), signal.SIGKILL)
-    sockets = runs.socket_dir(home)
+    sockets = folders.socket_dir(home)
     if not sockets.is_relative_to(home.resolve()):
         shutil.rmtree(sockets, ignore_errors=True)
 

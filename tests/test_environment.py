@@ -1,4 +1,4 @@
-"""The environments gpuwatch starts programs with (gpuwatch/environment.py), variable by
+"""The environments gpuwatch starts programs with (gpuwatch/runs/environment.py), variable by
 variable: a person's command gets theirs intact, TF_CONFIG included, plus only the hook's
 few; the bundled trainer drops a cluster's variables. Property tests over any environment."""
 
@@ -10,7 +10,7 @@ import string
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuwatch.environment import (
+from gpuwatch.runs.environment import (
     ADDED_ENV,
     CLUSTER_ENV,
     HOME_ENV,

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.cli import main
-from gpuwatch.export import (
+from gpuwatch.runs.export import (
     ATTEMPT_FIGURES,
     SAMPLE_COLUMNS,
     STEP_COLUMNS,

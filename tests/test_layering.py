@@ -1,4 +1,5 @@
-"""Layering holds: TensorFlow only in trainer_runtime, Textual only in gpuwatch/app."""
+"""Layering holds: TensorFlow only in trainer_runtime, Textual only in gpuwatch/app, and the
+dashboard imports only what a client needs."""
 
 from __future__ import annotations
 
@@ -40,8 +41,9 @@ def _static_imports(path: Path) -> set[str]:
 
 def test_cli_app_and_supervisor_never_import_tensorflow() -> None:
     loaded = _imported_modules(
-        "gpuwatch.cli", "gpuwatch.app", "gpuwatch.supervisor", "gpuwatch.headless",
-        "gpuwatch.config", "gpuwatch.sampling", "gpuwatch.export", "gpuwatch.tboard",
+        "gpuwatch.cli", "gpuwatch.app", "gpuwatch.supervisor", "gpuwatch.cli.headless",
+        "gpuwatch.config", "gpuwatch.sampling", "gpuwatch.runs.export",
+        "gpuwatch.supervisor.tboard",
     )
     assert "tensorflow" not in loaded
     assert "keras" not in loaded
@@ -49,10 +51,12 @@ def test_cli_app_and_supervisor_never_import_tensorflow() -> None:
 
 def test_non_app_modules_never_import_textual() -> None:
     loaded = _imported_modules(
-        "gpuwatch.cli", "gpuwatch.supervisor", "gpuwatch.headless", "gpuwatch.config",
-        "gpuwatch.runstate", "gpuwatch.advisor", "gpuwatch.sampling", "gpuwatch.client",
-        "gpuwatch.settings_form", "gpuwatch.export", "gpuwatch.tboard",
-        "gpuwatch.snapshot", "gpuwatch.sketch", "gpuwatch.series", "gpuwatch.breakdown",
+        "gpuwatch.cli", "gpuwatch.supervisor", "gpuwatch.cli.headless", "gpuwatch.config",
+        "gpuwatch.runstate", "gpuwatch.advisor", "gpuwatch.sampling", "gpuwatch.follow.client",
+        "gpuwatch.follow.link", "gpuwatch.follow.record_reader",
+        "gpuwatch.config.settings_form", "gpuwatch.runs.export", "gpuwatch.supervisor.tboard",
+        "gpuwatch.runstate.codec", "gpuwatch.measures.sketch", "gpuwatch.measures.series",
+        "gpuwatch.measures.breakdown",
     )
     assert "textual" not in loaded
 
@@ -225,6 +229,48 @@ def test_no_module_takes_part_in_an_import_cycle() -> None:
         for cycle in cycles
     ]
     assert cycles == [], "import cycles (each module's imports inside it):\n" + "\n".join(shown)
+
+
+# -- the dashboard imports only what a client needs -------------------------------------------
+
+# What gpuwatch/app/ may import (every import counts: at the top, for types, in a function):
+# the run as a client sees it. The links it follows a run through (gpuwatch.follow), the fold
+# and what its figures mean (runstate, measures, advisor), the config's checks and words (the
+# settings screen), the run folders (the runs menu), and the Textual-free half of
+# trainer_runtime. Never the supervisor, the command line, the sampler, or how a run is
+# started, resumed or exported: an ended run's resume is follow/link.py's to start.
+APP_MAY_IMPORT = (
+    "gpuwatch.app", "gpuwatch.follow", "gpuwatch.runstate", "gpuwatch.measures",
+    "gpuwatch.advisor", "gpuwatch.config", "gpuwatch.runs.folders",
+    "trainer_runtime.protocol", "trainer_runtime.schema", "trainer_runtime.changes",
+)
+
+
+def _app_may_import(module: str) -> bool:
+    return any(module == allowed or module.startswith(allowed + ".")
+               for allowed in APP_MAY_IMPORT)
+
+
+def test_the_app_rule_tells_a_client_s_modules_from_the_rest() -> None:
+    assert _app_may_import("gpuwatch.follow.link")
+    assert _app_may_import("gpuwatch.runs.folders")
+    assert not _app_may_import("gpuwatch.runs.spawn")
+    assert not _app_may_import("gpuwatch.supervisor")
+    assert not _app_may_import("gpuwatch.cli.headless")
+    assert not _app_may_import("gpuwatch")  # a name of gpuwatch's own __init__
+
+
+def test_the_dashboard_imports_only_what_a_client_needs() -> None:
+    graph = _import_graph(_module_files())
+    offenders = sorted(
+        f"{module} -> {imported}"
+        for module, imports in graph.items()
+        if module == "gpuwatch.app" or module.startswith("gpuwatch.app.")
+        for imported in imports
+        if not _app_may_import(imported)
+    )
+    assert offenders == [], "gpuwatch/app/ imports what a client does not need:\n" + "\n".join(
+        offenders)
 
 
 # -- no module over 700 lines ----------------------------------------------------------------

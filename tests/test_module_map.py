@@ -55,7 +55,7 @@ def test_every_module_the_map_names_exists():
     assert not gone, f"docs/internals.md's map names what is not there: {gone}"
 
 
-# A path of this repository as prose writes one: gpuwatch/runs.py, tests/support/, docs/x.md.
+# A path of this repository as prose writes one: gpuwatch/cli/start.py, tests/support/, docs/x.md.
 PATH = re.compile(r"(?<![\w/.-])((?:gpuwatch|trainer_runtime|tests|bench|docs|demo)/[\w/.-]*\w)")
 
 

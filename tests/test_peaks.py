@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import peaks
+from gpuwatch.measures import peaks
 from trainer_runtime.protocol import GpuProcess, GpuSample
 
 

@@ -1,4 +1,4 @@
-"""gpuwatch/ports.py: a TensorFlow worker's port comes from outside the kernel's ephemeral
+"""supervisor/ports.py: a TensorFlow worker's port comes from outside the kernel's ephemeral
 range (where any process's outgoing connection may take it while the trainer imports
 TensorFlow) and is held, bound, until the trainer starts; the trainer names a port it
 could not listen on."""
@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuwatch.ports import (
+from gpuwatch.supervisor.agent import LocalAgent
+from gpuwatch.supervisor.ports import (
     DEFAULT_EPHEMERAL,
     LOWEST,
     candidate_ports,
@@ -23,7 +24,6 @@ from gpuwatch.ports import (
     reserve_port,
     reserve_ports,
 )
-from gpuwatch.supervisor.agent import LocalAgent
 from tests.support.ports import can_bind
 
 # A reservation left unreleased would be a socket leaked: make it fail here (a socket's

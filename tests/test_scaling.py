@@ -1,4 +1,4 @@
-"""gpuwatch/scaling.py: the probe's plan, each count's settings, and its table's arithmetic,
+"""measures/scaling.py: the probe's plan, each count's settings, and its table's arithmetic,
 against figures worked out by hand from constructed runs; and the advisor's poor-scaling
 verdict (advisor.poor_scaling) on them: on recorded noisy series (built here with fixed
 seeds from distributions whose true efficiency is known), a verdict only when the
@@ -23,8 +23,7 @@ from gpuwatch.advisor import POOR_SCALING_EFFICIENCY, poor_scaling
 from gpuwatch.advisor.findings import interval_side
 from gpuwatch.advisor.scaling_verdict import steps_to_tell
 from gpuwatch.config import ConfigError, apply_overrides, load_config
-from gpuwatch.runstate import WARMUP_STEPS, RunState
-from gpuwatch.scaling import (
+from gpuwatch.measures.scaling import (
     MEDIAN_CONFIDENCE,
     MIN_INTERVAL_STEPS,
     MIN_STEPS,
@@ -41,7 +40,8 @@ from gpuwatch.scaling import (
     speedup,
     table_lines,
 )
-from gpuwatch.sketch import MedianSketch
+from gpuwatch.measures.sketch import MedianSketch
+from gpuwatch.runstate import WARMUP_STEPS, RunState
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
 from tests.conftest import ROOT, TINY
 from trainer_runtime.protocol import Breakdown, Scale
@@ -391,7 +391,7 @@ def test_export_scaling_is_the_tables_rows_with_the_steps_parts_by_hand() -> Non
     import csv
     import io
 
-    from gpuwatch.export import SCALING_COLUMNS, export_events
+    from gpuwatch.runs.export import SCALING_COLUMNS, export_events
 
     out = io.StringIO()
     report = export_events(ROOT / "tests" / "app" / "data" / "cpu_scale.jsonl", "scaling",
@@ -611,8 +611,8 @@ def test_the_verdict_never_contradicts_its_interval(
 def test_headless_prints_the_interval_and_abstains_on_a_noisy_probe(tmp_path: Any) -> None:
     import io
 
-    from gpuwatch.headless import scale_ended
-    from gpuwatch.runs import RunInfo
+    from gpuwatch.cli.headless import scale_ended
+    from gpuwatch.runs.folders import RunInfo
 
     state = noisy_probe(seed=100, median_2_ms=12.5, spread=0.3)
     two = scaling_rows(state)[1]

@@ -1,4 +1,4 @@
-"""Bounded histories (gpuwatch/series.py) against the exact values they summarise."""
+"""Bounded histories (gpuwatch/measures/series.py) against the exact values they summarise."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuwatch.series import (
+from gpuwatch.measures.series import (
     DEVICE_HISTORY_SAMPLES,
     Bucket,
     DeviceHistory,

@@ -1,4 +1,4 @@
-"""The settings screen's form (gpuwatch.settings_form): text in, pending settings or lines out."""
+"""The settings screen's form (config/settings_form.py): text in, pending settings or lines out."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.config import ConfigError, load_config
-from gpuwatch.config_words import accepts
+from gpuwatch.config.settings_form import FORM_KEYS, GENERAL, FormRefused, form_texts, read_form
+from gpuwatch.config.words import accepts
 from gpuwatch.runstate import SettingRefused, check_pending, get_setting
-from gpuwatch.settings_form import FORM_KEYS, GENERAL, FormRefused, form_texts, read_form
 from trainer_runtime.changes import LIVE_KEYS
 from trainer_runtime.schema import RunConfig
 

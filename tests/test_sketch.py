@@ -12,8 +12,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gpuwatch import sketch as sketch_module
-from gpuwatch.sketch import EXACT_VALUES, MAX_BINS, RELATIVE_ERROR, MedianSketch, median_ranks
+from gpuwatch.measures import sketch as sketch_module
+from gpuwatch.measures.sketch import (
+    EXACT_VALUES,
+    MAX_BINS,
+    RELATIVE_ERROR,
+    MedianSketch,
+    median_ranks,
+)
 
 
 def sketch_of(values: list[float]) -> MedianSketch:

@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpuwatch import peaks
 from gpuwatch.advisor.findings import HIGH_GPU_MEM_FRACTION
+from gpuwatch.measures import peaks
 from gpuwatch.runstate import (
     ACCUMULATION_KEY,
     BATCH_KEY,

@@ -8,7 +8,6 @@ memory nearly full, no bigger batch (``within_memory``).
 
 from __future__ import annotations
 
-from gpuwatch import peaks
 from gpuwatch.advisor.evidence import (
     CROSS_DEVICE_OPS_KEY,
     PRECISION_KEY,
@@ -18,7 +17,8 @@ from gpuwatch.advisor.evidence import (
 )
 from gpuwatch.advisor.findings import LOW_GPU_UTIL_PCT, VERDICTS, Finding, Remedy
 from gpuwatch.advisor.units import format_bandwidth
-from gpuwatch.breakdown import link_share_text
+from gpuwatch.measures import peaks
+from gpuwatch.measures.breakdown import link_share_text
 from gpuwatch.runstate import ACCUMULATION_KEY, BATCH_KEY, PREFETCH_KEY
 from trainer_runtime.schema import prefetch_enabled
 

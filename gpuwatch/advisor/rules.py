@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from gpuwatch import peaks
 from gpuwatch.advisor.evidence import JIT_KEY, PRECISION_KEY, Evidence
 from gpuwatch.advisor.findings import (
     BOTTLENECKS,
@@ -34,6 +33,7 @@ from gpuwatch.advisor.remedies import (
 )
 from gpuwatch.advisor.straggler import Straggler
 from gpuwatch.advisor.units import format_bytes
+from gpuwatch.measures import peaks
 from gpuwatch.runstate import ACCUMULATION_KEY, BATCH_KEY, WorkerSummary
 
 # Below this many examples per replica per micro-step a GPU's kernels are too thin to

@@ -12,8 +12,7 @@ from collections.abc import Sequence
 
 from gpuwatch.advisor.evidence import STEPS_PER_EXECUTION_KEY
 from gpuwatch.advisor.findings import MAX_RECOMMENDATIONS, Advice, Remedy, interval_side
-from gpuwatch.runstate import ACCUMULATION_KEY, BATCH_KEY, PREFETCH_KEY, WARMUP_STEPS
-from gpuwatch.scaling import (
+from gpuwatch.measures.scaling import (
     CONFIDENCE,
     MAX_STEPS,
     MIN_INTERVAL_STEPS,
@@ -21,6 +20,7 @@ from gpuwatch.scaling import (
     efficiency_words,
     pct_range,
 )
+from gpuwatch.runstate import ACCUMULATION_KEY, BATCH_KEY, PREFETCH_KEY, WARMUP_STEPS
 from trainer_runtime.protocol import Scale
 
 # Poor scaling (gpuwatch scale): a probe's efficiency, X(N) x b / (N x X(b)), below this at
@@ -65,7 +65,7 @@ SCALING_PART_NAMES = {"input": "input wait", "compute": "compute", "sync": "all-
 
 
 def poor_scaling(rows: Sequence[ScalingRow], plan: Scale) -> Advice | None:
-    """A scaling probe's verdict (gpuwatch/scaling.py's rows), on each count's efficiency
+    """A scaling probe's verdict (gpuwatch/measures/scaling.py's rows), on each count's efficiency
     interval against POOR_SCALING_EFFICIENCY (``interval_side``): level "poor" when some
     count's interval is all below it, naming the part of the step that grew most from the
     smallest count to the worst such count, with its remedies; "good" when every count's

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from gpuwatch.app.link import RunLink
-    from gpuwatch.runs import RunInfo
+    from gpuwatch.follow.link import RunLink
+    from gpuwatch.runs.folders import RunInfo
 
 
 def run_dashboard(
@@ -29,10 +29,10 @@ def run_dashboard(
     acknowledged: the caller should stop it).
     """
     from gpuwatch.app.app import GpuwatchApp
-    from gpuwatch.app.link import RecordLink
     from gpuwatch.app.painters import READ_INTERVAL_S
     from gpuwatch.app.repaint import CPU_BUDGET_PCT
-    from gpuwatch.runs import read_run_info, runs_root, socket_path_for
+    from gpuwatch.follow.link import RecordLink
+    from gpuwatch.runs.folders import read_run_info, runs_root, socket_path_for
 
     def live_link(path: Path) -> RecordLink:
         # Frames are read once per repaint: a busy run wakes the dashboard per batch. Once

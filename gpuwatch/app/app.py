@@ -43,7 +43,6 @@ from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
 from gpuwatch.app import keys
-from gpuwatch.app.link import RECORD, RunLink
 from gpuwatch.app.painters import HISTORY_INTERVAL_S, RENDER_INTERVAL_S, Repainter
 from gpuwatch.app.screens.modals import (
     ConfirmStopScreen,
@@ -66,8 +65,9 @@ from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.app.widgets.scaling import ScalingPanel
 from gpuwatch.app.widgets.workers import WorkersPanel
-from gpuwatch.client import ClientError, ConnectionLost
-from gpuwatch.runs import RunInfo, list_runs
+from gpuwatch.follow.client import ClientError, ConnectionLost
+from gpuwatch.follow.link import RECORD, RunLink
+from gpuwatch.runs.folders import RunInfo, list_runs
 from gpuwatch.runstate import (
     RunState,
     SettingRefused,

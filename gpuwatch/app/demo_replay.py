@@ -12,7 +12,7 @@ import asyncio
 import json
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
+from gpuwatch.follow.link import ReplayLink
 
 
 class PacedReplayLink(ReplayLink):

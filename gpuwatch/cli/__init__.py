@@ -10,7 +10,7 @@ The parts (each imports only the ones above it in this list, never this package)
   listing.py  ls, logs, export, doctor
   start.py    train, run, scale, resume, and what they check before starting
 Here: main(), which hands each command to its cmd_* function. Starting a run's
-supervisor (and checking that it can start) is gpuwatch/starting.py, which a resume from
+supervisor (and checking that it can start) is gpuwatch/runs/spawn.py, which a resume from
 the dashboard uses too.
 """
 
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
         "export": cmd_export,
         "doctor": cmd_doctor,
     }[args.command]
-    from gpuwatch.runs import RunError, home_problem
+    from gpuwatch.runs.folders import RunError, home_problem
 
     if sys.stdout is None and _writes_to_stdout(args):  # `gpuwatch ls >&-`
         err("standard output is closed: nothing to write to")
@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # The commands that start a supervisor: each refuses a bad GPUWATCH_* timing before it
-# makes anything (starting.check_startable says it for a resume from the dashboard).
+# makes anything (spawn.check_startable says it for a resume from the dashboard).
 STARTS = ("train", "run", "scale", "resume")
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
 
 if TYPE_CHECKING:
-    from gpuwatch.runs import RunInfo
+    from gpuwatch.runs.folders import RunInfo
 
 
 def _format_age(started: float | None) -> str:
@@ -31,7 +31,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
     import json
     import shutil
 
-    from gpuwatch.runs import list_runs
+    from gpuwatch.runs.folders import list_runs
     from gpuwatch.runstate import CURRENT_STEPS, recent_window
     from gpuwatch.runstate.command import printable
     from trainer_runtime.protocol import FAILED_STATUSES
@@ -84,7 +84,7 @@ def shorten_command(argv: Sequence[str], width: int) -> str:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
-    from gpuwatch.runs import read_run_info, resolve_run, worker_dir
+    from gpuwatch.runs.folders import read_run_info, resolve_run, worker_dir
     from gpuwatch.runstate.logtext import LogText
 
     info = resolve_run(args.run)  # RunError: main() prints it, exit 2
@@ -124,8 +124,8 @@ def _has_worker(info: RunInfo, worker: int) -> bool:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from gpuwatch.export import FORMATS, WHATS, export_events
-    from gpuwatch.runs import resolve_run
+    from gpuwatch.runs.export import FORMATS, WHATS, export_events
+    from gpuwatch.runs.folders import resolve_run
 
     for option, value, allowed in (("--what", args.what, WHATS),
                                    ("--format", args.format, FORMATS)):
@@ -178,7 +178,7 @@ def _in_run_folder(output: Path, info: RunInfo) -> str | None:
     """How -o output would write into a run's record, or None: a path inside the runs'
     folder (this run's or another's, through links too), or an existing file that is one
     of a run's files under another name (a hard link)."""
-    from gpuwatch.runs import runs_root
+    from gpuwatch.runs.folders import runs_root
 
     root = runs_root(info.run_dir.parent.parent)
     try:
@@ -228,6 +228,6 @@ def _no_samples_note(info: RunInfo, worker: int, events_path: Path) -> str:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from gpuwatch.doctor import main as doctor_main
+    from gpuwatch.cli.doctor import main as doctor_main
 
     return doctor_main([])

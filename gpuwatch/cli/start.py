@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, EXIT_USAGE, err
 from gpuwatch.cli.watch import _dashboard
-from gpuwatch.starting import check_startable, command_problem, start_supervisor
+from gpuwatch.runs.spawn import check_startable, command_problem, start_supervisor
 
 if TYPE_CHECKING:
-    from gpuwatch.runs import RunInfo
+    from gpuwatch.runs.folders import RunInfo
 
 
 def _overrides_of(args: argparse.Namespace) -> list[str] | None:
@@ -35,12 +35,12 @@ def _overrides_of(args: argparse.Namespace) -> list[str] | None:
 def cmd_train(args: argparse.Namespace) -> int:
     import importlib.util
 
-    from gpuwatch import runs
     from gpuwatch.config import (
         ConfigError,
         dump_config,
         load_config,
     )
+    from gpuwatch.runs import folders
 
     overrides = _overrides_of(args)
     if overrides is None:
@@ -58,8 +58,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
         return EXIT_USAGE
 
-    home = runs.gpuwatch_home()
-    _run_id, run_dir = runs.create_run_dir(home)
+    home = folders.gpuwatch_home()
+    _run_id, run_dir = folders.create_run_dir(home)
     (run_dir / "config.yaml").write_text(dump_config(loaded.config))
     (run_dir / "source.yaml").write_text(loaded.text)
     try:
@@ -76,8 +76,8 @@ RUN_USAGE = "gpuwatch run [options] -- COMMAND [ARGS ...]"
 def cmd_run(args: argparse.Namespace) -> int:
     """gpuwatch run -- COMMAND: a person's own command under a supervisor, as train starts the
     bundled runtime (its config.yaml holds the command; the supervisor's launcher starts it)."""
-    from gpuwatch import runs
     from gpuwatch.config import ConfigError, command_config, dump_config
+    from gpuwatch.runs import folders
 
     if args.words:
         err(f"run: put the command after --: {RUN_USAGE}")
@@ -99,7 +99,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if problem is not None:
         err(problem)
         return EXIT_USAGE
-    _run_id, run_dir = runs.create_run_dir(runs.gpuwatch_home())
+    _run_id, run_dir = folders.create_run_dir(folders.gpuwatch_home())
     (run_dir / "config.yaml").write_text(dump_config(config))
     try:
         info = start_supervisor(run_dir, follow=not args.detach)
@@ -133,13 +133,14 @@ def command_name(argv: Sequence[str]) -> str:
 
 def cmd_scale(args: argparse.Namespace) -> int:
     """gpuwatch scale: the probe's plan checked here (every count's settings), then a run
-    whose supervisor runs one fresh attempt per count (supervisor/scale.py)."""
+    whose supervisor runs one fresh attempt per count (supervisor/scale_attempts.py)."""
     import importlib.util
 
-    from gpuwatch import runs, scaling
     from gpuwatch.config import ConfigError, dump_config, load_config, visible_gpus
+    from gpuwatch.measures import scaling
+    from gpuwatch.runs import folders
     from gpuwatch.supervisor.cluster import plan_workers
-    from gpuwatch.supervisor.scale import PLAN_FILE, write_plan
+    from gpuwatch.supervisor.scale_attempts import PLAN_FILE, write_plan
 
     try:
         loaded = load_config(args.config, args.overrides)
@@ -161,7 +162,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("tensorflow") is None:
         err("TensorFlow is not installed in this Python: pip install -e '.[cpu]'")
         return EXIT_USAGE
-    _run_id, run_dir = runs.create_run_dir(runs.gpuwatch_home())
+    _run_id, run_dir = folders.create_run_dir(folders.gpuwatch_home())
     (run_dir / "config.yaml").write_text(dump_config(config))
     (run_dir / "source.yaml").write_text(loaded.text)
     write_plan(run_dir / PLAN_FILE, plan)
@@ -172,7 +173,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
         err(str(exc))
         return EXIT_FAILED
     if args.headless:
-        from gpuwatch.headless import run_headless, scale_ended
+        from gpuwatch.cli.headless import run_headless, scale_ended
 
         return run_headless(info, ended=scale_ended)
     return _follow(info, args)
@@ -184,7 +185,7 @@ def _follow(info: RunInfo, args: argparse.Namespace, after_attempt: int = 0) -> 
         print(info.run_id)
         return EXIT_OK
     if args.headless:
-        from gpuwatch.headless import run_headless
+        from gpuwatch.cli.headless import run_headless
 
         return run_headless(info, after_attempt=after_attempt)
     return _dashboard(info)
@@ -192,8 +193,8 @@ def _follow(info: RunInfo, args: argparse.Namespace, after_attempt: int = 0) -> 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from gpuwatch.config import ConfigError
-    from gpuwatch.resume import ResumeError, resume_run
-    from gpuwatch.runs import resolve_run
+    from gpuwatch.runs.folders import resolve_run
+    from gpuwatch.runs.resume import ResumeError, resume_run
 
     info = resolve_run(args.run)  # RunError: main() prints it, exit 2
     overrides = _overrides_of(args)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from gpuwatch.cli.common import EXIT_FAILED, EXIT_OK, err
 
 if TYPE_CHECKING:
-    from gpuwatch.runs import RunInfo
+    from gpuwatch.runs.folders import RunInfo
 
 
 def _dashboard(info: RunInfo) -> int:
@@ -18,7 +18,7 @@ def _dashboard(info: RunInfo) -> int:
     supervisor is gone (an ended run attached to, or one that ended as it started), from
     its record, where `r` resumes it."""
     from gpuwatch.app import run_dashboard
-    from gpuwatch.runs import gpuwatch_home, read_run_info
+    from gpuwatch.runs.folders import gpuwatch_home, read_run_info
 
     home = gpuwatch_home()
     if _supervisor_up(info):
@@ -57,7 +57,7 @@ def _supervisor_up(info: RunInfo) -> bool:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    from gpuwatch.runs import resolve_run
+    from gpuwatch.runs.folders import resolve_run
 
     info = resolve_run(args.run)  # RunError: main() prints it, exit 2
     # A run that has ended is shown from its record (no supervisor): `r` there resumes it.
@@ -65,7 +65,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    from gpuwatch.runs import resolve_run
+    from gpuwatch.runs.folders import resolve_run
 
     info = resolve_run(args.run)  # RunError: main() prints it, exit 2
     return _stop(info)
@@ -74,7 +74,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 def _stop(info: RunInfo) -> int:
     import asyncio
 
-    from gpuwatch.client import ClientError, RunClient
+    from gpuwatch.follow.client import ClientError, RunClient
 
     if not info.live:
         return _release(info)
@@ -101,8 +101,8 @@ def _release(info: RunInfo) -> int:
     """An ended run whose supervisor lingers (for a relaunch): tell it to exit now."""
     import asyncio
 
-    from gpuwatch.client import ClientError, RunClient
-    from gpuwatch.runs import pid_alive
+    from gpuwatch.follow.client import ClientError, RunClient
+    from gpuwatch.runs.folders import pid_alive
 
     pid = info.supervisor_pid
     if pid is None or info.socket_path is None or not info.socket_path.exists():

@@ -9,7 +9,7 @@ Line numbers come from composing the YAML into nodes first: each mapping key and
 sequence item records its 1-based line under its path, so a pydantic `loc` such as
 `("train", "accumulation_steps")` maps back to the line of the offending key (or of the
 closest parent the file has). What a problem is, in words, comes from
-gpuwatch.config_words; this package says where it is.
+gpuwatch.config.words; this package says where it is.
 
 No input costs more than about a second and 100 MB to accept or refuse: the file's size,
 its nesting depth and its number of values (counted with YAML aliases expanded, so a
@@ -17,6 +17,7 @@ its nesting depth and its number of values (counted with YAML aliases expanded, 
 constants, and so are `--set` values and the mappings `apply_overrides` is handed.
 
 The parts (each imports only the ones above it in this list, never this package):
+  words.py      pydantic's validation errors as plain words, one short problem per setting
   errors.py     ConfigError, and the words of its messages
   bounds.py     the MAX_* bounds; plain data and `--set` text checked against them
   reading.py    a config file read and composed as YAML within the bounds, each key's line
@@ -25,6 +26,8 @@ The parts (each imports only the ones above it in this list, never this package)
   overrides.py  dotted-key settings and the settle step (set, validate, bound the size)
   loading.py    load_config, command_config, LoadedConfig
   devices.py    the replicas a config expects, the GPUs it asks for, the batch's split
+  settings_form.py  the dashboard's settings screen, pure: live settings as text and back
+                (it reads the run's state too; nothing here imports it)
 """
 
 from gpuwatch.config.bounds import (

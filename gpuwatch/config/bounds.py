@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuwatch.config.errors import ConfigError, override_label, shorten
-from gpuwatch.config_words import Loc, key_text
+from gpuwatch.config.words import Loc, key_text
 
 # Bounds on what a config may hold. A real config is a few KiB with a few hundred values;
 # these leave room for large kwargs while keeping the worst input (measured in

@@ -18,7 +18,7 @@ from gpuwatch.config.errors import ConfigError, as_config_error, override_label,
 from gpuwatch.config.locate import Locator
 from gpuwatch.config.overrides import parse_bounded_override, settle
 from gpuwatch.config.reading import parse_yaml, read_text
-from gpuwatch.config_words import Loc
+from gpuwatch.config.words import Loc
 from trainer_runtime.changes import command_setting_refusal
 from trainer_runtime.schema import RunConfig
 

@@ -1,6 +1,6 @@
 """Where a problem is: a pydantic `loc` as "file:line", or as the `--set` that set it.
 
-What a problem is, in words, comes from gpuwatch.config_words; this module says where it
+What a problem is, in words, comes from gpuwatch.config.words; this module says where it
 is, and picks the first problem in file order (a `--set`'s last) as the one to report.
 """
 
@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpuwatch.config.errors import ConfigError
-from gpuwatch.config_words import Loc, key_text, problems
+from gpuwatch.config.words import Loc, key_text, problems
 from trainer_runtime.schema import RunConfig
 
 

@@ -24,8 +24,8 @@ from gpuwatch.config.bounds import (
 from gpuwatch.config.errors import ConfigError, as_config_error, override_label, shorten
 from gpuwatch.config.locate import Locator, validate
 from gpuwatch.config.reading import CONSTRUCTOR_ERRORS, Unbuildable, load_value, yaml_problem
+from gpuwatch.config.words import Loc, key_text, show
 from gpuwatch.config.writing import dump_config
-from gpuwatch.config_words import Loc, key_text, show
 from trainer_runtime.schema import RunConfig
 
 

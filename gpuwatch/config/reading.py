@@ -27,7 +27,7 @@ from gpuwatch.config.bounds import (
     too_deep,
 )
 from gpuwatch.config.errors import ConfigError
-from gpuwatch.config_words import Loc, key_text, kind
+from gpuwatch.config.words import Loc, key_text, kind
 
 _NUMBER_TAGS = frozenset({"tag:yaml.org,2002:int", "tag:yaml.org,2002:float"})
 

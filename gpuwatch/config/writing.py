@@ -12,7 +12,7 @@ from typing import Any
 import yaml
 
 from gpuwatch.config.bounds import MAX_CONFIG_BYTES
-from gpuwatch.config_words import yaml_float
+from gpuwatch.config.words import yaml_float
 from trainer_runtime.schema import RunConfig
 
 _NO_WRAP = 1 << 30  # a flow-style dump stays on one line: wrapping would indent it

@@ -6,14 +6,14 @@ frames of ``trainer_runtime/protocol/`` (as relayed by the supervisor, with
 link's synthetic ``{"type": "link", ...}`` events, and keep:
 the run, each attempt with its settings and measured figures (after warm-up),
 the latest step, rolling windows for sparklines, the latest device sample and
-the status; and the bounded histories of gpuwatch/series.py: the whole run's
+the status; and the bounded histories of gpuwatch/measures/series.py: the whole run's
 figures against step (the plot screen) and the chief's GPUs' recent samples.
 Events whose ``seq`` was already folded are skipped, so a link that resubscribes
 with an overlap never counts a step twice.
 
 The supervisor folds the same way (``apply_event``: typed events, no parsing) and
 sends a dashboard that attaches its state as a ``snapshot`` frame
-(``to_snapshot``/``from_snapshot``, gpuwatch/snapshot.py: generic over the
+(``to_snapshot``/``from_snapshot``, gpuwatch/runstate/codec.py: generic over the
 dataclass fields, so a field added here is carried without more code); the
 dashboard takes it whole and folds only the events after it. Memory does not grow
 with the run's length: windows are fixed deques, the log tail is cut, an attempt's

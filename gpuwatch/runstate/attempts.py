@@ -12,9 +12,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuwatch.measures.sketch import MedianSketch
 from gpuwatch.runstate.settings import ACCUMULATION_KEY, BATCH_KEY, PREFETCH_KEY, get_setting
 from gpuwatch.runstate.steps import WARMUP_STEPS, RatioSums, bus_bandwidth, pace_setter
-from gpuwatch.sketch import MedianSketch
 from trainer_runtime.changes import dotted_settings
 from trainer_runtime.protocol import Breakdown, Hello, Resume, input_wait_pct, per_second
 

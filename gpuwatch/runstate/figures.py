@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from gpuwatch import peaks
+from gpuwatch.measures import peaks
 from gpuwatch.runstate.steps import (
     StepPoint,
     bus_bandwidth,

@@ -5,7 +5,7 @@
 ``apply_event`` folds a typed event: its handler here (``_HANDLERS``), O(1) per event.
 An event whose ``seq`` was already folded is skipped. The figures are taken when the
 screen asks (``figures``, ``worker_summaries``); the snapshot is ``to_snapshot`` /
-``from_snapshot`` (gpuwatch/snapshot.py).
+``from_snapshot`` (gpuwatch/runstate/codec.py).
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from gpuwatch import peaks, snapshot
+from gpuwatch.measures import peaks
+from gpuwatch.measures.series import DeviceHistory, RunHistory
+from gpuwatch.runstate import codec
 from gpuwatch.runstate.attempts import AttemptSummary, WorkerWait, add_wait
 from gpuwatch.runstate.command import (
     NO_TRAINING,
@@ -40,7 +42,6 @@ from gpuwatch.runstate.workers import (
     WorkerSummary,
     summarize_workers,
 )
-from gpuwatch.series import DeviceHistory, RunHistory
 from trainer_runtime.protocol import (
     FAILED_STATUSES,
     SNAPSHOT,
@@ -105,7 +106,7 @@ class RunState:
     settings: dict[str, Any] = field(default_factory=dict)
     attempts: dict[int, AttemptSummary] = field(default_factory=dict)
     attempt: int = 0
-    scale: Scale | None = None  # a scaling probe's plan (gpuwatch/scaling.py reads it)
+    scale: Scale | None = None  # a scaling probe's plan (gpuwatch/measures/scaling.py reads it)
     status: str | None = None
     status_message: str | None = None
     status_worker: int | None = None  # the worker whose exit set the status, in a cluster
@@ -123,11 +124,11 @@ class RunState:
     last_seq: int = -1
     last_t: float | None = None
     # The dashboard's own connection: not part of the run, never in a snapshot.
-    link_state: str | None = field(default=None, metadata=snapshot.LOCAL)
-    link_message: str | None = field(default=None, metadata=snapshot.LOCAL)
+    link_state: str | None = field(default=None, metadata=codec.LOCAL)
+    link_message: str | None = field(default=None, metadata=codec.LOCAL)
     # Live changes a trainer refused, counted (each worker's refusal): what the dashboard's
     # "applying" waits for, besides the new attempt. Seen live only, never in a snapshot.
-    refusals: int = field(default=0, metadata=snapshot.LOCAL)
+    refusals: int = field(default=0, metadata=codec.LOCAL)
     error: Error | None = None
     done: Done | None = None
     # A person's own command (gpuwatch run): what its hook last said it watches, or why
@@ -138,7 +139,7 @@ class RunState:
     events_applied: int = 0
     duplicates_skipped: int = 0
     bad_events: int = 0  # frames that are not a protocol event (counted, skipped)
-    changed: set[str] = field(default_factory=lambda: set(AREAS), metadata=snapshot.LOCAL)
+    changed: set[str] = field(default_factory=lambda: set(AREAS), metadata=codec.LOCAL)
 
     # ---- folding -------------------------------------------------------
 
@@ -177,21 +178,21 @@ class RunState:
     # ---- snapshots -----------------------------------------------------
 
     def to_snapshot(self) -> str:
-        """The state as snapshot text (gpuwatch/snapshot.py); its seq is ``last_seq``."""
-        return snapshot.dumps(self)
+        """The state as snapshot text (gpuwatch/runstate/codec.py); its seq is ``last_seq``."""
+        return codec.dumps(self)
 
     @classmethod
     def snapshot_format(cls) -> str | None:
         """The format to_snapshot() writes (None: this RunState cannot be snapshotted)."""
         try:
-            return snapshot.schema_id(cls)
-        except snapshot.SnapshotError:
+            return codec.schema_id(cls)
+        except codec.SnapshotError:
             return None
 
     @classmethod
     def from_snapshot(cls, text: str | bytes) -> RunState:
         """A state from to_snapshot()'s text; SnapshotError if unreadable or of another schema."""
-        state = snapshot.loads(cls, text)
+        state = codec.loads(cls, text)
         assert isinstance(state, cls)
         return state
 
@@ -199,14 +200,14 @@ class RunState:
         """Take the supervisor's fold as this state (keeping the link's own fields)."""
         try:
             restored = RunState.from_snapshot(frame.get("data") or "")
-        except snapshot.SnapshotError:
+        except codec.SnapshotError:
             self.bad_events += 1
             return
         if restored.last_seq <= self.last_seq:  # older than what was already folded
             self.duplicates_skipped += 1
             return
         for f in fields(self):
-            if snapshot.snapshotted(f):
+            if codec.snapshotted(f):
                 setattr(self, f.name, getattr(restored, f.name))
         self.changed.update(AREAS)
 
@@ -330,7 +331,7 @@ class RunState:
         """(FLOPs per example, achieved TFLOP/s, MFU %) of the current attempt at a rate.
 
         MFU is None where the peak is not known: no GPU, a GPU not in the table, or a
-        precision it has no tensor cores for (gpuwatch/peaks.py).
+        precision it has no tensor cores for (gpuwatch/measures/peaks.py).
         """
         flops = self.flops_per_example
         current = self.current

@@ -17,7 +17,7 @@ from functools import cache
 from statistics import NormalDist
 from typing import Any
 
-from gpuwatch import peaks
+from gpuwatch.measures import peaks
 from trainer_runtime.protocol import Breakdown, Step, input_wait_pct, per_second
 
 # The first steps of every attempt include tf.function tracing: never measure them.

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuwatch import snapshot
+from gpuwatch.runstate import codec
 from gpuwatch.runstate.steps import median_value, weighted_median
 from trainer_runtime.protocol import (
     Breakdown,
@@ -74,7 +74,7 @@ class WorkerFigures:
     summarized_steps: int = 0
     # (what it was made from, the WorkerSummary): at 64 workers a repaint remakes only the
     # summaries of the workers that sent something since the last one.
-    made: Any = field(default=None, metadata=snapshot.LOCAL, repr=False, compare=False)
+    made: Any = field(default=None, metadata=codec.LOCAL, repr=False, compare=False)
 
     def start_attempt(self, attempt: int) -> None:
         """A newer attempt: its figures start over (never mixed across settings)."""

@@ -186,7 +186,7 @@ def _json_number(value: Any, digits: int | None = None) -> Any:
 
 
 # The keys of a sample frame's host object and of each object in its gpus, in order
-# (gpuwatch.export's columns read them).
+# (gpuwatch.runs.export's columns read them).
 HOST_FRAME_KEYS = wire_field_names(HostSample)
 GPU_FRAME_KEYS = wire_field_names(GpuSample)
 

@@ -18,14 +18,14 @@ The parts, each usable alone:
   recorder.py   one order for every event: event log, fold, dashboards, TensorBoard
   agent.py      one trainer process and its host's device sampler; Agent, what any agent is
   summarize.py  pure: past 8 workers, a worker's steps as one summary a second, lean samples
-  launcher.py   starting a trainer here: trainer.log, its command, a spare or cold start
+  trainer_start.py  starting a trainer here: trainer.log, its command, a spare or cold start
   spare.py      a trainer process waiting with TensorFlow imported, for the next attempt
   remote.py     an agent on another host (ssh, srun): the link and its frames; runs the agent
   agent_process.py  the agent process there: a LocalAgent whose callbacks are frames
   remote_agent.py   RemoteAgent: an Agent here, over that agent's link
   link.py       the supervisor's end of a remote agent's stdio link
   cluster.py    pure: a cluster run's workers, their launchers and TF_CONFIG
-  launch.py     pure: what one worker's trainer needs to join its cluster
+  worker_role.py  pure: what one worker's trainer needs to join its cluster
   workers.py    the run's agents as one group: made, started chief first, stopped
   exits.py      pure: how a trainer's exit becomes the run's status
   exit_policy.py  an attempt's workers' exits as one status; a failure stops them all

@@ -1,6 +1,6 @@
 """The trainer side of a run: one agent is one trainer process and its host's device sampler.
 
-A single-host run has one local agent. The agent starts the trainer (launcher.py:
+A single-host run has one local agent. The agent starts the trainer (trainer_start.py:
 its own process group, a socketpair for telemetry, trainer.log, a spare), reads
 and checks its frames, stops the whole group, and when the trainer exits hands
 the supervisor a TrainerExit (exits.py says what status that is). Every frame and sample it
@@ -24,12 +24,12 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
-from gpuwatch.ports import Reservation, reserve_port
 from gpuwatch.supervisor.exits import TrainerExit
-from gpuwatch.supervisor.launch import WorkerLaunch
-from gpuwatch.supervisor.launcher import AgentStartError, TrainerLauncher
+from gpuwatch.supervisor.ports import Reservation, reserve_port
 from gpuwatch.supervisor.summarize import Upward
 from gpuwatch.supervisor.timings import TIMINGS
+from gpuwatch.supervisor.trainer_start import AgentStartError, TrainerLauncher
+from gpuwatch.supervisor.worker_role import WorkerLaunch
 from trainer_runtime import scratch
 from trainer_runtime.protocol import (
     LIVE_DEADLINE_S,
@@ -194,7 +194,7 @@ class LocalAgent:
     async def prepare(self) -> tuple[str, int]:
         """The host other workers dial this one's trainer on, and a free port there.
 
-        The port (gpuwatch/ports.py: outside the kernel's ephemeral range, so no other
+        The port (gpuwatch/supervisor/ports.py: outside the kernel's ephemeral range, so no other
         process's connection takes it meanwhile) stays bound, not listening, until
         start(): the local workers of one attempt never get the same one, and the
         trainer binds it once it is free. An attempt that never starts this worker (a

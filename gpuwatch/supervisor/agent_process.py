@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.runs import RunError, agent_worker_dir, ensure_private_tree
+from gpuwatch.runs.folders import RunError, agent_worker_dir, ensure_private_tree
 from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
 from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
-from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.link import REPLY_TIMEOUT_S, frames_of
+from gpuwatch.supervisor.worker_role import WorkerLaunch
 from trainer_runtime.protocol import (
     ENVELOPE,
     LIVE_DEADLINE_S,
@@ -189,7 +189,7 @@ class _AgentProcess:
                 return
             except OSError:  # the marker only saves a doubled log copy: no marker, no share
                 marker = ""
-            # The port is held here (gpuwatch/ports.py) until the start frame's trainer.
+            # The port is held here (supervisor/ports.py) until the start frame's trainer.
             _, port = await self.agent.prepare()
             self.send(
                 "ready", host=host_name(), port=port, pid=os.getpid(),

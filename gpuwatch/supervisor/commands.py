@@ -41,7 +41,7 @@ from trainer_runtime.schema import RunConfig
 log = logging.getLogger("gpuwatch.supervisor")
 
 
-class Run(Protocol):
+class CommandedRun(Protocol):
     """What the commands need of the supervisor."""
 
     run_id: str
@@ -88,7 +88,7 @@ class LiveWait:
 class Commands:
     """Answers command frames on behalf of one run."""
 
-    def __init__(self, run: Run) -> None:
+    def __init__(self, run: CommandedRun) -> None:
         self.run = run
         # Attempts start and stop one at a time: the first start takes it too.
         self.lock = asyncio.Lock()
@@ -165,8 +165,8 @@ class Commands:
         if self.run.ended and not command.fresh:
             # The run's next attempt after its end: what `gpuwatch resume` checks, here too
             # (no trainer is left to save a checkpoint over a damaged one).
-            from gpuwatch import resume
-            from gpuwatch.runs import read_run_info
+            from gpuwatch.runs import resume
+            from gpuwatch.runs.folders import read_run_info
 
             info = read_run_info(self.run.run_dir)
             problem = resume.progress_problem(info, config, resume.settings_path(info))

@@ -16,7 +16,7 @@ that crashes at once is still there for the person to read and relaunch with `r`
 an ended record to resume. A spare trainer (spare.py) waits only
 while a person's dashboard is attached to a live run. `gpuwatch resume` starts a
 supervisor again on the run directory (``--resume``): the next attempt, from the
-last checkpoint. A scaling probe (``--scale``, scale.py) runs one fresh attempt per
+last checkpoint. A scaling probe (``--scale``, scale_attempts.py) runs one fresh attempt per
 device count, in turn, before the run ends.
 """
 
@@ -36,8 +36,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import runs
 from gpuwatch.config import ConfigError, expected_replicas, load_config
+from gpuwatch.runs import folders
 from gpuwatch.supervisor.attempts import Attempts, topology
 from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.exit_policy import ExitPolicy
@@ -45,7 +45,7 @@ from gpuwatch.supervisor.exits import TrainerExit
 from gpuwatch.supervisor.hub import Client, TaskSet
 from gpuwatch.supervisor.live import LiveChange, LiveChanges
 from gpuwatch.supervisor.recorder import Recorder
-from gpuwatch.supervisor.scale import ScaleProbe, read_plan
+from gpuwatch.supervisor.scale_attempts import ScaleProbe, read_plan
 from gpuwatch.supervisor.timings import PROBLEM, TIMINGS
 from gpuwatch.supervisor.workers import Workers
 from trainer_runtime.protocol import (
@@ -124,7 +124,7 @@ class Supervisor:
         self._finished = asyncio.Event()
         self.exiting = False  # it has decided to exit: no new attempt starts here
         self.loop: asyncio.AbstractEventLoop | None = None
-        # A scaling probe's attempts (scale.py); ConfigError when a count cannot run here.
+        # A scaling probe's attempts (scale_attempts.py); ConfigError when a count cannot run here.
         self.scale: ScaleProbe | None = None
         if scale_path is not None:
             self.scale = ScaleProbe(self, *read_plan(scale_path, self.config))
@@ -249,7 +249,7 @@ class Supervisor:
         if self.trainer_running or self.status not in TERMINAL_STATUSES:
             self.record(replace(sample, worker=index))
 
-    # -- what the commands ask (commands.Run) ---------------------------------------
+    # -- what the commands ask (commands.CommandedRun) --------------------------------
 
     def subscribe(
         self, client: Client, from_seq: int, snapshot: str | None = None, *,
@@ -383,7 +383,7 @@ class Supervisor:
 
     def _restore_progress(self) -> None:
         """Started again on a recorded run: go on from its last attempt and step."""
-        recorded = runs.read_run_info(self.run_dir)
+        recorded = folders.read_run_info(self.run_dir)
         state = self.keeper.state
         last = state.last_step.step if state.last_step is not None else 0
         self.attempt = max(self.attempt, recorded.attempt, state.attempt or 0)
@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    socket_path = args.socket or runs.socket_path_for(run_dir.name, run_dir.parent.parent)
+    socket_path = args.socket or folders.socket_path_for(run_dir.name, run_dir.parent.parent)
     try:
         supervisor = Supervisor(
             run_dir,

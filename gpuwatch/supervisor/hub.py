@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from gpuwatch import runs
+from gpuwatch.runs import folders
 from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.snapshots import Snapshot
 from gpuwatch.supervisor.timings import TIMINGS
@@ -279,7 +279,7 @@ class ClientHub:
             max(16, min(self.unidentified_max, open_files // 2)),
             self.drop,
         )
-        runs.ensure_private_dir(self.socket_path.parent)
+        folders.ensure_private_dir(self.socket_path.parent)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()
         old_umask = os.umask(0o177)  # the socket is born 0600: no window where others could connect

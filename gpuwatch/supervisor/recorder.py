@@ -15,7 +15,7 @@ from pathlib import Path
 from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.hub import Answer, ClientHub
 from gpuwatch.supervisor.snapshots import StateKeeper
-from gpuwatch.tboard import RunBoard
+from gpuwatch.supervisor.tboard import RunBoard
 from trainer_runtime.protocol import Event, StatusChange
 
 

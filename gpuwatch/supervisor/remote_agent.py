@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.runs import worker_dir
+from gpuwatch.runs.folders import worker_dir
 from gpuwatch.supervisor.agent import (
     AgentStartError,
     AttemptStamp,
@@ -27,9 +27,9 @@ from gpuwatch.supervisor.agent import (
 from gpuwatch.supervisor.agent_process import EXIT_LOG_LINES, MARKER_NAME
 from gpuwatch.supervisor.cluster import remote_argv, through_a_shell
 from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
-from gpuwatch.supervisor.launch import WorkerLaunch
-from gpuwatch.supervisor.launcher import TRAINER_MODULE_VARIABLE, trainer_module
 from gpuwatch.supervisor.link import AgentLink
+from gpuwatch.supervisor.trainer_start import TRAINER_MODULE_VARIABLE, trainer_module
+from gpuwatch.supervisor.worker_role import WorkerLaunch
 from trainer_runtime.protocol import (
     AGENT_EVENTS,
     LIVE_DEADLINE_S,

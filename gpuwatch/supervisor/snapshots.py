@@ -24,8 +24,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuwatch import snapshot
-from gpuwatch.runstate import RunState
+from gpuwatch.runstate import RunState, codec
 from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.timings import TIMINGS
 from trainer_runtime.protocol import Envelope, Event, ProtocolError, decode, parse_event
@@ -38,7 +37,7 @@ SNAPSHOT_FILE = "snapshot.json"
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:
-    """A state's text (gpuwatch/snapshot.py), the seq of the last event it folds, its format."""
+    """A state's text (runstate/codec.py), the seq of the last event it folds, its format."""
 
     seq: int
     schema: str
@@ -60,8 +59,8 @@ class StateKeeper:
         self.writes = 0
         self._written_at = time.monotonic()
         try:
-            self.schema: str = snapshot.schema_id(RunState)
-        except snapshot.SnapshotError as exc:
+            self.schema: str = codec.schema_id(RunState)
+        except codec.SnapshotError as exc:
             self.schema = ""
             self._break(f"RunState cannot be snapshotted: {exc}")
 
@@ -110,7 +109,7 @@ class StateKeeper:
             state = RunState.from_snapshot(text)
         except FileNotFoundError:
             return None
-        except (OSError, UnicodeDecodeError, snapshot.SnapshotError) as exc:
+        except (OSError, UnicodeDecodeError, codec.SnapshotError) as exc:
             log.info("snapshot.json not used (%s): folding every event", exc)
             return None
         if not 0 <= state.last_seq < self.events.next_seq:
@@ -141,7 +140,7 @@ class StateKeeper:
             tmp = self.path.with_name(SNAPSHOT_FILE + ".tmp")
             tmp.write_text(text, encoding="utf-8")
             tmp.replace(self.path)
-        except (OSError, snapshot.SnapshotError, TypeError, ValueError) as exc:
+        except (OSError, codec.SnapshotError, TypeError, ValueError) as exc:
             self._break(f"writing {SNAPSHOT_FILE} failed: {exc}")
             return
         self.latest = Snapshot(self.state.last_seq, self.schema, text)

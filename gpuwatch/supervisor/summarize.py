@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from gpuwatch.runstate import CHIEF, WARMUP_STEPS
-from gpuwatch.supervisor.launch import WorkerLaunch
+from gpuwatch.supervisor.worker_role import WorkerLaunch
 from trainer_runtime.protocol import (
     SUMMARY_PAST_WORKERS,
     Event,

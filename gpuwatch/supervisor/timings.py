@@ -3,7 +3,7 @@
 Each has a default a person never needs to change; the tests (and a slow box) shorten
 or lengthen them with the GPUWATCH_* variable named beside it. A value that is not a
 positive number is `PROBLEM`, one line naming the variable and the value: a run does not
-start with it (starting.check_startable, the supervisor's main), rather than a traceback
+start with it (spawn.check_startable, the supervisor's main), rather than a traceback
 from the module that happened to read it first.
 """
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch import peaks
 from gpuwatch.advisor import LEVELS, advise
+from gpuwatch.measures import peaks
 from gpuwatch.runstate import Figures, HostReading, StepPoint, step_figures
 from gpuwatch.runstate.steps import MIN_SHARE_STEPS
 from trainer_runtime.protocol import Breakdown, GpuProcess, GpuSample, Hello, HostSample, Step

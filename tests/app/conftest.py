@@ -13,7 +13,7 @@ import pytest
 from textual.message import Message
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
+from gpuwatch.follow.link import ReplayLink
 
 DATA = Path(__file__).parent / "data"
 SIZE = (80, 24)

@@ -9,9 +9,9 @@ import copy
 from typing import Any
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.common import fit_line
 from gpuwatch.app.widgets.pending import PendingBar
+from gpuwatch.follow.link import ReplayLink
 
 from .conftest import SIZE, frozen_clock_for, load_events, settle, wait_commands
 
@@ -135,7 +135,7 @@ async def test_r_is_greyed_out_while_a_change_is_in_flight_and_r_twice_sends_onc
 
 
 async def test_a_lost_link_while_applying_keeps_applying_until_the_record_says() -> None:
-    from gpuwatch.client import ConnectionLost
+    from gpuwatch.follow.client import ConnectionLost
 
     app, link, events = _answered_with(ConnectionLost("the supervisor's socket closed"))
     async with app.run_test(size=SIZE) as pilot:
@@ -150,7 +150,7 @@ async def test_a_lost_link_while_applying_keeps_applying_until_the_record_says()
 
 
 async def test_an_err_answer_ends_applying_and_says_why(notifications: list[str]) -> None:
-    from gpuwatch.client import CommandError
+    from gpuwatch.follow.client import CommandError
 
     app, link, _ = _answered_with(CommandError("not applied live: refused"))
     async with app.run_test(size=SIZE) as pilot:

@@ -15,7 +15,6 @@ import pytest
 
 from gpuwatch.advisor import format_rate
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.breakdown import (
     LOOKS,
@@ -27,7 +26,8 @@ from gpuwatch.app.widgets.breakdown import (
 )
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.workers import WorkersPanel
-from gpuwatch.peaks import LinkPeak
+from gpuwatch.follow.link import ReplayLink
+from gpuwatch.measures.peaks import LinkPeak
 from gpuwatch.runstate import CURRENT_STEPS, WARMUP_STEPS, WORKER_WINDOW_STEPS, Figures
 from trainer_runtime.protocol import Breakdown
 

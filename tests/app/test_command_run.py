@@ -8,7 +8,6 @@ from typing import Any
 from textual.widgets import Static
 
 from gpuwatch.app.app import COMMAND_SETTINGS_REFUSAL, GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.screens.modals import KeysScreen, QuitScreen
 from gpuwatch.app.screens.settings import SettingsScreen
 from gpuwatch.app.widgets.advice import AdvicePanel
@@ -16,6 +15,7 @@ from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.devices import DevicesPanel
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
+from gpuwatch.follow.link import ReplayLink
 from gpuwatch.runstate import NOT_TENSORFLOW
 from gpuwatch.runstate.state import CURRENT_STEPS
 from tests.support.command_run import CommandEvents

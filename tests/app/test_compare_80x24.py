@@ -13,10 +13,10 @@ import pytest
 from textual.widgets import Input
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.screens.settings import field_id
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.pending import PendingBar
+from gpuwatch.follow.link import ReplayLink
 
 from .conftest import SIZE, frozen_clock_for, load_events, make_app, settle
 

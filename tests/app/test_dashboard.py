@@ -12,9 +12,7 @@ import pytest
 from textual.binding import Binding
 from textual.widgets import OptionList
 
-from gpuwatch import runs
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink, link_event
 from gpuwatch.app.screens.modals import ConfirmStopScreen, KeysScreen, QuitScreen, RunsScreen
 from gpuwatch.app.widgets.advice import AdvicePanel
 from gpuwatch.app.widgets.attempts import AttemptsPanel
@@ -25,8 +23,10 @@ from gpuwatch.app.widgets.header import HeaderBar
 from gpuwatch.app.widgets.history import HistoryPanel
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
-from gpuwatch.client import ConnectionLost
-from gpuwatch.runs import RunInfo
+from gpuwatch.follow.client import ConnectionLost
+from gpuwatch.follow.link import ReplayLink, link_event
+from gpuwatch.runs import folders
+from gpuwatch.runs.folders import RunInfo
 
 from .conftest import (
     SIZE,
@@ -384,9 +384,9 @@ def test_pending_bar_hints_are_made_from_the_bindings():
 
 
 async def test_run_switcher_lists_live_runs_and_switches(tmp_path, monkeypatch):
-    # runs.py checks that a live supervisor's cmdline names the run; these runs are
+    # folders.py checks that a live supervisor's cmdline names the run; these runs are
     # "supervised" by the test process itself.
-    monkeypatch.setattr(runs, "supervisor_alive", lambda pid, run_dir: pid == os.getpid())
+    monkeypatch.setattr(folders, "supervisor_alive", lambda pid, run_dir: pid == os.getpid())
     home = tmp_path / "home"
     other = load_events("cpu_crashed.jsonl")
     other[0]["run_id"] = "0613-zzzz"

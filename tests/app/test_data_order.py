@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.attempts import AttemptsPanel
+from gpuwatch.follow.link import ReplayLink
 
 from .conftest import SIZE, frozen_clock_for, load_events, settle
 

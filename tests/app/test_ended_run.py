@@ -14,10 +14,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import runs
 from gpuwatch.advisor import MAX_RECOMMENDATIONS
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.advice import AdvicePanel
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.crash import CrashPanel
@@ -25,6 +23,8 @@ from gpuwatch.app.widgets.devices import DevicesPanel
 from gpuwatch.app.widgets.header import HeaderBar
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
+from gpuwatch.follow.link import ReplayLink
+from gpuwatch.runs import folders
 from gpuwatch.runstate import RunState
 from gpuwatch.runstate.state import CURRENT_STEPS
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
@@ -42,7 +42,7 @@ def crashed_run_events(home: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict
     monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
     monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "crash")
     run_id = gpuwatch("train", str(TINY), "--detach", check=True).stdout.strip().splitlines()[-1]
-    run_dir = runs.runs_root(home) / run_id
+    run_dir = folders.runs_root(home) / run_id
 
     def ended() -> list[dict[str, Any]] | None:
         path = run_dir / "events.jsonl"
@@ -50,8 +50,8 @@ def crashed_run_events(home: Path, monkeypatch: pytest.MonkeyPatch) -> list[dict
         events = [json.loads(line) for line in lines if line.strip()]
         if not any(e["type"] == "status" and e["status"] == "crashed" for e in events):
             return None
-        pid = runs.read_supervisor_info(run_dir).get("pid")
-        if isinstance(pid, int) and runs.pid_alive(pid):
+        pid = folders.read_supervisor_info(run_dir).get("pid")
+        if isinstance(pid, int) and folders.pid_alive(pid):
             return None  # its last events may still come
         return events
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from gpuwatch.advisor import format_bandwidth, format_rate
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.advice import AdvicePanel
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.devices import DevicesPanel
@@ -20,6 +19,7 @@ from gpuwatch.app.widgets.gpus import GpuPanel
 from gpuwatch.app.widgets.history import HistoryPanel
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.workers import WorkersPanel
+from gpuwatch.follow.link import ReplayLink
 from gpuwatch.runstate import CURRENT_STEPS, WARMUP_STEPS
 from tests.runstate.test_runstate_workers import measured_wait_pct, relaunch_helps_the_straggler
 

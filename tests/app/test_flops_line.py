@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.follow.link import ReplayLink
 from gpuwatch.runstate.state import CURRENT_STEPS
 
 from .conftest import SIZE, frozen_clock_for, load_events, settle

@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.devices import DevicesPanel
 from gpuwatch.app.widgets.gpus import CELL_LINES, GpuLines, GpuPanel, GpuView
 from gpuwatch.app.widgets.history import HistoryPanel
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.app.widgets.state_panel import StatePanel
-from gpuwatch.series import DEVICE_HISTORY_SAMPLES
+from gpuwatch.follow.link import ReplayLink
+from gpuwatch.measures.series import DEVICE_HISTORY_SAMPLES
 
 from .conftest import SIZE, Waiter, frozen_clock_for, load_events, make_app, settle
 

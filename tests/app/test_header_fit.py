@@ -9,8 +9,8 @@ import pytest
 from rich.cells import cell_len
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink, link_event
 from gpuwatch.app.widgets.header import HeaderBar, header_text
+from gpuwatch.follow.link import ReplayLink, link_event
 from gpuwatch.runstate import RunState
 
 from .conftest import SIZE, frozen_clock_for, load_events, settle

@@ -7,8 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.devices import DevicesPanel, host_line
+from gpuwatch.follow.link import ReplayLink
 from gpuwatch.runstate import RunState
 from trainer_runtime.protocol import HostSample
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.app.link import SocketLink
-from gpuwatch.client import BULK_BYTES, RunClient
+from gpuwatch.follow.client import BULK_BYTES, RunClient
+from gpuwatch.follow.link import SocketLink
 from trainer_runtime.protocol import decode, encode
 
 

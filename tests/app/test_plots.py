@@ -12,11 +12,11 @@ import pytest
 from textual_plotext import PlotextPlot
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.screens.modals import KeysScreen
 from gpuwatch.app.screens.plots import CHARTS, TIME_CHARTS, PlotsScreen, attempt_colour
 from gpuwatch.app.widgets.crash import CrashPanel
 from gpuwatch.app.widgets.state_panel import StatePanel
+from gpuwatch.follow.link import ReplayLink
 from gpuwatch.runstate import WARMUP_STEPS
 
 from .conftest import SIZE, frozen_clock_for, load_events, make_app, settle

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.follow.link import ReplayLink
 from gpuwatch.runstate.state import CURRENT_STEPS
 from gpuwatch.runstate.steps import WARMUP_STEPS
 

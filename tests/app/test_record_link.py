@@ -14,14 +14,14 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import resume
-from gpuwatch.app.link import RECORD, RecordLink
-from gpuwatch.client import CommandError
 from gpuwatch.config import ConfigError
-from gpuwatch.record import line_offset
-from gpuwatch.runs import RunInfo, read_run_info
+from gpuwatch.follow.client import CommandError
+from gpuwatch.follow.link import RECORD, RecordLink
+from gpuwatch.follow.record_reader import line_offset
+from gpuwatch.runs import resume
+from gpuwatch.runs.folders import RunInfo, read_run_info
 from gpuwatch.runstate import RunState
-from gpuwatch.snapshot import snapshotted
+from gpuwatch.runstate.codec import snapshotted
 from tests.support.long_run import write_long_run
 from tests.support.recorded import finished, write_run_dir
 from trainer_runtime.protocol import SNAPSHOT, ProtocolError, decode

@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import resume
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import RECORD, RecordLink
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.crash import CrashPanel
 from gpuwatch.app.widgets.header import HeaderBar
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.pending import PendingBar
 from gpuwatch.config import ConfigError
-from gpuwatch.runs import RunInfo, read_run_info
+from gpuwatch.follow.link import RECORD, RecordLink
+from gpuwatch.runs import resume
+from gpuwatch.runs.folders import RunInfo, read_run_info
 from tests.support.recorded import finished, write_run_dir
 
 from .conftest import SIZE, Waiter, frozen_clock_for, load_events

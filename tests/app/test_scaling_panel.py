@@ -19,8 +19,8 @@ from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.history import HistoryPanel
 from gpuwatch.app.widgets.scaling import EfficiencyChart, ScalingPanel, table_text
 from gpuwatch.app.widgets.state_panel import StatePanel
+from gpuwatch.measures.scaling import scaling_rows
 from gpuwatch.runstate import RunState
-from gpuwatch.scaling import scaling_rows
 
 from .conftest import load_events, make_app, settle
 
@@ -121,7 +121,7 @@ async def test_the_probe_shows_its_table_and_plot_instead_of_the_attempts() -> N
 
 async def test_before_any_count_is_measured_the_rows_wait_and_nothing_breaks() -> None:
     from gpuwatch.app.app import GpuwatchApp
-    from gpuwatch.app.link import ReplayLink
+    from gpuwatch.follow.link import ReplayLink
 
     events = load_events(FIXTURE)
     first_step = next(i for i, e in enumerate(events) if e["type"] == "step")

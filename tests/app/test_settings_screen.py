@@ -10,11 +10,11 @@ from hypothesis import strategies as st
 from textual.widgets import Input, Static
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.screens.settings import SettingsScreen, error_id, field_id
 from gpuwatch.app.widgets.pending import PendingBar
+from gpuwatch.config.settings_form import FORM_KEYS, GENERAL
+from gpuwatch.follow.link import ReplayLink
 from gpuwatch.runstate import SettingRefused, check_pending
-from gpuwatch.settings_form import FORM_KEYS, GENERAL
 
 from .conftest import SIZE, load_events, make_app, settle, wait_commands
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.devices import DevicesPanel
+from gpuwatch.follow.link import ReplayLink
 
 from .conftest import SIZE, frozen_clock_for, load_events, settle
 

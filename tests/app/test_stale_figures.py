@@ -7,8 +7,8 @@ The clock is the app's own (injected); the app's 1 s tick repaints them.
 from __future__ import annotations
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.follow.link import ReplayLink
 
 from .conftest import SIZE, Waiter, load_events, settle
 

@@ -4,8 +4,8 @@ the part that holds the step back, its share, and the remedy's key."""
 from __future__ import annotations
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.advice import AdvicePanel
+from gpuwatch.follow.link import ReplayLink
 from tests.advisor.test_advisor_verdicts import GB, run_events
 
 from .conftest import SIZE, frozen_clock_for, settle

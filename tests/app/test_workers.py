@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import ReplayLink
 from gpuwatch.app.widgets.advice import AdvicePanel
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.crash import CrashPanel
@@ -16,6 +15,7 @@ from gpuwatch.app.widgets.gpus import GpuPanel
 from gpuwatch.app.widgets.history import HistoryPanel
 from gpuwatch.app.widgets.metrics import MetricsPanel
 from gpuwatch.app.widgets.workers import WorkersPanel, worker_strip
+from gpuwatch.follow.link import ReplayLink
 from gpuwatch.runstate import WorkerSummary
 from gpuwatch.runstate.workers import WORKER_WINDOW_STEPS
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.headless import _ended, part_shares, recorded_state, summary_line, verdict_line
-from gpuwatch.runs import RunInfo
+from gpuwatch.cli.headless import _ended, part_shares, recorded_state, summary_line, verdict_line
+from gpuwatch.runs.folders import RunInfo
 from gpuwatch.runstate import WARMUP_STEPS
 from tests.support.summary import fold, summary_keys
 from trainer_runtime.protocol import Breakdown

@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import cli, runs
-from gpuwatch.headless import progress_line, scale_ended
+from gpuwatch import cli
+from gpuwatch.cli.headless import progress_line, scale_ended
+from gpuwatch.runs import folders
 from gpuwatch.runstate.state import CURRENT_STEPS, RunState
 from gpuwatch.runstate.steps import WARMUP_STEPS
 from tests.app.conftest import load_events
@@ -72,8 +73,8 @@ def test_ls_reads_the_headlines_window_of_the_latest_attempt(
     home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     events = faster_end(load_events("cpu_two_attempts.jsonl"), 10, 100.0)
-    write_run_dir(runs.runs_root(home) / RUN_ID, finished(events))
-    (info,) = runs.list_runs(home)
+    write_run_dir(folders.runs_root(home) / RUN_ID, finished(events))
+    (info,) = folders.list_runs(home)
     truth = last_steps(events, 2)
     assert info.examples_per_s == pytest.approx(median_rate(truth))
     assert info.examples_per_s_steps == len(truth) == CURRENT_STEPS
@@ -90,8 +91,8 @@ def test_ls_reads_the_headlines_window_of_the_latest_attempt(
 
 def test_ls_leaves_out_the_warm_up_of_an_attempt_that_began_in_its_tail(home: Path) -> None:
     events = load_events("cpu_crashed.jsonl")  # 15 steps: 5 warm-up of 208 ms, then 10
-    write_run_dir(runs.runs_root(home) / RUN_ID, events)
-    (info,) = runs.list_runs(home)
+    write_run_dir(folders.runs_root(home) / RUN_ID, events)
+    (info,) = folders.list_runs(home)
     truth = last_steps(events, 1)
     assert len(truth) == 10
     assert info.examples_per_s == pytest.approx(median_rate(truth))
@@ -103,8 +104,8 @@ def test_a_headless_probe_says_its_table_is_each_counts_attempt_median(home: Pat
     # 90 +/- 2 ms steps of 512 examples): the running count's row and the progress line
     # are over the same steps, and read one value.
     events = load_events("cpu_scale.jsonl")
-    write_run_dir(runs.runs_root(home) / "0612-sc4l", events)
-    (info,) = runs.list_runs(home)
+    write_run_dir(folders.runs_root(home) / "0612-sc4l", events)
+    (info,) = folders.list_runs(home)
     state = RunState()
     state.apply_many(events)
     out, err = io.StringIO(), io.StringIO()

@@ -24,9 +24,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuwatch import cli, resume, runs
+from gpuwatch import cli
 from gpuwatch.config import load_config
-from gpuwatch.resume import INDEX_MAGIC, checkpoint_problem, settings_path
+from gpuwatch.runs import folders, resume
+from gpuwatch.runs.resume import INDEX_MAGIC, checkpoint_problem, settings_path
 from gpuwatch.supervisor.eventlog import EventLog
 from tests.conftest import ROOT, TINY, gpuwatch, wait_for
 from trainer_runtime.protocol import Attempt, Run, StatusChange, Step
@@ -88,7 +89,7 @@ def test_an_empty_run_id_names_no_run_for_any_command(
             code, lines = run_cli(capsys, command, empty)
             assert code == 2, (command, empty)
             assert lines == [f"gpuwatch: no run id given ({empty!r}): gpuwatch ls lists runs"]
-    assert runs.read_run_info(home / "runs" / RUN_ID).status == "finished"
+    assert folders.read_run_info(home / "runs" / RUN_ID).status == "finished"
 
 
 @pytest.mark.parametrize("words", HOME_COMMANDS, ids=lambda w: w[0])
@@ -327,8 +328,8 @@ def test_a_run_with_no_checkpoint_at_all_resumes_from_step_0_and_says_so(
     assert proc.stderr.splitlines()[0] == (
         f"gpuwatch: run {RUN_ID} has no checkpoint to go on from ({why}): attempt 2 trains "
         "from step 0")
-    wait_for(lambda: runs.read_run_info(run_dir).attempt == 2
-             and runs.read_run_info(run_dir).status == "finished", 30, "attempt 2 to finish")
+    wait_for(lambda: folders.read_run_info(run_dir).attempt == 2
+             and folders.read_run_info(run_dir).status == "finished", 30, "attempt 2 to finish")
 
 
 def test_resume_refuses_a_max_steps_at_or_under_the_step_it_would_go_on_from(
@@ -346,7 +347,7 @@ def test_resume_refuses_a_max_steps_at_or_under_the_step_it_would_go_on_from(
     for name in list(ckpt.iterdir()):
         name.rename(ckpt / name.name.replace("ckpt-20", "ckpt-10"))
     (ckpt / "checkpoint").write_text('model_checkpoint_path: "ckpt-10"\n')
-    info = runs.read_run_info(run_dir)
+    info = folders.read_run_info(run_dir)
     config = load_config(run_dir / "attempt-1.yaml").config
     assert (info.step, resume.start_step(run_dir, config)) == (20, 10)
     assert resume.progress_problem(info, config, run_dir / "attempt-1.yaml") is None
@@ -362,7 +363,7 @@ def test_a_chief_on_another_host_keeps_its_checkpoints_there_and_nothing_is_said
     run_dir = ended_run(home)
     shutil.rmtree(run_dir / "checkpoints")
     (run_dir / "checkpoints").mkdir()
-    info = runs.read_run_info(run_dir)
+    info = folders.read_run_info(run_dir)
     here = load_config(run_dir / "attempt-1.yaml").config
     assert resume.resume_note(info, here) is not None
     for cluster in ("cluster.launcher=ssh", "cluster.workers=[gpu1, gpu2]"), (
@@ -430,7 +431,7 @@ def test_the_settings_a_resume_takes_are_found_however_large_the_attempt_in_stat
         (run_dir / f"attempt-{odd}.yaml").write_text("not an attempt")
     os.mkfifo(run_dir / "attempt-2.yaml")  # never read: a FIFO would wait for ever
     # (It looked for attempt-N.yaml from N = the attempt down to 1: for ever, here.)
-    info = runs.read_run_info(run_dir)
+    info = folders.read_run_info(run_dir)
     for attempt, expected in ((10**23, "attempt-3.yaml"), (3, "attempt-3.yaml"),
                               (2, "attempt-1.yaml"), (1, "attempt-1.yaml"),
                               (0, "config.yaml")):

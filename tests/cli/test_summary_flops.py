@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.headless import summary_line
+from gpuwatch.cli.headless import summary_line
 from gpuwatch.runstate import WARMUP_STEPS
 from tests.support.summary import fold, summary_keys
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import peaks
+from gpuwatch.measures import peaks
 from gpuwatch.sampling import DeviceSampler, sample_to_frame_fields
 
 pytestmark = pytest.mark.gpu

@@ -22,13 +22,13 @@ import pytest
 
 from gpuwatch.app import fmt
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import SocketLink
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.header import HeaderBar
 from gpuwatch.app.widgets.metrics import MetricsPanel
+from gpuwatch.follow.link import SocketLink
+from gpuwatch.measures.sketch import MAX_BINS, RELATIVE_ERROR
 from gpuwatch.runstate import WINDOW_STEPS, RunState
-from gpuwatch.sketch import MAX_BINS, RELATIVE_ERROR
-from gpuwatch.snapshot import snapshotted
+from gpuwatch.runstate.codec import snapshotted
 from gpuwatch.supervisor import Supervisor
 from tests.app.conftest import Waiter
 from tests.conftest import ROOT, TINY
@@ -121,7 +121,7 @@ async def test_attach_to_a_million_event_run_shows_it_within_2_s(
                 assert int(cols[4]) == truth.steps
                 shown = float(cols[5].replace(",", ""))
                 exact = truth.median_examples_per_s
-                # The bounded median's promise (gpuwatch/sketch.py), plus the rounding to 1.
+                # The bounded median's promise (measures/sketch.py), plus the rounding to 1.
                 assert abs(shown - exact) <= RELATIVE_ERROR * exact + 0.5, (shown, exact)
                 assert cols[6] == fmt.pct(truth.input_wait_pct, 1)
                 summary = state.attempts[truth.attempt]

@@ -123,7 +123,7 @@ def test_a_run_whose_supervisor_has_gone_is_shown_from_its_record_and_quitting_s
 
     import gpuwatch.app
     from gpuwatch.cli.watch import _dashboard
-    from gpuwatch.runs import read_run_info
+    from gpuwatch.runs.folders import read_run_info
     from tests.app.conftest import load_events
     from tests.support.recorded import finished, write_run_dir
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.client import CommandError, RunClient
-from gpuwatch.runs import pid_alive
+from gpuwatch.follow.client import CommandError, RunClient
+from gpuwatch.runs.folders import pid_alive
 from gpuwatch.supervisor import Supervisor
 from gpuwatch.supervisor.cluster import (
     ClusterError,
@@ -462,7 +462,7 @@ def test_logs_prints_one_workers_log_and_refuses_a_worker_that_does_not_exist(
 
 
 def test_headless_summary_says_how_many_workers() -> None:
-    from gpuwatch.headless import summary_line, workers_of
+    from gpuwatch.cli.headless import summary_line, workers_of
     from gpuwatch.runstate import RunState
 
     settings = cluster_config({"workers": 3}).model_dump(mode="json")

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.client import ConnectionLost, RunClient
+from gpuwatch.follow.client import ConnectionLost, RunClient
 from gpuwatch.supervisor.hub import Client, listen_backlog, raise_open_files_limit
 from tests.conftest import ROOT, TINY
 from tests.data.fake_trainer import step as fake_step

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import runs
+from gpuwatch.runs import folders
 from gpuwatch.supervisor import describe_crash
 from tests.conftest import TINY, gpuwatch, wait_for
 
@@ -48,7 +48,7 @@ def test_describe_crash_leads_with_the_root_cause(
     assert describe_crash(returncode, frame, lines, oom) == message
 
 
-def _crash(*overrides: str) -> tuple[runs.RunInfo, dict[str, object]]:
+def _crash(*overrides: str) -> tuple[folders.RunInfo, dict[str, object]]:
     args = [item for override in overrides for item in ("--set", override)]
     proc = gpuwatch("train", str(TINY), "--detach", *args, check=True)
     run_id = proc.stdout.strip().splitlines()[-1]
@@ -59,7 +59,7 @@ def _crash(*overrides: str) -> tuple[runs.RunInfo, dict[str, object]]:
         return row if row["status"] == "crashed" else None
 
     row = wait_for(crashed, 120, f"run {run_id} to crash")
-    return runs.resolve_run(run_id), row
+    return folders.resolve_run(run_id), row
 
 
 @pytest.mark.slow
@@ -94,7 +94,7 @@ def test_a_c_level_abort_is_named_and_the_ended_runs_supervisor_exits_by_itself(
     assert row["message"] == "killed by SIGABRT: Fatal Python error: Aborted"
     # Nobody follows the run: its supervisor exits by itself once the crash is recorded.
     pid = info.supervisor_pid
-    wait_for(lambda: pid is None or not runs.pid_alive(pid), 5, "the supervisor to exit")
+    wait_for(lambda: pid is None or not folders.pid_alive(pid), 5, "the supervisor to exit")
     stopped = gpuwatch("stop", info.run_id)
     assert stopped.returncode == 0, stopped.stderr
     assert stopped.stdout.strip() == f"gpuwatch: run {info.run_id} is already crashed"

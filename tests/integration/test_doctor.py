@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from gpuwatch.doctor import (
+from gpuwatch.cli.doctor import (
     GPU_INSTALL_HINT,
     GpuReport,
     NvmlReport,
@@ -67,7 +67,7 @@ def test_tensorflow_probe_runs_in_a_subprocess_and_reports_the_build(real_tf) ->
 def test_gpuwatch_doctor_module_does_not_import_tensorflow() -> None:
     import subprocess
 
-    code = "import sys, gpuwatch.doctor; print('tensorflow' in sys.modules)"
+    code = "import sys, gpuwatch.cli.doctor; print('tensorflow' in sys.modules)"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
     )
@@ -89,7 +89,7 @@ def test_no_gpu_box_says_cpu_replicas_and_exits_zero() -> None:
 def test_gpus_but_cpu_only_tensorflow_fails_with_the_install_hint(real_tf, monkeypatch) -> None:
     if real_tf.built_with_cuda:
         pytest.skip("this TensorFlow is a CUDA build; the case needs tensorflow-cpu")
-    monkeypatch.setattr("gpuwatch.doctor.probe_tensorflow", lambda **_: real_tf)
+    monkeypatch.setattr("gpuwatch.cli.doctor.probe_tensorflow", lambda **_: real_tf)
     code, text = doctor([], nvml=fake_h100_box(2))
     assert code == 1
     assert "NVML sees 2 GPU(s) but TensorFlow" in text
@@ -133,7 +133,7 @@ def test_nvml_report_lists_supported_and_unavailable_fields() -> None:
 
 def test_json_output(monkeypatch) -> None:
     tf = TfReport(version="2.21.0", gpus=["/physical_device:GPU:0"], built_with_cuda=True)
-    monkeypatch.setattr("gpuwatch.doctor.probe_tensorflow", lambda **_: tf)
+    monkeypatch.setattr("gpuwatch.cli.doctor.probe_tensorflow", lambda **_: tf)
     code, text = doctor(["--json"], nvml=FakeNVML([FakeGpu()]))
     payload = json.loads(text)
     assert code == 0 and payload["ok"] is True
@@ -200,7 +200,7 @@ def test_doctor_names_the_home_and_what_stops_the_other_commands_there(
 def test_the_readings_listed_are_gpu_samples_sent_fields_but_what_the_gpu_is() -> None:
     from dataclasses import fields
 
-    from gpuwatch.doctor import READINGS as listed
+    from gpuwatch.cli.doctor import READINGS as listed
     from trainer_runtime.protocol import GpuSample, wire_field_names
 
     not_readings = {f.name for f in fields(GpuSample) if f.metadata.get("reading") is False}

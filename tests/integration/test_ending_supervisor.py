@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuwatch import runs
+from gpuwatch.runs import folders
 from tests.conftest import TINY, gpuwatch
 from tests.integration.test_run_lifecycle import recorded
 
@@ -36,7 +36,7 @@ def finishing(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def the_new_run(home: Path, before: set[str]) -> str:
-    (run_id,) = {p.name for p in runs.runs_root(home).iterdir()} - before
+    (run_id,) = {p.name for p in folders.runs_root(home).iterdir()} - before
     return run_id
 
 
@@ -47,7 +47,7 @@ def the_new_run(home: Path, before: set[str]) -> str:
 def test_a_command_meeting_an_ending_supervisor_waits_or_hands_over(
     finishing: Path, commands: list[str], pause_s: float
 ) -> None:
-    root = runs.runs_root(finishing)
+    root = folders.runs_root(finishing)
     before = {p.name for p in root.iterdir()} if root.exists() else set()
     started = gpuwatch("train", str(TINY), "--headless")
     assert started.returncode == 0, started.stderr
@@ -75,4 +75,4 @@ def test_a_command_meeting_an_ending_supervisor_waits_or_hands_over(
     # Every resume was an attempt of its own, each one finished.
     numbers = [e["attempt"] for e in recorded(run_dir) if e["type"] == "attempt"]
     assert numbers == list(range(1, attempts + 1))
-    assert runs.read_run_info(run_dir).status == "finished"
+    assert folders.read_run_info(run_dir).status == "finished"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import runs
+from gpuwatch.runs import folders
 from tests.conftest import TINY, gpuwatch
 
 pytestmark = pytest.mark.slow
@@ -31,7 +31,7 @@ def test_a_short_run_reports_what_it_measured_and_says_over_what(home: Path) -> 
                     "(too few to leave it out); a progress line's are its last 20 steps")
     # The figure is the steps' own: their median examples/s (of an even count, the mean of
     # the middle two, as the dashboard's over the same steps), as the trainer reported them.
-    (info,) = runs.list_runs(home)
+    (info,) = folders.list_runs(home)
     rates = sorted(json.loads(line)["examples"] / json.loads(line)["step_time_ms"] * 1000
                    for line in (info.run_dir / "events.jsonl").read_text().splitlines()
                    if '"type":"step"' in line)
@@ -51,7 +51,7 @@ def test_with_telemetry_off_the_run_still_tells_its_step_and_the_verdict_says_wh
         "verdict: telemetry was off (telemetry.enabled: false): no step figures to judge")
     last_progress = [line for line in done.stdout.splitlines() if " | step " in line][-1]
     assert " finished | step 12 | " in last_progress, last_progress
-    (info,) = runs.list_runs(home)
+    (info,) = folders.list_runs(home)
     assert (info.status, info.step) == ("finished", 12)
     events = [json.loads(line) for line in (info.run_dir / "events.jsonl").read_text().splitlines()]
     assert not [e for e in events if e["type"] == "step"]

@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import runs
-from gpuwatch.client import RunClient
-from gpuwatch.runs import pid_alive
+from gpuwatch.follow.client import RunClient
+from gpuwatch.runs import folders
+from gpuwatch.runs.folders import pid_alive
 from tests.conftest import ROOT, gpuwatch, wait_for
 from tests.integration.test_tmux import Tmux, gpuwatch_command, tmux_env  # noqa: F401 - the fixture
 from tests.support.attached import Attached
@@ -50,8 +50,8 @@ cluster:
 """
 
 
-def the_run(home: Path) -> runs.RunInfo:
-    (info,) = runs.list_runs(home)
+def the_run(home: Path) -> folders.RunInfo:
+    (info,) = folders.list_runs(home)
     return info
 
 
@@ -64,7 +64,7 @@ def test_the_multiworker_demo_shows_both_workers_and_names_the_straggler_at_80x2
     home: Path, tmux_env: dict[str, str]  # noqa: F811
 ) -> None:
     term = Tmux("multiworker", gpuwatch_command("train", "demo/multiworker.yaml"), tmux_env)
-    info = wait_for(lambda: next(iter(runs.list_runs(home)), None), 60, "the run's record")
+    info = wait_for(lambda: next(iter(folders.list_runs(home)), None), 60, "the run's record")
     # The straggler is judged on the steps of a settled run, as a person sees it minutes in:
     # in the first steps each worker's tracing and start-up are in the figures.
     wait_for(lambda: min(last_step(info.run_dir, w, 1) for w in (0, 1)) >= SETTLED_STEPS, 150,
@@ -102,8 +102,8 @@ def test_the_multiworker_demo_shows_both_workers_and_names_the_straggler_at_80x2
         steps = contiguous(info.run_dir, worker, 1)
         assert steps == list(range(1, len(steps) + 1)), f"worker {worker}: {steps[:20]}"
     assert gpuwatch("stop", info.run_id).returncode == 0
-    wait_for(lambda: runs.read_run_info(info.run_dir).status == "stopped", 90,
-             lambda: f"stopped (status {runs.read_run_info(info.run_dir).status})")
+    wait_for(lambda: folders.read_run_info(info.run_dir).status == "stopped", 90,
+             lambda: f"stopped (status {folders.read_run_info(info.run_dir).status})")
     # Stopped together: both workers' last steps are the same.
     assert last_step(info.run_dir, 0, 1) == last_step(info.run_dir, 1, 1)
 
@@ -112,7 +112,7 @@ def trainer_pids(run_dir: Path, attempt: int) -> dict[int, int]:
     return {e["worker"]: e["pid"] for e in of(run_dir, "hello", attempt=attempt)}
 
 
-def two_local_workers(home: Path, tmp_path: Path, steps: int) -> runs.RunInfo:
+def two_local_workers(home: Path, tmp_path: Path, steps: int) -> folders.RunInfo:
     """`gpuwatch train` a two-worker drill (detached), once both workers ran `steps`."""
     config = tmp_path / "drill.yaml"
     config.write_text(CONFIG.format(
@@ -139,10 +139,10 @@ def test_a_killed_worker_crashes_the_run_naming_it_a_relaunch_resumes_all_and_bo
     assert set(pids) == {0, 1}
     # A dashboard stays attached: it keeps the crashed run's supervisor up for `r` (with
     # nobody attached it leaves 1 s after the last trainer, and `gpuwatch resume` it is).
-    dashboard = Attached(runs.socket_path_for(info.run_id, home))
+    dashboard = Attached(folders.socket_path_for(info.run_id, home))
     killed_at = time.monotonic()
     os.kill(pids[1], signal.SIGKILL)
-    wait_for(lambda: runs.read_run_info(run_dir).status == "crashed", TIMEOUT_S + 10,
+    wait_for(lambda: folders.read_run_info(run_dir).status == "crashed", TIMEOUT_S + 10,
              "the run to be crashed")
     assert time.monotonic() - killed_at <= TIMEOUT_S + 10
     (crash,) = [e for e in of(run_dir, "status", status="crashed")]
@@ -154,7 +154,7 @@ def test_a_killed_worker_crashes_the_run_naming_it_a_relaunch_resumes_all_and_bo
     assert checkpoints, "the chief checkpointed before the kill"
 
     async def command(name: str, **arguments: Any) -> dict[str, Any]:
-        async with RunClient(runs.socket_path_for(info.run_id, home)) as client:
+        async with RunClient(folders.socket_path_for(info.run_id, home)) as client:
             return await client.command(name, **arguments)
 
     reply = asyncio.run(command("relaunch"))

@@ -15,14 +15,14 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.ports import ephemeral_range
 from gpuwatch.supervisor.agent import AgentStartError
 from gpuwatch.supervisor.agent_process import LOG_BYTES_PER_S, _AgentProcess
 from gpuwatch.supervisor.cluster import srun_prefix, ssh_prefix
 from gpuwatch.supervisor.exits import TrainerExit, exit_status
-from gpuwatch.supervisor.launch import WorkerLaunch
 from gpuwatch.supervisor.link import frames_of
+from gpuwatch.supervisor.ports import ephemeral_range
 from gpuwatch.supervisor.remote_agent import RemoteAgent
+from gpuwatch.supervisor.worker_role import WorkerLaunch
 from tests.support.ports import can_bind
 from tests.support.run_record import alive
 from tests.support.sshd import SshServer, sshd  # noqa: F401 - the fixture
@@ -199,7 +199,7 @@ async def test_agent_prepares_starts_and_relays_a_finished_trainer(
     ready = await agent.next("ready")
     assert isinstance(ready["host"], str) and ready["host"]
     assert 0 < ready["port"] < 65536 and ready["pid"] == agent.proc.pid
-    # The port is one no connection is given (gpuwatch/ports.py), held until the start.
+    # The port is one no connection is given (gpuwatch/supervisor/ports.py), held until the start.
     first, last = ephemeral_range()
     assert not first <= ready["port"] <= last
     assert not can_bind(ready["port"]), "the agent holds its port until the start frame"

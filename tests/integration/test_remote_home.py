@@ -24,9 +24,9 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import runs
 from gpuwatch.config import ConfigError
-from gpuwatch.runs import RunError, agent_worker_dir, ensure_private_tree, pid_alive
+from gpuwatch.runs import folders
+from gpuwatch.runs.folders import RunError, agent_worker_dir, ensure_private_tree, pid_alive
 from gpuwatch.supervisor.agent import AgentStartError
 from gpuwatch.supervisor.cluster import plan_workers, ssh_prefix
 from gpuwatch.supervisor.remote_agent import RemoteAgent
@@ -200,7 +200,7 @@ def test_a_worker_of_another_account_keeps_its_files_in_its_own_home_and_trains(
     run_dir = info.run_dir
 
     def where_it_is() -> str:
-        return (f"status {runs.read_run_info(run_dir).status}; supervisor.log ends: "
+        return (f"status {folders.read_run_info(run_dir).status}; supervisor.log ends: "
                 f"{(run_dir / 'supervisor.log').read_text()[-3000:]}")
 
     wait_for(lambda: min(last_step(run_dir, w, 1) for w in (0, 1)) >= 45, 240,
@@ -230,7 +230,7 @@ def test_a_worker_of_another_account_keeps_its_files_in_its_own_home_and_trains(
     assert set(pids) == {0, 1}
     assert Path(f"/proc/{pids[1]}").stat().st_uid == account.uid
     os.kill(pids[1], signal.SIGKILL)
-    wait_for(lambda: runs.read_run_info(run_dir).status == "crashed", TIMEOUT_S + 10,
+    wait_for(lambda: folders.read_run_info(run_dir).status == "crashed", TIMEOUT_S + 10,
              "the run to be crashed")
     (crash,) = of(run_dir, "status", status="crashed")
     assert crash["worker"] == 1, crash
@@ -263,12 +263,12 @@ def test_a_worker_of_another_account_keeps_its_files_in_its_own_home_and_trains(
     pids2 = trainer_pids(run_dir, 2)
     assert gpuwatch("stop", info.run_id).returncode == 0
     # Generous: on a loaded 2-core box a stop that needs its SIGKILL path is slow too.
-    wait_for(lambda: runs.read_run_info(run_dir).status == "stopped", 180,
+    wait_for(lambda: folders.read_run_info(run_dir).status == "stopped", 180,
              lambda: f"stopped ({where_it_is()})")
     wait_for(lambda: not any(pid_alive(pid) for pid in pids2.values()), 60, "no trainer left")
     wait_for(lambda: not account.processes(), 30,
              lambda: f"no process of {account.name} left: {account.processes()}")
-    assert not runs.read_run_info(run_dir).live
+    assert not folders.read_run_info(run_dir).live
 
 
 def test_a_worker_whose_account_cannot_make_its_state_directory_fails_the_start_in_one_line(

@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from gpuwatch.app.app import GpuwatchApp
-from gpuwatch.app.link import RECORD, RecordLink
 from gpuwatch.app.widgets.attempts import AttemptsPanel
 from gpuwatch.app.widgets.header import HeaderBar
-from gpuwatch.runs import read_run_info
+from gpuwatch.follow.link import RECORD, RecordLink
+from gpuwatch.runs.folders import read_run_info
 from gpuwatch.runstate import RunState
-from gpuwatch.snapshot import snapshotted
+from gpuwatch.runstate.codec import snapshotted
 from tests.app.conftest import SIZE, Waiter
 from tests.conftest import ROOT, TINY, gpuwatch, wait_for
 from trainer_runtime.protocol import SNAPSHOT

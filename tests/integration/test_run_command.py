@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import runs
-from gpuwatch.client import CommandError, RunClient
+from gpuwatch.follow.client import CommandError, RunClient
+from gpuwatch.runs import folders
 from gpuwatch.runstate.command import NO_TRAINING
 from tests.conftest import ROOT, gpuwatch, run_async, wait_for
 from tests.integration.test_run_lifecycle import END_TO_GONE_S, assert_gone_by, recorded
@@ -91,7 +91,7 @@ def test_a_command_that_exits_3_crashed_with_its_tracebacks_last_line(home: Path
     assert "Traceback (most recent call last):" in end["log_tail"]
     assert ("gpuwatch: the command crashed: exited with code 3: ValueError: the script's own "
             "failure") in proc.stderr
-    info = runs.read_run_info(the_run(home))
+    info = folders.read_run_info(the_run(home))
     assert info.status == "crashed" and info.exit_code == 3
 
 
@@ -129,7 +129,7 @@ def pids_in_group(group: int) -> list[int]:
     """Live processes (not zombies) of a process group."""
     found = []
     for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and runs.pid_alive(int(entry.name)):
+        if entry.name.isdigit() and folders.pid_alive(int(entry.name)):
             try:
                 if os.getpgid(int(entry.name)) == group:
                     found.append(int(entry.name))
@@ -169,7 +169,7 @@ def test_a_detached_command_is_listed_logged_and_stopped_with_its_whole_group(
     wait_for(lambda: len(pids_in_group(leader)) >= 3, 30, "the shell and both its sleeps")
     # The supervisor records "running" on its own time: a busy box (v-1 at 981bc76) can
     # show the command's processes before the record says so.
-    wait_for(lambda: runs.read_run_info(run_dir).status == "running", 30, "running recorded")
+    wait_for(lambda: folders.read_run_info(run_dir).status == "running", 30, "running recorded")
 
     listing = gpuwatch("ls", check=True).stdout.splitlines()
     row = next(i for i, line in enumerate(listing) if line.startswith(run_id))
@@ -292,7 +292,7 @@ def test_the_command_gets_the_persons_environment_tf_config_included(
     home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # A multi-worker script run by hand reads its own TF_CONFIG (the tutorial's per-worker
-    # script): gpuwatch removes only what it added itself (gpuwatch/environment.py).
+    # script): gpuwatch removes only what it added itself (gpuwatch/runs/environment.py).
     tf_config = json.dumps({"cluster": {"worker": ["localhost:12345", "localhost:12346"]},
                             "task": {"type": "worker", "index": 1}})
     monkeypatch.setenv("TF_CONFIG", tf_config)
@@ -349,7 +349,7 @@ def test_a_command_found_on_path_from_its_directory(
     proc = gpuwatch_in(tmp_path, "run", "--headless", "--", "my-train")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert f"my-train ran in {tmp_path}" in (the_run(home) / "trainer.log").read_text()
-    assert runs.read_run_info(the_run(home)).name == "my-train"
+    assert folders.read_run_info(the_run(home)).name == "my-train"
 
 
 # A stand-in for the hook (trainer_runtime/hook writes these): frames on GPUWATCH_HOOK_FD.
@@ -410,7 +410,7 @@ def test_resume_runs_the_command_again_as_the_next_attempt(home: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     run_id = the_run(home).name
     # Its supervisor lingers a moment after the end (LINGER_S): then the record is all.
-    wait_for(lambda: runs.read_run_info(the_run(home)).supervisor_pid is None, 30,
+    wait_for(lambda: folders.read_run_info(the_run(home)).supervisor_pid is None, 30,
              "the supervisor to exit")
     refused = gpuwatch("resume", run_id, "--set", "train.global_batch_size=8")
     assert refused.returncode == 2
@@ -436,7 +436,7 @@ def test_a_command_gone_since_is_refused_by_resume_in_one_line(
     job.chmod(0o755)
     proc = gpuwatch_in(tmp_path, "run", "--headless", "--", "./job.sh")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    wait_for(lambda: runs.read_run_info(the_run(home)).supervisor_pid is None, 30,
+    wait_for(lambda: folders.read_run_info(the_run(home)).supervisor_pid is None, 30,
              "the supervisor to exit")
     job.unlink()
     again = gpuwatch("resume", the_run(home).name, "--headless")
@@ -455,15 +455,15 @@ def test_a_relaunch_of_a_running_command_runs_it_again_never_live(home: Path) ->
     proc = gpuwatch("run", "--detach", "--", "sh", "-c", f"echo {marker}; exec sleep 60")
     assert proc.returncode == 0, proc.stderr
     run_dir = home / "runs" / proc.stdout.strip()
-    info = runs.read_run_info(run_dir)
+    info = folders.read_run_info(run_dir)
     assert info.socket_path is not None
-    wait_for(lambda: runs.read_run_info(run_dir).status == "running", 30, "running")
+    wait_for(lambda: folders.read_run_info(run_dir).status == "running", 30, "running")
     with pytest.raises(CommandError, match=r"relaunch: train\.global_batch_size: a script.s batch"):
         run_async(_relaunch(info.socket_path, {"train.global_batch_size": 8}))
     reply = run_async(_relaunch(info.socket_path, {"data.prefetch": True}))
     assert reply["live"] is False and reply["attempt"] == 2
-    wait_for(lambda: runs.read_run_info(run_dir).status == "running"
-             and runs.read_run_info(run_dir).attempt == 2, 30, "attempt 2 running")
+    wait_for(lambda: folders.read_run_info(run_dir).status == "running"
+             and folders.read_run_info(run_dir).attempt == 2, 30, "attempt 2 running")
     ends = [e for e in recorded(run_dir) if e["type"] == "status" and e["attempt"] == 1]
     assert ends[-1]["status"] == "relaunching"  # SIGTERM for the relaunch: no crash
     assert (run_dir / "trainer.log").read_text().count(marker) == 2

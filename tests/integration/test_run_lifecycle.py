@@ -28,9 +28,9 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import runs
-from gpuwatch.client import RunClient
-from gpuwatch.headless import recorded_state
+from gpuwatch.cli.headless import recorded_state
+from gpuwatch.follow.client import RunClient
+from gpuwatch.runs import folders
 from tests.conftest import ROOT, TINY, gpuwatch, wait_for
 from tests.support.attached import Attached
 
@@ -64,7 +64,7 @@ def run_processes(run_dir: Path, groups: set[int]) -> list[str]:
         if not entry.name.isdigit() or int(entry.name) == me:
             continue
         pid = int(entry.name)
-        if not runs.pid_alive(pid):
+        if not folders.pid_alive(pid):
             continue  # a zombie is no process of the run
         cmdline = _cmdline(pid)
         try:
@@ -80,7 +80,7 @@ def run_groups(run_dir: Path) -> set[int]:
     """The process groups the run made: its supervisor's, and each trainer's and spare's
     (each is started in a session of its own, so its group is its pid)."""
     groups = set()
-    info = runs.read_supervisor_info(run_dir)
+    info = folders.read_supervisor_info(run_dir)
     if isinstance(info.get("pid"), int):
         groups.add(info["pid"])
     for event in recorded(run_dir):
@@ -158,12 +158,12 @@ def start(
             if (home / "runs").exists() else None,
             30, "the headless run's directory",
         )
-        wait_for(lambda: runs.read_supervisor_info(run_dir).get("pid"), 30,
+        wait_for(lambda: folders.read_supervisor_info(run_dir).get("pid"), 30,
                  "the headless run's supervisor")
         return run_dir, follower
     proc = gpuwatch("train", str(config), "--detach", check=True)
     run_id = proc.stdout.strip().splitlines()[-1]
-    return runs.runs_root(home) / run_id, None
+    return folders.runs_root(home) / run_id, None
 
 
 def hello_pids(run_dir: Path, count: int = 1) -> list[int]:
@@ -187,7 +187,7 @@ def end_run(ending: str, run_dir: Path) -> float | None:
         gpuwatch("stop", run_id, check=True)
     elif ending == "supervisor_sigkill":
         hello_pids(run_dir)
-        pid = runs.read_supervisor_info(run_dir)["pid"]
+        pid = folders.read_supervisor_info(run_dir)["pid"]
         os.kill(pid, signal.SIGKILL)
         return time.time()
     return None
@@ -209,7 +209,7 @@ def test_an_ended_run_leaves_no_process(
     run_dir, follower = start(how, config, fake)
     attached = None
     if how == "dashboard":
-        info = runs.read_run_info(run_dir)
+        info = folders.read_run_info(run_dir)
         assert info.socket_path is not None
         attached = Attached(info.socket_path)
         gate.touch()
@@ -222,9 +222,9 @@ def test_an_ended_run_leaves_no_process(
             # A dashboard is attached: the supervisor stays, with the end on its screen.
             wait_for(lambda: attached.saw_status(status), 20, f"the dashboard to see {status}")
             time.sleep(2 * END_TO_GONE_S / 5)  # past the supervisor's linger (1 s)
-            pid = runs.read_supervisor_info(run_dir)["pid"]
-            assert runs.supervisor_alive(pid, run_dir), "left the attached dashboard"
-            assert not runs.read_run_info(run_dir).live
+            pid = folders.read_supervisor_info(run_dir)["pid"]
+            assert folders.supervisor_alive(pid, run_dir), "left the attached dashboard"
+            assert not folders.read_run_info(run_dir).live
             ended_at = attached.close()
             attached = None
         gone_at = assert_gone_by(run_dir, groups, ended_at + END_TO_GONE_S,
@@ -246,7 +246,7 @@ def test_an_ended_run_leaves_no_process(
             follower.kill()
             follower.wait()
     # The record alone shows the end: no supervisor needed to read it.
-    info = runs.read_run_info(run_dir)
+    info = folders.read_run_info(run_dir)
     assert info.status == status and info.supervisor_pid is None
     if status != "lost":
         assert recorded_state(run_dir).status == status
@@ -286,7 +286,7 @@ def test_a_headless_run_never_starts_a_spare(spares_on: Path) -> None:
         while time.monotonic() < deadline:
             assert not spare_processes(run_dir)
             time.sleep(0.1)
-        socket_path = runs.read_run_info(run_dir).socket_path
+        socket_path = folders.read_run_info(run_dir).socket_path
         assert socket_path is not None and status_of(socket_path)["spare_pids"] == []
     finally:
         gpuwatch("stop", run_dir.name)
@@ -298,7 +298,7 @@ def test_a_headless_run_never_starts_a_spare(spares_on: Path) -> None:
 def test_a_spare_waits_only_while_a_dashboard_is_attached(spares_on: Path) -> None:
     run_dir, _ = start("detach", TINY, spares_on)
     hello_pids(run_dir)
-    info = runs.read_run_info(run_dir)
+    info = folders.read_run_info(run_dir)
     assert info.socket_path is not None
     time.sleep(1.0)
     assert not spare_processes(run_dir), "a spare before any dashboard attached"
@@ -312,7 +312,7 @@ def test_a_spare_waits_only_while_a_dashboard_is_attached(spares_on: Path) -> No
         wait_for(lambda: not spare_processes(run_dir), END_TO_GONE_S,
                  "the spare to go once the dashboard detached")
         assert time.time() - detached_at <= END_TO_GONE_S
-        assert runs.read_run_info(run_dir).live, "detaching ends nothing but the spare"
+        assert folders.read_run_info(run_dir).live, "detaching ends nothing but the spare"
     dashboard = Attached(info.socket_path)
     try:
         wait_for(lambda: spare_processes(run_dir), 20, "a spare to wait")
@@ -332,7 +332,7 @@ def test_a_relaunch_from_an_attached_dashboard_after_the_end_starts_the_next_att
     monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "hang")
     run_dir, _ = start("detach", TINY, fake)
     hello_pids(run_dir)
-    info = runs.read_run_info(run_dir)
+    info = folders.read_run_info(run_dir)
     assert info.socket_path is not None
     dashboard = Attached(info.socket_path)
     try:
@@ -354,7 +354,7 @@ def test_a_relaunch_from_an_attached_dashboard_after_the_end_starts_the_next_att
         reply = asyncio.run(relaunch())
         assert reply["attempt"] == 2
         hello_pids(run_dir, 2)
-        assert runs.read_run_info(run_dir).live
+        assert folders.read_run_info(run_dir).live
     finally:
         dashboard.close()
     gpuwatch("stop", run_dir.name, check=True)
@@ -370,14 +370,14 @@ def test_a_run_that_crashes_before_its_own_dashboard_attaches_waits_for_it(
     (--await-follower), so the person reads the crash and `r` relaunches in the same run,
     and goes LINGER_S after it leaves; a follower that never comes is waited for only
     FIRST_FOLLOWER_S."""
-    from gpuwatch.starting import start_supervisor
+    from gpuwatch.runs.spawn import start_supervisor
 
     monkeypatch.setenv("GPUWATCH_FAKE_TRAINER", "crash")
     # Counted from the supervisor's start, so with room for a loaded box's waits below.
     monkeypatch.setenv("GPUWATCH_FIRST_FOLLOWER_S", "20")
     started: dict[bool, Path] = {}
     for follow in (True, False):
-        _run_id, started[follow] = runs.create_run_dir(fake)
+        _run_id, started[follow] = folders.create_run_dir(fake)
         (started[follow] / "config.yaml").write_text(TINY.read_text())
         start_supervisor(started[follow], follow=follow)
     for run_dir in started.values():
@@ -390,10 +390,10 @@ def test_a_run_that_crashes_before_its_own_dashboard_attaches_waits_for_it(
     ended_at = end_recorded_at(run_dir)
     assert ended_at is not None
     time.sleep(max(0.0, ended_at + 2.0 - time.time()))
-    pid = runs.read_supervisor_info(run_dir).get("pid")
-    assert isinstance(pid, int) and runs.supervisor_alive(pid, run_dir), \
+    pid = folders.read_supervisor_info(run_dir).get("pid")
+    assert isinstance(pid, int) and folders.supervisor_alive(pid, run_dir), \
         "it left before its dashboard attached"
-    info = runs.read_run_info(run_dir)
+    info = folders.read_run_info(run_dir)
     assert info.socket_path is not None and info.status == "crashed"
     # Meanwhile `gpuwatch resume` is refused in one line, naming what the supervisor waits
     # for (its own status says so) and what works: attach, r.
@@ -424,13 +424,13 @@ def test_a_run_that_crashes_before_its_own_dashboard_attaches_waits_for_it(
     # A follower that never comes: waited for FIRST_FOLLOWER_S (12 s here, from the
     # supervisor's start), then gone.
     monkeypatch.setenv("GPUWATCH_FIRST_FOLLOWER_S", "12")
-    _run_id, never_dir = runs.create_run_dir(fake)
+    _run_id, never_dir = folders.create_run_dir(fake)
     (never_dir / "config.yaml").write_text(TINY.read_text())
     start_supervisor(never_dir, follow=True)
     ended_at = wait_for(lambda: end_recorded_at(never_dir), 60, "the crash")
     time.sleep(max(0.0, ended_at + 2.0 - time.time()))
-    pid = runs.read_supervisor_info(never_dir).get("pid")
-    assert isinstance(pid, int) and runs.supervisor_alive(pid, never_dir), \
+    pid = folders.read_supervisor_info(never_dir).get("pid")
+    assert isinstance(pid, int) and folders.supervisor_alive(pid, never_dir), \
         "it did not wait for the follower it was told of"
     assert_gone_by(never_dir, set(), time.time() + 12.0 + END_TO_GONE_S,
                    "a first follower that never came")

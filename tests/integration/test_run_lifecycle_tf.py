@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import runs
+from gpuwatch.runs import folders
 from tests.conftest import ROOT, TINY, gpuwatch, wait_for
 from tests.integration.test_run_lifecycle import (
     END_TO_GONE_S,
@@ -48,7 +48,7 @@ def of(run_dir: Path, kind: str, attempt: int | None = None) -> list[dict[str, A
 
 
 def the_run(home: Path) -> Path:
-    (info,) = runs.list_runs(home)
+    (info,) = folders.list_runs(home)
     return info.run_dir
 
 
@@ -114,7 +114,7 @@ def test_a_finished_headless_run_leaves_nothing_is_read_without_its_supervisor_a
     assert list(private_tmp.iterdir()) == []
 
     # ls, logs, export and the TensorBoard files need no live supervisor.
-    assert runs.read_run_info(run_dir).supervisor_pid is None
+    assert folders.read_run_info(run_dir).supervisor_pid is None
     listing = gpuwatch("ls", check=True).stdout
     assert run_dir.name in listing and "finished" in listing
     log = gpuwatch("logs", run_dir.name, check=True).stdout
@@ -139,7 +139,7 @@ def test_a_finished_headless_run_leaves_nothing_is_read_without_its_supervisor_a
     assert_resumed(run_dir, 2, 12)
     assert_resumed(run_dir, 3, 45)
     gone_after_end(run_dir)
-    info = runs.read_run_info(run_dir)
+    info = folders.read_run_info(run_dir)
     assert (info.status, info.attempt, info.step) == ("finished", 3, 50)
 
 
@@ -151,7 +151,7 @@ def test_a_stopped_run_resumes_from_the_checkpoint_its_stop_wrote_and_ctrl_c_sto
     assert re.fullmatch(r"\d{4}-[a-z2-9]{4}", run_id)
     listed = gpuwatch("ls", check=True).stdout
     assert run_id in listed and ("running" in listed or "starting" in listed)
-    run_dir = runs.runs_root(home) / run_id
+    run_dir = folders.runs_root(home) / run_id
     wait_for(lambda: any(e["step"] >= 10 for e in of(run_dir, "step")), 120, "10 steps")
     stop = gpuwatch("stop", run_id[:7], check=True)
     assert f"run {run_id} stopped" in stop.stdout
@@ -163,7 +163,7 @@ def test_a_stopped_run_resumes_from_the_checkpoint_its_stop_wrote_and_ctrl_c_sto
     assert max(e["step"] for e in of(run_dir, "checkpoint", 1)) == stopped_at
 
     # Attempt 2 followed headless; Ctrl-C stops it with the documented code (130, as
-    # gpuwatch/headless.py's docstring says), and that stop checkpoints too.
+    # gpuwatch/cli/headless.py's docstring says), and that stop checkpoints too.
     follower = subprocess.Popen(
         [sys.executable, "-m", "gpuwatch", "resume", run_id, "--headless"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
@@ -178,7 +178,7 @@ def test_a_stopped_run_resumes_from_the_checkpoint_its_stop_wrote_and_ctrl_c_sto
             follower.wait()
     assert follower.returncode == 130, err
     assert "summary: " in out and "stopping run" in err
-    assert runs.read_run_info(run_dir).status == "stopped"
+    assert folders.read_run_info(run_dir).status == "stopped"
     gone_after_end(run_dir)
     assert_resumed(run_dir, 2, stopped_at)
     (resume,) = of(run_dir, "resume", 2)
@@ -191,7 +191,7 @@ def test_a_sigkilled_trainer_crashes_the_run_and_a_resume_counts_the_lost_steps(
     home: Path, private_tmp: Path
 ) -> None:
     run_id = gpuwatch("train", str(TINY), "--detach", check=True).stdout.split()[-1]
-    run_dir = runs.runs_root(home) / run_id
+    run_dir = folders.runs_root(home) / run_id
     wait_for(lambda: any(e["step"] >= 25 for e in of(run_dir, "checkpoint"))
              and any(e["step"] >= 32 for e in of(run_dir, "step")), 120,
              "a checkpoint at 25 and step 32")
@@ -205,7 +205,7 @@ def test_a_sigkilled_trainer_crashes_the_run_and_a_resume_counts_the_lost_steps(
     (scratch / "__autograph_generated_file_of_a_factory.py").write_text("pass\n")
     os.kill(hello["pid"], signal.SIGKILL)
     gone_after_end(run_dir)
-    assert runs.read_run_info(run_dir).status == "crashed"
+    assert folders.read_run_info(run_dir).status == "crashed"
     (crashed,) = of(run_dir, "status", 1)[-1:]
     assert (crashed["status"], crashed["signal"]) == ("crashed", "SIGKILL")
     # The killed trainer could not remove its temporary directory; its supervisor did.
@@ -229,15 +229,15 @@ def test_a_killed_supervisor_takes_its_trainer_down_and_the_lost_run_resumes(
     home: Path, run_first: RunAlone
 ) -> None:
     run_id = gpuwatch("train", str(TINY), "--detach", check=True).stdout.split()[-1]
-    run_dir = runs.runs_root(home) / run_id
+    run_dir = folders.runs_root(home) / run_id
     wait_for(lambda: any(e["step"] >= 10 for e in of(run_dir, "step")), 120, "10 steps")
     groups = run_groups(run_dir)
     with run_first():  # from the kill to the last process gone: a measured time
-        os.kill(runs.read_supervisor_info(run_dir)["pid"], signal.SIGKILL)
+        os.kill(folders.read_supervisor_info(run_dir)["pid"], signal.SIGKILL)
         killed_at = time.time()
         # The trainer sees its socket close, checkpoints, and exits by itself.
         assert_gone_by(run_dir, groups, killed_at + END_TO_GONE_S, "after the supervisor's kill")
-    assert runs.read_run_info(run_dir).status == "lost"
+    assert folders.read_run_info(run_dir).status == "lost"
     listed = json.loads(gpuwatch("ls", "--json", check=True).stdout.splitlines()[0])
     assert (listed["run_id"], listed["status"]) == (run_id, "lost")
     assert "done: socket_lost" in (run_dir / "trainer.log").read_text()
@@ -269,7 +269,7 @@ def test_resume_refuses_a_live_run_and_a_bad_override_in_one_line(
     (line,) = live.stderr.strip().splitlines()
     assert line.startswith(f"gpuwatch: run {run_id} is ") and "it needs no resume" in line
     assert gpuwatch("stop", run_id).returncode == 0
-    run_dir = runs.runs_root(home) / run_id
+    run_dir = folders.runs_root(home) / run_id
     gone_after_end(run_dir)
     for bad in (["--set", "train.global_batch_size=-3"], ["--set", "nosuch.key=1"],
                 ["--max-steps", "0"]):
@@ -294,4 +294,4 @@ def test_a_factory_that_cannot_be_imported_ends_headless_in_one_line_exit_2_leav
     assert "Traceback" not in refused.stderr
     run_dir = the_run(home)
     gone_after_end(run_dir)
-    assert runs.read_run_info(run_dir).status == "crashed"
+    assert folders.read_run_info(run_dir).status == "crashed"

@@ -29,8 +29,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import runs
-from gpuwatch.runs import pid_alive
+from gpuwatch.runs import folders
+from gpuwatch.runs.folders import pid_alive
 from tests.conftest import ROOT, gpuwatch, wait_for
 from tests.support.run_record import events, last_step, of
 from tests.support.sshd import SshServer, sshd  # noqa: F401 - the fixture
@@ -41,8 +41,8 @@ SCRIPT = str(ROOT / "tests" / "data" / "scripts" / "mwms_worker.py")
 PER_WORKER_BATCH = 32
 
 
-def the_runs(home: Path) -> list[runs.RunInfo]:
-    return sorted(runs.list_runs(home), key=lambda info: info.run_id)
+def the_runs(home: Path) -> list[folders.RunInfo]:
+    return sorted(folders.list_runs(home), key=lambda info: info.run_id)
 
 
 def test_workers_2_starts_the_script_on_both_each_with_its_tf_config(home: Path) -> None:
@@ -81,8 +81,8 @@ def the_dashboard_shows_both_workers(recorded: list[dict[str, Any]]) -> None:
     import asyncio
 
     from gpuwatch.app.app import GpuwatchApp
-    from gpuwatch.app.link import ReplayLink
     from gpuwatch.app.widgets.workers import WorkersPanel
+    from gpuwatch.follow.link import ReplayLink
 
     def rows(text: str) -> set[str]:
         return {words[0] for line in text.splitlines()
@@ -112,7 +112,7 @@ def test_a_killed_worker_crashes_the_run_naming_it_and_nothing_is_left(home: Pat
              "10 steps on both workers")
     pids = {e["worker"]: e["pid"] for e in of(run_dir, "hello", attempt=1)}
     os.killpg(pids[1], signal.SIGKILL)
-    wait_for(lambda: runs.read_run_info(run_dir).status == "crashed", 60,
+    wait_for(lambda: folders.read_run_info(run_dir).status == "crashed", 60,
              "the run to be crashed")
     (crash,) = of(run_dir, "status", status="crashed")
     assert crash["worker"] == 1 and crash["message"].startswith("worker 1 (localhost)"), crash

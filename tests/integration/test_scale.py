@@ -310,8 +310,8 @@ def test_while_the_probe_runs_a_relaunch_is_refused_and_a_stop_ends_it(
 ) -> None:
     import asyncio
 
-    from gpuwatch.client import CommandError, RunClient
-    from gpuwatch.runs import read_run_info
+    from gpuwatch.follow.client import CommandError, RunClient
+    from gpuwatch.runs.folders import read_run_info
     from tests.conftest import wait_for
 
     monkeypatch.setenv("GPUWATCH_TRAINER_MODULE", "tests.data.fake_trainer")
@@ -388,7 +388,7 @@ def attempts_of(events: list[dict[str, Any]]) -> list[tuple[int, int]]:
 def test_an_undecided_probe_runs_every_count_again_with_twice_the_steps_up_to_the_bound(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpuwatch.scaling import MAX_ROUNDS
+    from gpuwatch.measures.scaling import MAX_ROUNDS
 
     stand_in_steps(monkeypatch, ON_THE_LINE)
     proc = gpuwatch("scale", str(TINY), "--replicas", "1,2", "--steps", "20", "--headless")
@@ -468,8 +468,8 @@ def test_a_stop_in_round_2_ends_the_run_stopped_with_no_further_attempt(
 ) -> None:
     import asyncio
 
-    from gpuwatch.client import CommandError, RunClient
-    from gpuwatch.runs import read_run_info
+    from gpuwatch.follow.client import CommandError, RunClient
+    from gpuwatch.runs.folders import read_run_info
     from tests.conftest import wait_for
 
     stand_in_steps(monkeypatch, ON_THE_LINE)
@@ -502,8 +502,8 @@ def test_a_stop_in_round_2_ends_the_run_stopped_with_no_further_attempt(
     assert [(r["count"], r["attempt"], r["state"]) for r in rows] == [
         ("1", "1", "measured"), ("2", "2", "measured")]
     # ... and says round 2 was cut short: its first count's attempt stopped.
-    from gpuwatch import scaling
-    from gpuwatch.headless import recorded_state
+    from gpuwatch.cli.headless import recorded_state
+    from gpuwatch.measures import scaling
 
     state = recorded_state(run_dir)
     rows_now = scaling.scaling_rows(state)

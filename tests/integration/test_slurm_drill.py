@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import runs
+from gpuwatch.runs import folders
 from tests.conftest import gpuwatch, wait_for
 from tests.support.run_record import events, last_step, of  # noqa: F401
 from tests.support.slurm import (  # noqa: F401 - the fixture
@@ -127,7 +127,7 @@ def ours(home: Path) -> list[tuple[int, str]]:
     test's GPUWATCH_HOME; srun and the agents its id (an agent finds its directory on its
     own node: --run-id)."""
     found = dict(processes_with(str(home), environ=False))
-    for info in runs.list_runs(home):
+    for info in folders.list_runs(home):
         found.update(processes_with(info.run_id, environ=False))
     return sorted(found.items())
 
@@ -137,7 +137,7 @@ def trainer_pids(run_dir: Path, attempt: int) -> dict[int, int]:
 
 
 def supervisor_gone(run_dir: Path) -> bool:
-    pid = runs.read_supervisor_info(run_dir).get("pid")
+    pid = folders.read_supervisor_info(run_dir).get("pid")
     return not (isinstance(pid, int) and alive(pid))
 
 
@@ -145,11 +145,11 @@ def contiguous(run_dir: Path, worker: int, attempt: int) -> list[int]:
     return [e["step"] for e in of(run_dir, "step", worker=worker, attempt=attempt)]
 
 
-def started_run(home: Path, tmp_path: Path, steps: int) -> runs.RunInfo:
+def started_run(home: Path, tmp_path: Path, steps: int) -> folders.RunInfo:
     """`gpuwatch train` of the drill's config, detached, once both workers ran `steps`."""
     started = gpuwatch("train", str(drill_config(tmp_path, 100000)), "--detach")
     assert started.returncode == 0, started.stderr
-    (info,) = runs.list_runs(home)
+    (info,) = folders.list_runs(home)
     wait_for(lambda: min(last_step(info.run_dir, w, 1) for w in (0, 1)) >= steps, 180,
              f"{steps} steps on both workers")
     return info
@@ -164,7 +164,7 @@ def test_two_workers_train_on_two_slurm_nodes_and_finish(
     assert summary and "replicas=2" in summary.group(0) and "workers=2" in summary.group(0)
     # Both workers named by their nodes, in the headless end as in the record.
     assert "worker 0 (node1)" in done.stdout and "worker 1 (node2)" in done.stdout, done.stdout
-    (info,) = runs.list_runs(home)
+    (info,) = folders.list_runs(home)
     assert {e["worker"]: e["host"] for e in of(info.run_dir, "hello")} == {0: "node1", 1: "node2"}
     for worker in (0, 1):
         assert contiguous(info.run_dir, worker, 1) == list(range(1, 31))
@@ -192,7 +192,7 @@ def test_killing_a_slurm_worker_crashes_the_run_naming_it_and_a_resume_goes_on(
 
     killed_at = time.monotonic()
     os.kill(pids[1], signal.SIGKILL)
-    wait_for(lambda: runs.read_run_info(run_dir).status == "crashed", TIMEOUT_S + 10,
+    wait_for(lambda: folders.read_run_info(run_dir).status == "crashed", TIMEOUT_S + 10,
              "the run to be crashed")
     assert time.monotonic() - killed_at <= TIMEOUT_S + 10
     (crash,) = of(run_dir, "status", status="crashed")
@@ -237,8 +237,8 @@ def test_killing_a_slurm_worker_crashes_the_run_naming_it_and_a_resume_goes_on(
 
     # A stop ends it all: no process of ours, no step in Slurm, then the allocation goes.
     assert gpuwatch("stop", info.run_id).returncode == 0
-    wait_for(lambda: runs.read_run_info(run_dir).status == "stopped", 90,
-             lambda: f"stopped (status {runs.read_run_info(run_dir).status})")
+    wait_for(lambda: folders.read_run_info(run_dir).status == "stopped", 90,
+             lambda: f"stopped (status {folders.read_run_info(run_dir).status})")
     assert last_step(run_dir, 0, 2) == last_step(run_dir, 1, 2)  # stopped together
     wait_for(lambda: supervisor_gone(run_dir) and not ours(home), 30,
              lambda: f"no process of the run left: {ours(home)}")
@@ -260,8 +260,8 @@ def test_scancel_of_the_allocation_ends_the_run_and_leaves_nothing(
     assert cancelled.returncode == 0, cancelled.stderr
     # Slurm signals every step's processes (SIGTERM, then SIGKILL after KillWait): the
     # trainers stop together after the same step and checkpoint it, as on a stop.
-    wait_for(lambda: runs.read_run_info(run_dir).status in TERMINAL_STATUSES, 60,
-             lambda: f"the run to end (status {runs.read_run_info(run_dir).status})")
+    wait_for(lambda: folders.read_run_info(run_dir).status in TERMINAL_STATUSES, 60,
+             lambda: f"the run to end (status {folders.read_run_info(run_dir).status})")
     ended = of(run_dir, "status")[-1]
     assert ended["status"] == "stopped" and "sigterm" in ended["message"], ended
     last = last_step(run_dir, 0, 1)
@@ -283,7 +283,7 @@ def test_a_persons_script_runs_on_both_nodes_under_salloc_and_finishes(
                     f"cluster.timeout_s={TIMEOUT_S}", "--", sys.executable, SCRIPT,
                     "--steps", "10", timeout_s=300)
     assert done.returncode == 0, done.stdout + done.stderr
-    (info,) = runs.list_runs(home)
+    (info,) = folders.list_runs(home)
     assert {e["worker"]: e["host"] for e in of(info.run_dir, "hello")} == {0: "node1", 1: "node2"}
     for worker in (0, 1):
         assert contiguous(info.run_dir, worker, 1) == list(range(1, 11))
@@ -309,7 +309,7 @@ def test_the_scripts_own_slurm_cluster_resolver_under_srun_trains_both_tasks(
         capture_output=True, text=True, timeout=300, cwd=Path(SCRIPT).parents[3],
         env=os.environ.copy(), check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    finished = runs.list_runs(home)
+    finished = folders.list_runs(home)
     assert len(finished) == 2 and {info.status for info in finished} == {"finished"}, finished
     seen = set()
     for info in finished:

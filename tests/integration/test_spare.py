@@ -25,8 +25,8 @@ from typing import Any
 import pytest
 import yaml
 
-from gpuwatch import runs
-from gpuwatch.client import RunClient
+from gpuwatch.follow.client import RunClient
+from gpuwatch.runs import folders
 from gpuwatch.supervisor.spare import SpareTrainer
 from tests.conftest import ROOT, run_async, wait_for
 from tests.integration.test_supervisor import collect, read_events, start_run
@@ -49,7 +49,7 @@ def harness(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spare_on: None) -> 
 
 
 def alive(pid: int) -> bool:
-    return runs.pid_alive(pid)
+    return folders.pid_alive(pid)
 
 
 def launch_record(run_dir: Path, attempt: int) -> dict[str, Any]:

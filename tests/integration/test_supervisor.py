@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import runs
-from gpuwatch.client import CommandError, ConnectionLost, RunClient
+from gpuwatch.follow.client import CommandError, ConnectionLost, RunClient
+from gpuwatch.runs import folders
 from gpuwatch.supervisor import peer_allowed, peer_credentials
 from tests.conftest import ROOT, TINY, gpuwatch, run_async, shared_home, wait_for
 from tests.support.attached import Attached
@@ -32,10 +32,10 @@ pytestmark = pytest.mark.slow
 Events = list[dict[str, Any]]
 
 
-def start_run(*extra: str) -> runs.RunInfo:
+def start_run(*extra: str) -> folders.RunInfo:
     proc = gpuwatch("train", str(TINY), "--detach", *extra, check=True)
     run_id = proc.stdout.strip().splitlines()[-1]
-    return runs.resolve_run(run_id)
+    return folders.resolve_run(run_id)
 
 
 async def collect(
@@ -66,7 +66,7 @@ def read_events(run_dir: Path) -> Events:
     return [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
 
 
-def status_of(info: runs.RunInfo) -> dict[str, Any]:
+def status_of(info: folders.RunInfo) -> dict[str, Any]:
     async def ask() -> dict[str, Any]:
         assert info.socket_path is not None
         async with RunClient(info.socket_path) as client:
@@ -76,11 +76,11 @@ def status_of(info: runs.RunInfo) -> dict[str, Any]:
 
 
 def process_exists(pid: int) -> bool:
-    return runs.pid_alive(pid)
+    return folders.pid_alive(pid)
 
 
 @pytest.fixture(scope="class")
-def shared_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[runs.RunInfo]:
+def shared_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[folders.RunInfo]:
     """One tiny run for the tests that only read it or send it what it refuses: started
     once, going on between them, stopped after the last."""
     with shared_home(tmp_path_factory.mktemp("shared") / "gpuwatch-home"):
@@ -93,7 +93,7 @@ class TestOneSharedRun:
     attempt (those that could check that it did not), so none needs a run of its own."""
 
     def test_killed_dashboard_loses_nothing_and_a_new_attach_sees_every_step(
-        self, shared_run: runs.RunInfo
+        self, shared_run: folders.RunInfo
     ) -> None:
         info = shared_run
         assert info.socket_path is not None
@@ -104,7 +104,7 @@ class TestOneSharedRun:
                 "-c",
                 (
                     "import asyncio, sys\n"
-                    "from gpuwatch.client import RunClient\n"
+                    "from gpuwatch.follow.client import RunClient\n"
                     "async def main():\n"
                     "    async with RunClient(sys.argv[1]) as c:\n"
                     "        await c.subscribe(0)\n"
@@ -133,7 +133,7 @@ class TestOneSharedRun:
         assert [e["seq"] for e in events] == list(range(len(events)))
 
     def test_reconnect_from_last_seq_gets_no_duplicates_and_no_gaps(
-        self, shared_run: runs.RunInfo
+        self, shared_run: folders.RunInfo
     ) -> None:
         info = shared_run
         assert info.socket_path is not None
@@ -143,7 +143,7 @@ class TestOneSharedRun:
         assert seqs == list(range(len(seqs)))
 
     def test_garbage_partial_oversized_and_non_utf8_frames_close_only_that_connection(
-        self, shared_run: runs.RunInfo
+        self, shared_run: folders.RunInfo
     ) -> None:
         from trainer_runtime.protocol import MAX_FRAME_BYTES
 
@@ -178,7 +178,7 @@ class TestOneSharedRun:
         events = run_async(collect(info.socket_path, has_step(3)))
         assert steps_of(events)[0] == 1
 
-    def test_fuzzed_bytes_never_take_the_supervisor_down(self, shared_run: runs.RunInfo) -> None:
+    def test_fuzzed_bytes_never_take_the_supervisor_down(self, shared_run: folders.RunInfo) -> None:
         from hypothesis import HealthCheck, given, settings
         from hypothesis import strategies as st
 
@@ -204,7 +204,7 @@ class TestOneSharedRun:
         assert status_of(info)["status"] in ("running", "starting")
 
     @pytest.mark.skipif(os.getuid() != 0, reason="needs root to act as a second user")
-    def test_a_second_user_cannot_connect(self, shared_run: runs.RunInfo) -> None:
+    def test_a_second_user_cannot_connect(self, shared_run: folders.RunInfo) -> None:
         info = shared_run
         assert info.socket_path is not None
         mode = info.socket_path.parent.stat().st_mode & 0o777
@@ -228,7 +228,7 @@ class TestOneSharedRun:
         assert out.stdout.strip() == "refused"
 
     def test_relaunch_with_bad_settings_is_refused_and_training_goes_on(
-        self, shared_run: runs.RunInfo
+        self, shared_run: folders.RunInfo
     ) -> None:
         info = shared_run
         assert info.socket_path is not None

@@ -29,7 +29,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpuwatch import runs
+from gpuwatch.runs import folders
 from tests.conftest import shared_home, wait_for
 from tests.integration.test_supervisor import start_run
 
@@ -117,7 +117,7 @@ def test_the_oracle_agrees_with_the_protocol_bounds() -> None:
 
 @dataclass
 class LiveRun:
-    info: runs.RunInfo
+    info: folders.RunInfo
     socket_path: str
     checkpoints: Path
 

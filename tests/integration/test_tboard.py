@@ -1,4 +1,4 @@
-"""TensorBoard scalars written without TensorFlow (gpuwatch/tboard.py), read back with
+"""TensorBoard scalars written without TensorFlow (supervisor/tboard.py), read back with
 TensorFlow's own event reader; and the supervisor writing them live as it records."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from gpuwatch.supervisor import Supervisor
 from gpuwatch.supervisor import agent as agent_module
-from gpuwatch.tboard import EventFileWriter, RunBoard, crc32c, step_scalars
+from gpuwatch.supervisor.tboard import EventFileWriter, RunBoard, crc32c, step_scalars
 from tests.conftest import ROOT, TINY
 from tests.supervisor.test_supervisor_parts import until
 from trainer_runtime.protocol import Attempt, GpuSample, HostSample, Sample, StatusChange, Step
@@ -370,7 +370,7 @@ def samples_after_a_step(run_dir: Path, attempt: int) -> int:
 
 
 async def run_two_attempts(sup: Supervisor) -> None:
-    from gpuwatch.client import RunClient
+    from gpuwatch.follow.client import RunClient
 
     running = asyncio.create_task(sup.run())
     await until(lambda: sup.status == "running", "the first attempt to run")

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch import runs
+from gpuwatch.runs import folders
 from tests.conftest import ROOT, gpuwatch, wait_for
 from tests.support.alone import RunAlone
 
@@ -119,8 +119,8 @@ def gpuwatch_command(*args: str) -> str:
     return " ".join(shlex.quote(a) for a in (sys.executable, "-m", "gpuwatch", *args))
 
 
-def the_run(home: Path) -> runs.RunInfo:
-    (info,) = runs.list_runs(home)
+def the_run(home: Path) -> folders.RunInfo:
+    (info,) = folders.list_runs(home)
     return info
 
 
@@ -248,7 +248,7 @@ def test_killing_the_terminal_leaves_training_running_and_attach_sees_everything
     again.press("s")
     wait_for(lambda: not again.alive(), 60, "the dashboard to exit after stopping the run")
     wait_for(
-        lambda: runs.read_run_info(info.run_dir).status == "stopped", 60, "the run to be stopped"
+        lambda: folders.read_run_info(info.run_dir).status == "stopped", 60, "the run to be stopped"
     )
 
 
@@ -373,7 +373,7 @@ def test_attach_to_an_ended_run_shows_its_record_r_resumes_it_and_q_says_it_ende
     run_dir = home / "runs" / run_id
 
     def ended_and_gone() -> bool:
-        info = runs.read_run_info(run_dir)
+        info = folders.read_run_info(run_dir)
         return info.status == "finished" and not (run_dir / "supervisor.json").exists()
 
     wait_for(ended_and_gone, 30, "the run to finish and its supervisor to exit")

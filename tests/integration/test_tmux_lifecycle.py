@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuwatch import runs
+from gpuwatch.runs import folders
 from tests.conftest import TINY, gpuwatch, wait_for
 from tests.integration.test_run_lifecycle import (
     END_TO_GONE_S,
@@ -68,7 +68,7 @@ def test_the_dashboard_keeps_a_spare_while_attached_and_nothing_once_it_quits_an
         detached_at = time.time()
         wait_for(lambda: not spares(run_dir), END_TO_GONE_S, "the spare to go after the detach")
         assert time.time() - detached_at <= END_TO_GONE_S
-    assert runs.read_run_info(run_dir).live, "detaching stops nothing"
+    assert folders.read_run_info(run_dir).live, "detaching stops nothing"
 
     # Attach again, stop the run from the dashboard (s, then confirm), and read the end.
     term = Tmux("again", gpuwatch_command("attach", run_dir.name), env)
@@ -79,8 +79,8 @@ def test_the_dashboard_keeps_a_spare_while_attached_and_nothing_once_it_quits_an
         term.wait_screen(r"stopped", timeout_s=60)
         wait_for(lambda: not spares(run_dir), END_TO_GONE_S, "the spare to go at the run's end")
         time.sleep(1.5)  # past the supervisor's linger: the attached dashboard keeps it
-        pid = runs.read_supervisor_info(run_dir)["pid"]
-        assert runs.supervisor_alive(pid, run_dir)
+        pid = folders.read_supervisor_info(run_dir)["pid"]
+        assert folders.supervisor_alive(pid, run_dir)
         groups = run_groups(run_dir)
         term.press("q")  # an ended run quits at once
         wait_for(lambda: not term.alive(), 30, "the dashboard to exit")

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpuwatch import runs
+from gpuwatch.runs import folders
 from tests.conftest import wait_for
 from tests.integration.test_run_lifecycle import END_TO_GONE_S, assert_gone_by, recorded
 from tests.integration.test_tmux import Tmux, gpuwatch_command, tmux_env  # noqa: F401 - a fixture
@@ -52,7 +52,7 @@ def test_a_command_on_the_dashboard_at_80x24(home: Path, tmux_env: dict[str, str
         term.wait_screen(r"pending \(relaunch\): prefetch off→on")
         term.press("r")
         term.wait_screen(r"attempt 2 +running", 60)
-        (info,) = runs.list_runs(home)
+        (info,) = folders.list_runs(home)
         settings = yaml.safe_load((info.run_dir / "attempt-2.yaml").read_text())
         assert settings["data"]["prefetch"] is True
         wait_for(lambda: (info.run_dir / "trainer.log").read_text().count(marker) == 2, 30,
@@ -62,8 +62,8 @@ def test_a_command_on_the_dashboard_at_80x24(home: Path, tmux_env: dict[str, str
         term.wait_screen(r"Detach", timeout_s=10)
         term.press("s")
         wait_for(lambda: not term.alive(), 60, "the dashboard to exit after stopping the run")
-        wait_for(lambda: not runs.read_run_info(info.run_dir).live, 30, "the run to end")
-        assert runs.read_run_info(info.run_dir).status == "stopped"
+        wait_for(lambda: not folders.read_run_info(info.run_dir).live, 30, "the run to end")
+        assert folders.read_run_info(info.run_dir).status == "stopped"
         ends = [e["status"] for e in recorded(info.run_dir) if e["type"] == "status"]
         assert ends[-1] == "stopped" and "crashed" not in ends
         assert_gone_by(info.run_dir, set(), time.time() + END_TO_GONE_S, "after the stop")

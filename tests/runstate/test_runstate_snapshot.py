@@ -18,10 +18,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpuwatch import snapshot
-from gpuwatch.runstate import AREAS, RunState
-from gpuwatch.sketch import EXACT_VALUES
-from gpuwatch.snapshot import SnapshotError, snapshotted
+from gpuwatch.measures.sketch import EXACT_VALUES
+from gpuwatch.runstate import AREAS, RunState, codec
+from gpuwatch.runstate.codec import SnapshotError, snapshotted
 from trainer_runtime.protocol import (
     STATUSES,
     Attempt,
@@ -319,8 +318,8 @@ def test_the_codec_rebuilds_nested_dataclasses_deques_and_int_keys() -> None:
         scratch=[1, 2],
     )
     value.recent.extend([1, 2, 3, 4])
-    text = snapshot.dumps(value)
-    back = snapshot.loads(Outer, text)
+    text = codec.dumps(value)
+    back = codec.loads(Outer, text)
     assert back.by_index == {3: Inner("a", (1.5, 2.0))} and back.tags == {"x", "y"}
     assert back.recent == deque([2, 3, 4]) and back.recent.maxlen == 3
     assert (back.last, back.mixed) == (Inner("b"), "s")
@@ -328,7 +327,7 @@ def test_the_codec_rebuilds_nested_dataclasses_deques_and_int_keys() -> None:
 
 
 def test_a_new_field_is_a_new_format_and_the_old_snapshot_is_refused() -> None:
-    old = snapshot.dumps(Inner("a"))
+    old = codec.dumps(Inner("a"))
 
     @dataclasses.dataclass
     class Inner2:  # Inner with one more field, as a later gpuwatch might have it
@@ -338,9 +337,9 @@ def test_a_new_field_is_a_new_format_and_the_old_snapshot_is_refused() -> None:
 
     Inner2.__qualname__ = Inner.__qualname__
     Inner2.__module__ = Inner.__module__
-    assert snapshot.schema_id(Inner2) != snapshot.schema_id(Inner)
+    assert codec.schema_id(Inner2) != codec.schema_id(Inner)
     with pytest.raises(SnapshotError, match="schema"):
-        snapshot.loads(Inner2, old)
+        codec.loads(Inner2, old)
 
 
 @pytest.mark.parametrize("text", ["", "[]", '{"schema": 1}', "{broken", '{"data": {}}'])
@@ -350,7 +349,7 @@ def test_what_is_not_a_snapshot_is_a_snapshot_error(text: str) -> None:
 
 
 def test_data_that_does_not_fit_the_format_is_a_snapshot_error() -> None:
-    text = json.dumps({"schema": snapshot.schema_id(RunState), "data": {"run_id": "x"}})
+    text = json.dumps({"schema": codec.schema_id(RunState), "data": {"run_id": "x"}})
     with pytest.raises(SnapshotError, match="RunState"):
         RunState.from_snapshot(text)
 
@@ -361,9 +360,9 @@ def test_a_field_the_codec_cannot_encode_is_refused_by_name() -> None:
         when: complex = 0j
 
     with pytest.raises(SnapshotError, match="complex"):
-        snapshot.schema_id(Odd)
+        codec.schema_id(Odd)
 
 
 def test_runstate_has_a_format() -> None:
-    assert RunState.snapshot_format() == snapshot.schema_id(RunState)
+    assert RunState.snapshot_format() == codec.schema_id(RunState)
     assert RunState.snapshot_format() is not None

@@ -783,7 +783,7 @@ def test_nvlink_generation_is_read_once_from_the_first_active_link(make_sampler)
 def test_a_sample_frame_gives_the_link_peak_the_all_reduce_is_measured_against(
     make_sampler,
 ) -> None:
-    from gpuwatch import peaks
+    from gpuwatch.measures import peaks
 
     nvml = fake_h100_box(2)  # SXM H100s: 18 active NVLink 4 links each
     nvml.gpus[0].processes = nvml.gpus[1].processes = [(4242, 2**30)]

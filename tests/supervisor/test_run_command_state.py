@@ -17,10 +17,11 @@ from gpuwatch.advisor import (
     final_verdict,
     reading,
 )
+from gpuwatch.cli.headless import progress_line, summary_line, verdict_line
 from gpuwatch.cli.listing import shorten_command
 from gpuwatch.cli.start import command_name
 from gpuwatch.config import command_config, dump_config
-from gpuwatch.headless import progress_line, summary_line, verdict_line
+from gpuwatch.runs.spawn import command_problem
 from gpuwatch.runstate import (
     NOT_TENSORFLOW,
     RunState,
@@ -31,10 +32,9 @@ from gpuwatch.runstate import (
     toggle_prefetch,
 )
 from gpuwatch.runstate.command import NO_TRAINING
-from gpuwatch.starting import command_problem
 from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
 from gpuwatch.supervisor.exits import TrainerExit, command_exit_status, exit_status
-from gpuwatch.supervisor.launcher import TrainerLauncher
+from gpuwatch.supervisor.trainer_start import TrainerLauncher
 from tests.support.command_run import CommandEvents, command_settings
 from tests.support.summary import fold, summary_keys
 from trainer_runtime.changes import ACCUMULATION_REFUSAL, BATCH_REFUSAL
@@ -123,7 +123,7 @@ def test_a_command_never_gets_a_spare_trainer(
     async def fake_spawn(module: str, *args: Any) -> None:
         spawned.append(module)
 
-    monkeypatch.setattr("gpuwatch.supervisor.launcher.SpareTrainer.spawn", fake_spawn)
+    monkeypatch.setattr("gpuwatch.supervisor.trainer_start.SpareTrainer.spawn", fake_spawn)
 
     async def wanted(command: bool) -> bool:
         launcher = TrainerLauncher(tmp_path, (), command=command)

@@ -16,11 +16,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gpuwatch.cli.headless import round_lines
 from gpuwatch.cli.parser import build_parser
 from gpuwatch.config import ConfigError, load_config
-from gpuwatch.headless import round_lines
-from gpuwatch.runstate import WARMUP_STEPS, RunState
-from gpuwatch.scaling import (
+from gpuwatch.measures.scaling import (
     DEFAULT_STEPS,
     MAX_ROUNDS,
     MAX_STEPS,
@@ -35,7 +34,8 @@ from gpuwatch.scaling import (
     round_words,
     scaling_rows,
 )
-from gpuwatch.supervisor.scale import read_plan, write_plan
+from gpuwatch.runstate import WARMUP_STEPS, RunState
+from gpuwatch.supervisor.scale_attempts import read_plan, write_plan
 from tests.conftest import ROOT, TINY
 from trainer_runtime.protocol import Scale, event_frame
 

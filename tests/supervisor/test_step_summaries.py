@@ -347,8 +347,8 @@ def _recorded(tmp_path: Path) -> tuple[Path, list[tuple[float, Event]]]:
 def test_export_and_tensorboard_read_the_summaries(tmp_path: Path) -> None:
     import io
 
-    from gpuwatch.export import export_events
-    from gpuwatch.tboard import summary_scalars
+    from gpuwatch.runs.export import export_events
+    from gpuwatch.supervisor.tboard import summary_scalars
 
     path, events = _recorded(tmp_path)
     truth = [e for _, e in events if isinstance(e, Step)]

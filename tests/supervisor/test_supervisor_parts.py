@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.client import CommandError, ConnectionLost, RunClient
 from gpuwatch.config import load_config
+from gpuwatch.follow.client import CommandError, ConnectionLost, RunClient
 from gpuwatch.supervisor import Supervisor, eventlog
 from gpuwatch.supervisor import live as live_module
 from gpuwatch.supervisor.agent import LocalAgent
@@ -718,7 +718,7 @@ async def test_the_core_records_a_finished_run_and_waits_for_a_relaunch(
 
 
 def test_fresh_reaches_the_supervisor_as_an_argument(tmp_path: Path) -> None:
-    from gpuwatch.starting import _supervisor_command
+    from gpuwatch.runs.spawn import _supervisor_command
 
     assert _supervisor_command(tmp_path, fresh=True)[-1] == "--fresh"
     assert "--fresh" not in _supervisor_command(tmp_path)

@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.client import RunClient
+from gpuwatch.follow.client import RunClient
 from gpuwatch.runstate import RunState
-from gpuwatch.snapshot import snapshotted
+from gpuwatch.runstate.codec import snapshotted
 from gpuwatch.supervisor.commands import Commands
 from gpuwatch.supervisor.eventlog import EventLog
 from gpuwatch.supervisor.hub import ClientHub

@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.app.link import ReplayLink, SocketLink
-from gpuwatch.client import CommandError, ConnectionLost, RunClient
+from gpuwatch.follow.client import CommandError, ConnectionLost, RunClient
+from gpuwatch.follow.link import ReplayLink, SocketLink
 from gpuwatch.supervisor import Supervisor
 from tests.conftest import TINY
 from tests.data.fake_trainer import step
@@ -258,7 +258,7 @@ async def test_a_reply_with_id_true_is_not_the_reply_to_command_1(short_dir: Pat
 async def test_a_client_that_falls_behind_stops_reading_and_loses_nothing(
     short_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from gpuwatch import client as client_module
+    from gpuwatch.follow import client as client_module
 
     monkeypatch.setattr(client_module, "INBOX_MAX_EVENTS", 100)
     total = 20_000  # about 5 MB: far past the socket's buffers

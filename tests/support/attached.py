@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gpuwatch.client import RunClient
+from gpuwatch.follow.client import RunClient
 
 
 class Attached:

@@ -468,7 +468,7 @@ def test_frame_buffer_reads_any_stream_as_a_line_at_a_time(
 
 def test_every_public_class_keeps_its_home_in_the_package() -> None:
     """The protocol is a package of modules, but its classes say ``trainer_runtime.protocol``
-    as they did when it was one module: gpuwatch.snapshot's schema id hashes that name
+    as they did when it was one module: gpuwatch.runstate.codec's schema id hashes that name
     (snapshot.json written before stays readable), and so do pickles and tracebacks. Their
     annotations resolve there too (typing.get_type_hints, which the snapshot codec uses)."""
     import pickle

@@ -224,10 +224,10 @@ kind (1 is not true, true is not 1), is answered err and changes nothing.
   subscribe   Send every recorded event with seq >= from_seq, then live ones.
               from_seq: an integer from 0 to 9007199254740991; default 0
               snapshot: a string of 1 to 128 characters or null; default null; the
-                snapshot format the client reads (gpuwatch.snapshot.schema_id); when
-                the supervisor has one of that format at seq S >= from_seq, it sends
-                it first (snapshot frames) and then the events from S + 1; the ack
-                says snapshot_seq
+                snapshot format the client reads (gpuwatch.runstate.codec.schema_id);
+                when the supervisor has one of that format at seq S >= from_seq, it
+                sends it first (snapshot frames) and then the events from S + 1; the
+                ack says snapshot_seq
               dashboard: true or false; default false; true: a person watches (the
                 dashboard); while one does and the run is live, a spare trainer waits
                 for a relaunch
@@ -444,7 +444,7 @@ __all__ = [
 ]
 
 # The classes keep the home they had when this package was one module: their
-# __module__ is in gpuwatch.snapshot's schema id (snapshot.json written by an earlier
+# __module__ is in gpuwatch.runstate.codec's schema id (snapshot.json written by an earlier
 # version stays readable), in their pickles and in tracebacks. Set after each class is
 # made (dataclass reads ClassVar in its defining module's namespace).
 for _name in __all__:

@@ -68,7 +68,7 @@ class Subscribe(Command):
         default=None,
         metadata=_wire(
             SNAPSHOT_FORMAT,
-            "the snapshot format the client reads (gpuwatch.snapshot.schema_id); when the "
+            "the snapshot format the client reads (gpuwatch.runstate.codec.schema_id); when the "
             "supervisor has one of that format at seq S >= from_seq, it sends it first "
             "(snapshot frames) and then the events from S + 1; the ack says snapshot_seq",
         ),

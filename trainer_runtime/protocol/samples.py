@@ -76,7 +76,7 @@ class GpuSample:
     pcie_source: str | None = field(default=None, metadata=_NOT_A_READING)
     nvlink_links_active: int | None = field(default=None, metadata=_NOT_A_READING)
     # The NVLink generation of its first active link (nvmlDeviceGetNvLinkVersion): with
-    # the active links, the link's peak (gpuwatch.peaks.link_peak). None: no NVLink.
+    # the active links, the link's peak (gpuwatch.measures.peaks.link_peak). None: no NVLink.
     nvlink_version: int | None = field(default=None, metadata=_NOT_A_READING)
     # Last on the wire, as it always was.
     processes: tuple[GpuProcess, ...] = ()

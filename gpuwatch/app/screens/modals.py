@@ -17,7 +17,7 @@ from textual.widgets.option_list import Option
 
 from gpuwatch.app import fmt
 from gpuwatch.app.widgets.common import plural
-from gpuwatch.runs import RunInfo
+from gpuwatch.runs.folders import RunInfo
 from gpuwatch.runstate import recent_window
 
 QuitChoice = Literal["detach", "stop", "cancel"]

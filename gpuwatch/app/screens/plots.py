@@ -1,6 +1,6 @@
 """The plots screen (key g): the whole run against step, one colour per attempt.
 
-Four textual-plotext charts drawn from ``RunState.run_history`` (gpuwatch/series.py:
+Four textual-plotext charts drawn from ``RunState.run_history`` (gpuwatch/measures/series.py:
 every attempt, coarse over a long run), with a vertical line where each later attempt
 starts. Two pages of four, ``t`` flips between them: the run's figures (examples/s,
 input wait %, step time, loss) and where each step's time went (the shares of input
@@ -25,8 +25,8 @@ from gpuwatch.app import keys
 from gpuwatch.app.axes import step_axis, value_axis
 from gpuwatch.app.widgets.breakdown import part_label
 from gpuwatch.app.widgets.state_panel import StatePanel
+from gpuwatch.measures.series import RunHistory, RunSeries
 from gpuwatch.runstate import RunState
-from gpuwatch.series import RunHistory, RunSeries
 
 # (RunHistory field, chart title), in reading order: the figures, the first page.
 CHARTS = (

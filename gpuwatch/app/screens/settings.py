@@ -1,6 +1,6 @@
 """The settings screen (`e`): the settings a running trainer can change, as text to edit.
 
-Enter checks every field (gpuwatch.settings_form: the config's own reading and schema)
+Enter checks every field (gpuwatch.config.settings_form: the config's own reading and schema)
 and either returns the new pending settings or shows each problem under its field and
 stays open; Esc returns None. The dashboard makes the result its pending settings, which
 `r` then applies.
@@ -19,8 +19,8 @@ from textual.events import DescendantFocus
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from gpuwatch.config_words import accepts
-from gpuwatch.settings_form import FORM_KEYS, GENERAL, FormRefused, form_texts, read_form
+from gpuwatch.config.settings_form import FORM_KEYS, GENERAL, FormRefused, form_texts, read_form
+from gpuwatch.config.words import accepts
 from trainer_runtime.changes import LIVE_KEYS
 
 

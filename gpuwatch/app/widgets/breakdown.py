@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from rich.text import Text
 
 from gpuwatch.app import fmt
-from gpuwatch.breakdown import link_share_text
+from gpuwatch.measures.breakdown import link_share_text
 from gpuwatch.runstate import Figures
 from trainer_runtime.protocol import Breakdown
 

@@ -1,6 +1,6 @@
 """Per-GPU history: a line per GPU on a small terminal, a grid of cells on a big one.
 
-The chief's host's GPUs from ``RunState.gpu_history`` (gpuwatch/series.py):
+The chief's host's GPUs from ``RunState.gpu_history`` (gpuwatch/measures/series.py):
 utilization and memory over the last samples, PCIe and NVLink TX/RX, beside the
 gradient-sync estimate (in the panel's title). The form follows the terminal: below
 WIDE_COLUMNS x TALL_ROWS one line per GPU (as many as fit, then "… and N more"); from
@@ -31,8 +31,8 @@ from textual.containers import Container, Vertical
 from gpuwatch.app import fmt
 from gpuwatch.app.widgets.common import is_tall, is_wide
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
+from gpuwatch.measures.series import GpuHistory, bucket_means
 from gpuwatch.runstate import CHIEF, RunState
-from gpuwatch.series import GpuHistory, bucket_means
 
 # A grid cell: a title line and one sparkline per reading.
 CELL_MIN_WIDTH = 36

@@ -7,8 +7,8 @@ from rich.text import Text
 from textual import events
 
 from gpuwatch.app import fmt
-from gpuwatch.app.link import RECORD
 from gpuwatch.app.widgets.state_panel import StatePanel
+from gpuwatch.follow.link import RECORD
 from gpuwatch.runstate import RunState
 
 STATUS_STYLE = {

@@ -1,7 +1,7 @@
 """A scaling probe's panel (gpuwatch scale): its table, and a small plot of efficiency.
 
 Shown instead of the attempts table and the history on a probe's run (the screen's
-``-scale`` class). The rows and every figure in them are gpuwatch/scaling.py's
+``-scale`` class). The rows and every figure in them are gpuwatch/measures/scaling.py's
 (``scaling_rows``, ``cells``); the verdict under them is the advisor's
 (``poor_scaling``). The plot reuses the plots screen's chart (``StepChart``: whole numbers
 on x, evenly spaced labels on y): efficiency in % against the device count, from 0, with
@@ -17,8 +17,8 @@ from textual.containers import Horizontal
 from gpuwatch.advisor import poor_scaling
 from gpuwatch.app.screens.plots import StepChart
 from gpuwatch.app.widgets.state_panel import StatePanel, show_title
+from gpuwatch.measures.scaling import ScalingRow, cells, describe, scaling_rows, shared_cores_note
 from gpuwatch.runstate import ATTEMPT_WINDOW, RunState
-from gpuwatch.scaling import ScalingRow, cells, describe, scaling_rows, shared_cores_note
 from trainer_runtime.protocol import Breakdown, Scale
 
 # The table's columns: (head, cell key, width); the batch, the efficiency's interval and

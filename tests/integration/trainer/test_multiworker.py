@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from gpuwatch.ports import reserve_ports
+from gpuwatch.supervisor.ports import reserve_ports
 from tests.integration.trainer.conftest import assert_breakdown_sums
 from tests.support.alone import RunAlone
 from trainer_runtime import protocol

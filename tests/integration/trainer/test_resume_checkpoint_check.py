@@ -1,4 +1,4 @@
-"""gpuwatch's look at a checkpoint before a resume (gpuwatch/resume.py, no TensorFlow there)
+"""gpuwatch's look at a checkpoint before a resume (gpuwatch/runs/resume.py, no TensorFlow there)
 against checkpoints TensorFlow itself writes: a whole one passes, and each damage it
 calls fatal is one TensorFlow cannot restore from either (it trains from step 0, or stops)."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import tensorflow as tf
 
-from gpuwatch.resume import INDEX_MAGIC, checkpoint_problem, has_checkpoint
+from gpuwatch.runs.resume import INDEX_MAGIC, checkpoint_problem, has_checkpoint
 
 
 def saved(run_dir: Path, steps: tuple[int, ...] = (10, 20)) -> tf.train.CheckpointManager:

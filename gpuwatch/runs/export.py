@@ -38,11 +38,11 @@ fixed by the declarations, never by scanning the file):
   nccl-tests' busbw), then its settings flattened as dotted columns
   (``train.global_batch_size``, the keys ``--set`` takes) from the config schema.
   A setting that holds a list or an object (``model.kwargs``) is one cell.
-- ``scaling``: a scaling probe's table (``gpuwatch scale``; gpuwatch/scaling.py), one row
+- ``scaling``: a scaling probe's table (``gpuwatch scale``; gpuwatch/measures/scaling.py), one row
   per device count: count, unit, mode, attempt, state, the batch, examples/s (median after
   warm-up), speed-up and efficiency against the smallest count, the efficiency's 95 %
   interval (``efficiency_low``, ``efficiency_high``; empty with too few steps for one),
-  each part of the step's share in % (``input_wait_pct`` and gpuwatch/breakdown.py's
+  each part of the step's share in % (``input_wait_pct`` and gpuwatch/measures/breakdown.py's
   names; empty until the trainer times the parts apart) and whether the count's logical
   CPU replicas share fewer cores. No rows for a run that is not a probe.
 
@@ -68,7 +68,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, BinaryIO, TextIO
 
-from gpuwatch.breakdown import SHARE_KEYS, share_cells
+from gpuwatch.measures.breakdown import SHARE_KEYS, share_cells
 from gpuwatch.sampling import GPU_FRAME_KEYS, HOST_FRAME_KEYS
 from trainer_runtime.protocol import (
     MAX_FRAME_BYTES,
@@ -427,9 +427,9 @@ def attempt_rows(
 
 
 def scaling_table_rows(events: Iterable[tuple[Envelope, Event]]) -> Iterator[Row]:
-    """One row per count of a scaling probe (gpuwatch/scaling.py's rows), after the stream."""
+    """One row per count of a scaling probe (measures/scaling.py's rows), after the stream."""
+    from gpuwatch.measures.scaling import scaling_rows
     from gpuwatch.runstate import RunState
-    from gpuwatch.scaling import scaling_rows
 
     state = RunState()
     for envelope, event in events:

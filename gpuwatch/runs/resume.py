@@ -18,8 +18,8 @@ import stat
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from gpuwatch import runs
 from gpuwatch.config import dump_config, load_config, refuse_command_keys
+from gpuwatch.runs import folders
 from trainer_runtime.schema import RunConfig
 
 # The last 8 bytes of every TensorFlow checkpoint's .index file (an SSTable's footer magic).
@@ -35,7 +35,7 @@ class ResumeError(Exception):
     """The run cannot be resumed now; the message says why in one line."""
 
 
-def settings_path(info: runs.RunInfo) -> Path:
+def settings_path(info: folders.RunInfo) -> Path:
     """The settings the run last ran with: its last attempt's file, else its config.yaml."""
     found: dict[int, Path] = {}
     for path in info.run_dir.glob("attempt-*.yaml"):
@@ -109,19 +109,19 @@ def checkpoint_problem(run_dir: Path) -> str | None:
 
 
 def resume_run(
-    info: runs.RunInfo, overrides: Sequence[str] = (), *, follow: bool = True,
+    info: folders.RunInfo, overrides: Sequence[str] = (), *, follow: bool = True,
     say: Callable[[str], None] | None = None,
-) -> runs.RunInfo:
+) -> folders.RunInfo:
     """Start the ended run's supervisor again; its info once the socket answers.
 
     follow: the caller attaches next (the dashboard's `r`, `gpuwatch resume` without
-    --detach), so the supervisor waits for it (starting.start_supervisor). say: told
+    --detach), so the supervisor waits for it (spawn.start_supervisor). say: told
     resume_note's line, if any, before the supervisor starts.
 
     ResumeError: the run is live (or its supervisor still up); ConfigError: the
     settings or an override are wrong; RuntimeError: the supervisor did not start.
     """
-    from gpuwatch.starting import check_startable, start_supervisor
+    from gpuwatch.runs.spawn import check_startable, start_supervisor
 
     current = _once_its_supervisor_is_gone(info, say)
     settings = settings_path(current)
@@ -157,8 +157,8 @@ ENDING_ASK_S = 1.0
 
 
 def _once_its_supervisor_is_gone(
-    info: runs.RunInfo, say: Callable[[str], None] | None = None
-) -> runs.RunInfo:
+    info: folders.RunInfo, say: Callable[[str], None] | None = None
+) -> folders.RunInfo:
     """The run's record once no supervisor is up on it. One still up after the end with
     nothing keeping it (it is on its way out) is waited for, up to ENDING_WAIT_S; one that
     a dashboard or the follower it was started for keeps up is a ResumeError naming it,
@@ -170,7 +170,7 @@ def _once_its_supervisor_is_gone(
     asked_at = 0.0
     said = False
     while True:
-        current = runs.read_run_info(info.run_dir)
+        current = folders.read_run_info(info.run_dir)
         if current.supervisor_pid is None:
             return current
         if current.live:
@@ -209,12 +209,12 @@ def _once_its_supervisor_is_gone(
         time.sleep(ENDING_POLL_S)
 
 
-def _what_holds(info: runs.RunInfo) -> dict[str, object]:
+def _what_holds(info: folders.RunInfo) -> dict[str, object]:
     """The supervisor's own word on what keeps it up (its status reply: dashboards,
     followers, awaiting_follower); {} if it does not answer (it is exiting)."""
     import asyncio
 
-    from gpuwatch.client import ClientError, RunClient
+    from gpuwatch.follow.client import ClientError, RunClient
 
     socket_path = info.socket_path
     if socket_path is None:
@@ -260,7 +260,7 @@ def _step_of(prefix: Path | None) -> int:
     return int(number.group(1)) if number else 0
 
 
-def progress_problem(info: runs.RunInfo, config: RunConfig, settings: Path) -> str | None:
+def progress_problem(info: folders.RunInfo, config: RunConfig, settings: Path) -> str | None:
     """Why the next attempt of an ended run would quietly lose its place (one line), or
     None: a checkpoint that is there but cannot be restored (the trainer would train from
     step 0, or stop), or a max_steps at or under the step it would start from (it would
@@ -285,7 +285,7 @@ def progress_problem(info: runs.RunInfo, config: RunConfig, settings: Path) -> s
     return None
 
 
-def resume_note(info: runs.RunInfo, config: RunConfig) -> str | None:
+def resume_note(info: folders.RunInfo, config: RunConfig) -> str | None:
     """What a person should know before the next attempt starts: that it trains from step
     0, the run having no checkpoint to go on from (none enabled, or none saved yet: a crash
     before the first); None when it goes on from where the run got to, or that cannot be

@@ -1,7 +1,7 @@
 """An ended run's record read back without its supervisor: snapshot.json, then events.jsonl.
 
 Once a run has ended its directory is the whole record (nothing of it runs). A dashboard
-that attaches to it (``RecordLink``, gpuwatch/app/link.py) reads it here in the shape a
+that attaches to it (``RecordLink``, gpuwatch/follow/link.py) reads it here in the shape a
 supervisor would have sent it: the saved fold (snapshot.json) as the one joined
 ``snapshot`` frame that RunClient makes of a supervisor's parts, when its format is the
 reader's and events.jsonl holds every event it folds; then the events after it, read

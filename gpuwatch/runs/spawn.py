@@ -2,7 +2,7 @@
 supervisor, detached from this terminal, waited for until it answers (start_supervisor).
 
 Used by the command line (train, run, scale, resume) and by a resume from the dashboard
-(gpuwatch/resume.py); it imports neither."""
+(gpuwatch/runs/resume.py); it imports neither."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     import subprocess
 
     from gpuwatch.config import LoadedConfig
-    from gpuwatch.runs import RunInfo
+    from gpuwatch.runs.folders import RunInfo
 
 SUPERVISOR_START_TIMEOUT_S = 30.0
 
@@ -67,8 +67,8 @@ def start_supervisor(
     run ends (--await-follower)."""
     import subprocess
 
-    from gpuwatch import runs
-    from gpuwatch.environment import supervisor_environment
+    from gpuwatch.runs import folders
+    from gpuwatch.runs.environment import supervisor_environment
 
     # Factories ("mypkg.models:build") import from where the person ran gpuwatch.
     env = supervisor_environment(os.environ, str(run_dir.parent.parent), os.getcwd())
@@ -105,13 +105,13 @@ def start_supervisor(
         )
     deadline = time.monotonic() + SUPERVISOR_START_TIMEOUT_S
     while time.monotonic() < deadline:
-        info = runs.read_supervisor_info(run_dir)
+        info = folders.read_supervisor_info(run_dir)
         pid = info.get("pid")
         # Alive, not a resumed run's old supervisor.json (a killed one leaves its file).
-        alive = isinstance(pid, int) and runs.supervisor_alive(pid, run_dir)
+        alive = isinstance(pid, int) and folders.supervisor_alive(pid, run_dir)
         if alive and Path(str(info.get("socket"))).exists():
             _reap_when_done(proc)
-            return runs.read_run_info(run_dir)
+            return folders.read_run_info(run_dir)
         if method == "setsid" and proc.poll() is not None:
             break
         time.sleep(0.05)

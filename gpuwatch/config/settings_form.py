@@ -20,7 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gpuwatch.config import ConfigError, apply_overrides, check_replicas, parse_override
+from gpuwatch.config.devices import check_replicas
+from gpuwatch.config.errors import ConfigError
+from gpuwatch.config.overrides import apply_overrides, parse_override
 from gpuwatch.runstate import effective, format_setting, get_setting, pending_overrides
 from trainer_runtime.changes import LIVE_KEYS
 from trainer_runtime.schema import RunConfig

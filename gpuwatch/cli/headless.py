@@ -11,7 +11,7 @@ all-reduce, optimizer update and the host's rest, over the same steps as Y, the 
 adding to 100; W: a cluster's workers, 1 on one host; F: one example's forward and
 backward FLOPs as the trainer counted them in its graph; T: achieved TFLOP/s,
 F x X / 1e12; M: T over the replicas' GPUs' dense peak, only where that peak is known,
-gpuwatch/peaks.py; B: the all-reduce's bus bandwidth, nccl-tests' busbw; n/a: a figure
+gpuwatch/measures/peaks.py; B: the all-reduce's bus bandwidth, nccl-tests' busbw; n/a: a figure
 not known), and last `verdict: ...`, the advisor's verdict on those figures: the part
 that holds the step back, with its share (gpuwatch/advisor/). A progress
 line's figures are the last 20 steps, and it says so (`last 20 steps: 1,973 ex/s, ...`,
@@ -33,7 +33,7 @@ summary, and its verdict is why. It finished when it exited 0.
 
 A scaling probe (`gpuwatch scale CONFIG --headless`) prints the same progress lines while
 its attempts run, a line as each later round begins (why: the verdict that could not tell;
-which round; its steps), then its table (gpuwatch/scaling.py: a row per count, each efficiency
+which round; its steps), then its table (measures/scaling.py: a row per count, each efficiency
 with its 95 % interval), the advisor's word on how it scaled ("not enough steps to tell
 (X-Y%)" while an interval straddles the line), and last the line `scaling:
 replicas=1,2 examples_per_s=A,B speedup=1.00,S efficiency=1.00,E
@@ -55,7 +55,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpuwatch import scaling
 from gpuwatch.advisor import (
     VERDICTS,
     final_verdict,
@@ -63,8 +62,9 @@ from gpuwatch.advisor import (
     input_bound_level,
     poor_scaling,
 )
-from gpuwatch.client import ClientError, ConnectionLost, RunClient
-from gpuwatch.runs import RunInfo, read_run_info, workers_in
+from gpuwatch.follow.client import ClientError, ConnectionLost, RunClient
+from gpuwatch.measures import scaling
+from gpuwatch.runs.folders import RunInfo, read_run_info, workers_in
 from gpuwatch.runstate import (
     ATTEMPT_WINDOW,
     CURRENT_STEPS,

@@ -2,7 +2,7 @@
 
 Pure: no Textual, no TensorFlow, no I/O. `gpuwatch scale CONFIG` runs one short, fresh
 attempt of the same job at each device count, one after another (the supervisor's
-``scale.py``); this module says what each attempt runs with (``plan_configs``) and what
+``scale_attempts.py``); this module says what each attempt runs with (``plan_configs``) and what
 the attempts measured (``scaling_rows``). The dashboard, headless mode, ``gpuwatch export
 --what scaling`` and the advisor's poor-scaling verdict all read the rows made here.
 
@@ -37,8 +37,8 @@ from gpuwatch.config import (
     check_replicas,
     expected_replicas,
 )
+from gpuwatch.measures.sketch import median_ranks
 from gpuwatch.runstate import WARMUP_STEPS, AttemptSummary, RunState, get_setting
-from gpuwatch.sketch import median_ranks
 from trainer_runtime.protocol import Breakdown, Scale
 from trainer_runtime.schema import (
     MAX_REPLICAS,

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from gpuwatch.breakdown import ms_cells, share_cells
+from gpuwatch.measures.breakdown import ms_cells, share_cells
 from trainer_runtime.protocol import (
     Attempt,
     Event,
@@ -44,6 +44,7 @@ from trainer_runtime.protocol import (
     StepSummary,
 )
 
+# Its name from before it moved into supervisor/: supervisor.log names each line's source.
 log = logging.getLogger("gpuwatch.tboard")
 
 FILE_VERSION = "brain.Event:2"
@@ -275,7 +276,7 @@ def step_scalars(step: Step) -> dict[str, float]:
     """A step's scalars: loss (when finite), learning rate, examples/s, input wait %, step
     time; and where its parts were timed apart, each other part's share and time
     (``train/compute_pct`` ... ``train/other_pct``, ``train/compute_ms`` ...: the names
-    of gpuwatch/breakdown.py; the input's are input_wait_pct and the step's input wait)."""
+    of gpuwatch/measures/breakdown.py; the input's are input_wait_pct and the step's input wait)."""
     values: dict[str, float | None] = {
         "train/loss": step.loss,
         "train/learning_rate": step.lr,

@@ -16,7 +16,7 @@ already holds everything up to the last seq.
 An ended run has no supervisor: ``RecordLink`` reads its directory the same way
 (snapshot.json as that snapshot frame, then the events after it) and then says
 ``{"type": "link", "state": "record"}``. Its ``relaunch`` resumes the run
-(gpuwatch/resume.py) and from then on it follows the new supervisor as SocketLink
+(gpuwatch/runs/resume.py) and from then on it follows the new supervisor as SocketLink
 does, from the last seq it delivered + 1.
 """
 
@@ -29,9 +29,9 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from gpuwatch.client import CommandError, ConnectionLost, RunClient, build
-from gpuwatch.record import RecordReader, line_offset, saved_snapshot
-from gpuwatch.runs import RunInfo, read_run_info, socket_path_for
+from gpuwatch.follow.client import CommandError, ConnectionLost, RunClient, build
+from gpuwatch.follow.record_reader import RecordReader, line_offset, saved_snapshot
+from gpuwatch.runs.folders import RunInfo, read_run_info, socket_path_for
 from gpuwatch.runstate import RunState
 from trainer_runtime.protocol import StatusChange, event_frame
 
@@ -146,14 +146,14 @@ class SocketLink:
 class RecordLink:
     """An ended run read from its directory, with no supervisor; `r` resumes it, live.
 
-    events(): the record (gpuwatch/record.py): snapshot.json as the snapshot frame a
+    events(): the record (gpuwatch/follow/record_reader.py): snapshot.json as the snapshot frame a
     supervisor would send, when its format is RunState's and events.jsonl holds its seq,
     then the events after it (all of them without one), ``batch_size`` at a time from a
     file that is streamed, never held; then a ``record`` link event, and nothing more until
     a resume. A record that stops while the run was live (read_run_info calls it "lost":
     its supervisor is gone) gets a ``lost`` status event first, with no seq.
 
-    command("relaunch", overrides=...) resumes the run: ``gpuwatch.resume.resume_run`` in a
+    command("relaunch", overrides=...) resumes the run: ``gpuwatch.runs.resume.resume_run`` in a
     thread (it waits for the new supervisor's socket), the overrides as its `--set` texts;
     its ConfigError, ResumeError or RuntimeError (or OSError) is a CommandError with the same
     line. The link then follows that supervisor as SocketLink does, subscribing from the
@@ -351,8 +351,8 @@ class RecordLink:
     def _resume(self, overrides: Sequence[str]) -> tuple[RunInfo, RunInfo]:
         """Start the run's supervisor again (blocks until its socket answers): the run as it
         was, and as it is now."""
-        from gpuwatch import resume
         from gpuwatch.config import ConfigError
+        from gpuwatch.runs import resume
 
         before = read_run_info(self.run_dir)
         try:

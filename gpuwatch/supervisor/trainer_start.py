@@ -1,7 +1,7 @@
 """Starting one worker's trainer on this host: its log file, its command, a spare or a cold start.
 
 The trainer is ``python -m trainer_runtime --run-dir DIR --config ... --attempt N
---telemetry-fd FD`` (launch.py says what a cluster worker adds), in its own process
+--telemetry-fd FD`` (worker_role.py says what a cluster worker adds), in its own process
 group (start_new_session: a stop signals all of it), with stdout and stderr appended
 to the worker's trainer.log after one header line per attempt and the child end of
 a socketpair as its telemetry fd. While a spare is wanted (a person's dashboard is
@@ -33,9 +33,9 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from gpuwatch.environment import command_environment, trainer_environment
-from gpuwatch.supervisor.launch import WorkerLaunch
+from gpuwatch.runs.environment import command_environment, trainer_environment
 from gpuwatch.supervisor.spare import SpareTrainer, spare_enabled
+from gpuwatch.supervisor.worker_role import WorkerLaunch
 from trainer_runtime.hook import ENV_FD, ENV_SETTINGS, HOOK_DIR, hook_settings
 from trainer_runtime.schema import RunConfig
 
@@ -263,13 +263,13 @@ class TrainerLauncher:
 
 
 def trainer_env(launch: WorkerLaunch | None = None) -> dict[str, str]:
-    """The bundled trainer's environment (gpuwatch/environment.py), launch's own last."""
+    """The bundled trainer's environment (gpuwatch/runs/environment.py), launch's own last."""
     return trainer_environment(os.environ, launch.env if launch is not None else None)
 
 
 def command_env(config: RunConfig, attempt: int, telemetry_fd: int,
                 launch: WorkerLaunch | None = None) -> dict[str, str]:
-    """A person's own command's environment (gpuwatch run, gpuwatch/environment.py): theirs
+    """A person's own command's environment (gpuwatch run, gpuwatch/runs/environment.py): theirs
     as they typed gpuwatch in, with the hook's directory first on PYTHONPATH, the
     telemetry socket's fd and the hook's settings; a cluster's worker (`--workers N`) gets
     its TF_CONFIG too, in place of any of the person's."""

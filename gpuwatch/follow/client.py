@@ -284,7 +284,7 @@ class RunClient:
     ) -> dict[str, Any]:
         """Ask for every recorded event with seq >= from_seq, then live ones.
 
-        With `snapshot` (the format the caller reads, gpuwatch.snapshot.schema_id) the
+        With `snapshot` (the format the caller reads, gpuwatch.runstate.codec.schema_id) the
         supervisor may send its state after some seq S >= from_seq instead of the
         events up to S: one ``snapshot`` frame (seq, schema, data) comes first, and the
         ack's ``snapshot_seq`` is S (null when it had none in that format).

@@ -21,7 +21,8 @@ import random
 import socket
 from pathlib import Path
 
-log = logging.getLogger(__name__)
+# Its name from before it moved into supervisor/: supervisor.log names each line's source.
+log = logging.getLogger("gpuwatch.ports")
 
 # Linux's default range, when /proc says nothing.
 DEFAULT_EPHEMERAL = (32768, 60999)

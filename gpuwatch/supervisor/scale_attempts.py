@@ -3,7 +3,7 @@
 Part of the Supervisor (core.py), which it reaches only through ``ScalingRun``: it does
 not import core.py (core.py imports it). The plan (``protocol.Scale``: the counts, weak or
 strong, the steps, the rounds) comes from the command line in ``scale.json``; each count's
-settings from ``gpuwatch.scaling.plan_configs``, the same rule the command line checked
+settings from ``gpuwatch.measures.scaling.plan_configs``, the same rule the command line checked
 them with. Each attempt is started as a relaunch is (the commands' lock, a new trainer
 process, ``fresh`` so no checkpoint is reused, reason ``scale``) and runs its steps to the
 end; the next starts once its trainers have exited. An attempt that reaches its steps
@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from gpuwatch.advisor import Advice, poor_scaling
 from gpuwatch.config import ConfigError, visible_gpus
-from gpuwatch.scaling import (
+from gpuwatch.measures.scaling import (
     REASON,
     another_round,
     make_plan,

@@ -11,7 +11,7 @@ Layout under ``$GPUWATCH_HOME`` (default ``$XDG_STATE_HOME/gpuwatch``, i.e.
     runs/<run-id>/supervisor.json    pid and socket path of the live supervisor
     runs/<run-id>/checkpoints/       tf.train.CheckpointManager's directory
     runs/<run-id>/tensorboard/       TensorBoard scalars: attempt-N/ (the chief's),
-                                     attempt-N/worker-<i>/ (gpuwatch/tboard.py)
+                                     attempt-N/worker-<i>/ (gpuwatch/supervisor/tboard.py)
     runs/<run-id>/workers/<i>/       a cluster's worker i > 0: its trainer.log, scratch
                                      checkpoints. A worker on another host (or another
                                      account, user@host) keeps its files at this same

@@ -211,7 +211,7 @@ def diagnose(tf: TfReport, nv: NvmlReport) -> tuple[int, list[str]]:
 
 def _home_line() -> str:
     """Where runs are kept, and what stops every other command there, if anything does."""
-    from gpuwatch.runs import gpuwatch_home, home_problem
+    from gpuwatch.runs.folders import gpuwatch_home, home_problem
 
     problem = home_problem()
     return f"{gpuwatch_home()}" + (f" (unusable: {problem})" if problem else "")

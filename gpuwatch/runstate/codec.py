@@ -36,6 +36,11 @@ from typing import Any
 # The encoding's own version: bump it when the way values are written changes.
 ENCODING_VERSION = 1
 
+# A class's module is part of the schema id (its own name, and its fields' types): a
+# module moved makes the snapshot.json files written before it unreadable, and their
+# readers fold all of events.jsonl instead, as for any other change of layout. A snapshot
+# is a cache of the fold; the events are the record.
+
 
 class SnapshotError(ValueError):
     """A snapshot that cannot be made or read (the caller falls back to replaying events)."""
