@@ -50,12 +50,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from gpuwatch.sampling import sample_event  # noqa: E402
-from gpuwatch.sampling.types import DeviceSample, GpuSample, HostSample  # noqa: E402
+from gpuwatch.sampling.types import DeviceSample  # noqa: E402
 from gpuwatch.supervisor.eventlog import EventLog  # noqa: E402
 from gpuwatch.supervisor.hub import Client, ClientHub  # noqa: E402
-from trainer_runtime.protocol import (  # noqa: E402
+from trainer_runtime.protocol import (  # noqa: E402  # noqa: E402
     Attempt,
+    GpuSample,
     Hello,
+    HostSample,
     InvalidCommand,
     Run,
     Sample,

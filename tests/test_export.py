@@ -29,21 +29,18 @@ from gpuwatch.runs.export import (
     settings_columns,
 )
 from gpuwatch.runstate import WARMUP_STEPS
-from gpuwatch.sampling import (
-    GPU_FRAME_KEYS,
-    HOST_FRAME_KEYS,
-    DeviceSample,
-    GpuProcess,
-    GpuSample,
-    HostSample,
-    sample_to_frame_fields,
-)
+from gpuwatch.sampling import GPU_FRAME_KEYS, HOST_FRAME_KEYS
+from gpuwatch.sampling.types import DeviceSample
 from gpuwatch.supervisor.eventlog import EventLog
+from tests.support.sample_frames import sample_frame_fields
 from trainer_runtime.protocol import (
     Attempt,
     Done,
     Event,
+    GpuProcess,
+    GpuSample,
     Hello,
+    HostSample,
     Resume,
     Run,
     Sample,
@@ -392,7 +389,7 @@ def test_samples_are_one_row_per_gpu_and_the_attempt_they_fell_in(
 def test_sample_columns_are_the_sampler_frame_keys() -> None:
     """The columns come from the declarations; the sampler's frame writes exactly them."""
     gpu_sample = GpuSample(index=0, name="x", uuid="u", processes=(GpuProcess(1, 2, True),))
-    frame = sample_to_frame_fields(DeviceSample(0.0, HostSample(), (gpu_sample,), None))
+    frame = sample_frame_fields(DeviceSample(0.0, HostSample(), (gpu_sample,), None))
     assert tuple(frame["host"]) == HOST_FRAME_KEYS
     assert tuple(frame["gpus"][0]) == GPU_FRAME_KEYS
 

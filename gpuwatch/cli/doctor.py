@@ -21,8 +21,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, TextIO
 
-from gpuwatch.sampling import DeviceSampler, GpuSample, cuda_version_text
+from gpuwatch.sampling import DeviceSampler, cuda_version_text
 from gpuwatch.sampling.nvml import PENDING_REASONS
+from trainer_runtime.protocol import GpuSample
 from trainer_runtime.schema import StrategyConfig
 
 TF_PROBE_TIMEOUT_S = 120.0  # importing TF takes ~4 s on a quiet box, far more on a loaded one

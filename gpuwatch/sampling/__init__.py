@@ -19,21 +19,17 @@ from gpuwatch.sampling.gpu import GpuReader
 from gpuwatch.sampling.host import HostSampler
 from gpuwatch.sampling.nvml import cuda_visible_count, describe_init_failure, visible_gpu_count
 from gpuwatch.sampling.throughput import WINDOW_MAX_AGE_S, PcieWindowPoller
-from gpuwatch.sampling.types import DeviceSample, GpuProcess, GpuSample, HostSample
-from trainer_runtime.protocol import Sample, event_frame, wire_field_names
+from gpuwatch.sampling.types import DeviceSample
+from trainer_runtime.protocol import GpuSample, HostSample, Sample, wire_field_names
 
 __all__ = [
     "GPU_FRAME_KEYS",
     "HOST_FRAME_KEYS",
     "DeviceSample",
     "DeviceSampler",
-    "GpuProcess",
-    "GpuSample",
-    "HostSample",
     "cuda_version_text",
     "cuda_visible_count",
     "sample_event",
-    "sample_to_frame_fields",
     "visible_gpu_count",
 ]
 
@@ -228,10 +224,3 @@ def sample_event(sample: DeviceSample) -> Sample:
     )
     return Sample(host=sent_host, gpus=[_sent_gpu(gpu) for gpu in sample.gpus],
                   nvml=sample.nvml)
-
-
-def sample_to_frame_fields(sample: DeviceSample) -> dict[str, Any]:
-    """JSON-able fields of the protocol ``sample`` frame, as sample_event's are written:
-    host, gpus, nvml."""
-    frame = event_frame(sample_event(sample))
-    return {key: frame[key] for key in ("host", "gpus", "nvml")}

@@ -30,7 +30,7 @@ from gpuwatch.sampling.throughput import (
     PcieThroughput,
     PcieWindowPoller,
 )
-from gpuwatch.sampling.types import GpuProcess, GpuSample
+from trainer_runtime.protocol import GpuProcess, GpuSample
 
 __all__ = ["GpuReader"]
 

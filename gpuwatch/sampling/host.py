@@ -15,7 +15,7 @@ from typing import Any
 
 import psutil
 
-from gpuwatch.sampling.types import HostSample
+from trainer_runtime.protocol import HostSample
 
 # Linux counts guest time inside user/nice already (as psutil does, skip them).
 _NOT_IN_TOTAL = ("guest", "guest_nice")

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # The readings are the protocol's: a sample event carries them as they are.
-from trainer_runtime.protocol import GpuProcess, GpuSample, HostSample
+from trainer_runtime.protocol import GpuSample, HostSample
 
-__all__ = ["DeviceSample", "GpuProcess", "GpuSample", "HostSample"]
+__all__ = ["DeviceSample"]
 
 
 @dataclass(frozen=True, slots=True)

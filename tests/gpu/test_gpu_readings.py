@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 
 from gpuwatch.measures import peaks
-from gpuwatch.sampling import DeviceSampler, sample_to_frame_fields
+from gpuwatch.sampling import DeviceSampler, sample_event
+from tests.support.sample_frames import sample_frame_fields
 
 pytestmark = pytest.mark.gpu
 
@@ -109,14 +110,14 @@ def test_static_readings_are_present_and_plausible(sampler: DeviceSampler) -> No
     assert gpu.temperature_c is None or 0 < gpu.temperature_c < 110
     if gpu.power_w is not None and gpu.power_limit_w is not None:
         assert 0 < gpu.power_w <= gpu.power_limit_w * 1.2
-    json.dumps(sample_to_frame_fields(sample), allow_nan=False)
-    print("\nGPU0:", json.dumps(sample_to_frame_fields(sample)["gpus"][GPU]))
+    json.dumps(sample_frame_fields(sample), allow_nan=False)
+    print("\nGPU0:", json.dumps(sample_frame_fields(sample)["gpus"][GPU]))
     # The link an all-reduce crosses: NVLink where the board has it (a generation the
     # per-link table knows), else the PCIe link NVML reports.
     if gpu.nvlink_links_active:
         assert gpu.nvlink_version in peaks.NVLINK_LINK_BYTES_PER_S, gpu.nvlink_version
     print("peak table row:", peaks.find_peak(gpu.name))
-    link = peaks.link_peak(sample_to_frame_fields(sample)["gpus"][GPU:GPU + 1])
+    link = peaks.link_peak(sample_event(sample).gpus[GPU:GPU + 1])
     assert link is not None, "NVML told neither an NVLink generation nor a PCIe link"
     print("link peak:", link)
 

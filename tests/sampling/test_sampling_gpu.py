@@ -18,7 +18,6 @@ from gpuwatch.sampling import (
     cuda_version_text,
     cuda_visible_count,
     sample_event,
-    sample_to_frame_fields,
     visible_gpu_count,
 )
 from gpuwatch.sampling.counters import (
@@ -44,6 +43,7 @@ from tests.support.fake_nvml import (
     fake_h100_box,
 )
 from tests.support.nvml_views import CountersHidden
+from tests.support.sample_frames import sample_frame_fields
 from trainer_runtime import protocol
 
 GPU_FIELDS = {
@@ -180,7 +180,7 @@ def test_frame_fields_have_the_agreed_names_and_encode_as_a_frame(make_sampler) 
     sampler = make_sampler(nvml, run_pids=lambda: {4242})
     sampler.sample()
     nvml.advance(0.5)
-    fields = sample_to_frame_fields(sampler.sample())
+    fields = sample_frame_fields(sampler.sample())
     assert set(fields) == {"host", "gpus", "nvml"}
     assert set(fields["host"]) >= HOST_FIELDS
     assert len(fields["gpus"]) == 2
@@ -448,7 +448,7 @@ def test_mig_gpu_reports_utilization_as_na_not_zero(make_sampler) -> None:
     assert mig.mem_used_bytes is not None and mig.temperature_c == 45.0
     assert plain.mig is False and plain.util_gpu_pct == 50.0
     assert nvml.calls["nvmlDeviceGetUtilizationRates"] == 1  # only the non-MIG GPU was asked
-    fields = sample_to_frame_fields(sample)["gpus"][0]
+    fields = sample_frame_fields(sample)["gpus"][0]
     assert fields["util_gpu_pct"] is None and fields["mig"] is True
 
 
@@ -470,7 +470,7 @@ def test_gpu_lost_mid_run_marks_that_gpu_and_keeps_the_others(make_sampler) -> N
     assert again.gpus[1].lost and again.gpus[0].util_gpu_pct == 50.0
     # A lost GPU is not asked again: its handle is dead until a reset.
     assert nvml.calls_by_gpu[1] == calls_to_lost_gpu
-    fields = sample_to_frame_fields(again)["gpus"][1]
+    fields = sample_frame_fields(again)["gpus"][1]
     assert fields["lost"] is True and fields["util_gpu_pct"] is None
 
 
@@ -776,7 +776,7 @@ def test_nvlink_generation_is_read_once_from_the_first_active_link(make_sampler)
     sampler = make_sampler(FakeNVML([gpu]))
     reading = sampler.sample().gpus[0]
     assert (reading.nvlink_links_active, reading.nvlink_version) == (2, 3)
-    frame_gpu = sample_to_frame_fields(sampler.sample())["gpus"][0]
+    frame_gpu = sample_frame_fields(sampler.sample())["gpus"][0]
     assert frame_gpu["nvlink_version"] == 3 and frame_gpu["nvlink_links_active"] == 2
 
 
