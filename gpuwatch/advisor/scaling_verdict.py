@@ -58,7 +58,7 @@ SCALING_REMEDIES: dict[str, tuple[Remedy, ...]] = {
 # figure itself moves as it does, so the steps at which the interval would reach only
 # 1 / STEPS_MARGIN of the way to the line. With 1.5, 26 of 34 noisy probes (30 steps,
 # truly 70 %, steps 30 % apart) that could not tell could at the steps suggested; with
-# 1.0, 20 of 35 (tests/test_scaling.py builds such probes).
+# 1.0, 20 of 35 (tests/measures/test_scaling.py builds such probes).
 STEPS_MARGIN = 1.5
 SCALING_PART_NAMES = {"input": "input wait", "compute": "compute", "sync": "all-reduce",
                       "update": "optimizer update", "other": "host and dispatch"}

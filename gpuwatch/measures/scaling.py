@@ -323,7 +323,7 @@ def efficiency_interval(
     load on the host that changes between one count's attempt and the next is not in it.
     The same ``efficiency`` arithmetic makes both ends, so the interval always holds the
     figure itself. Pairing the two medians' worst ends makes it conservative: it holds the
-    true efficiency more often than CONFIDENCE says (all 200 of tests/test_scaling.py's
+    true efficiency more often than CONFIDENCE says (all 200 of tests/measures/test_scaling.py's
     seeded probes). None while either count has too few steps for an interval."""
     if rates is None or base_rates is None:
         return None

@@ -198,7 +198,7 @@ async def test_before_any_settings_e_says_so(notifications):
 # Typed into the real screen: whatever the text, Enter either closes the screen with
 # pending settings a relaunch takes, or keeps it open with a line saying what is wrong.
 # Each example starts an app (about 2 s here): few examples of several texts each. The
-# form's own property test (tests/test_settings_form.py) tries hundreds of texts.
+# form's own property test (tests/config/test_settings_form.py) tries hundreds of texts.
 _TYPED = st.one_of(
     st.integers(min_value=0, max_value=64).map(lambda n: str(n * 8)),
     st.sampled_from(["on", "off", "auto", "0.5"]),

@@ -22,11 +22,10 @@ from gpuwatch.runs import resume
 from gpuwatch.runs.folders import RunInfo, read_run_info
 from gpuwatch.runstate import RunState
 from gpuwatch.runstate.codec import snapshotted
+from tests.app.conftest import load_events
 from tests.support.long_run import write_long_run
 from tests.support.recorded import finished, write_run_dir
 from trainer_runtime.protocol import SNAPSHOT, ProtocolError, decode
-
-from .conftest import load_events
 
 BATCH = 500
 

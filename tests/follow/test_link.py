@@ -66,9 +66,8 @@ async def test_socket_link_resubscribes_after_drop_without_gap_or_duplicate(tmp_
 
 async def test_socket_link_starts_from_a_snapshot_and_resubscribes_without_one(tmp_path):
     from gpuwatch.runstate import RunState
+    from tests.app.conftest import load_events
     from trainer_runtime.protocol import encode_frame, snapshot_frames
-
-    from .conftest import load_events
 
     events = load_events("cpu_one_attempt.jsonl")
     cut, drop = 30, 45  # the snapshot holds events 0..29; the link drops after 44
@@ -218,7 +217,7 @@ async def test_a_replay_is_read_without_pauses(tmp_path, monkeypatch):
 def test_fixtures_are_protocol_frames():
     from pathlib import Path
 
-    for path in sorted((Path(__file__).parent / "data").glob("*.jsonl")):
+    for path in sorted((Path(__file__).resolve().parents[1] / "app" / "data").glob("*.jsonl")):
         for number, line in enumerate(path.read_bytes().splitlines()):
             frame = decode(line)
             assert frame["seq"] == number, path.name
