@@ -73,3 +73,30 @@ def test_every_path_a_docstring_comment_or_doc_names_exists():
             if not (ROOT / cited).exists():
                 gone.append(f"{path.relative_to(ROOT)}: {cited}")
     assert not gone, "paths that are not there:\n" + "\n".join(gone)
+
+
+# Folders of tests/ that mirror no package: the slow end-to-end tests, the GPU box's,
+# and what the tests share. The house's own checks (this module among them) sit at the top.
+NOT_MIRRORS = {"integration", "gpu", "support", "data"}
+
+
+def test_the_tests_mirror_the_packages():
+    """A module's quick tests are in the folder named after its package (tests/runs/ for
+    gpuwatch/runs/, tests/trainer_runtime/ for trainer_runtime/); every module with a test
+    marked slow (real processes) is under tests/integration/ (or tests/gpu/). The trainer's
+    in-process tests share tests/integration/trainer/ and its fixtures, quick ones too."""
+    tests = ROOT / "tests"
+    packages = {path.name for path in (ROOT / "gpuwatch").iterdir()
+                if (path / "__init__.py").exists()} | {"trainer_runtime"}
+    folders = {path.name for path in tests.iterdir()
+               if path.is_dir() and (path / "__init__.py").exists()}
+    assert folders - NOT_MIRRORS <= packages, folders - NOT_MIRRORS - packages
+    misplaced = []
+    for path in sorted(tests.rglob("test_*.py")):
+        where = path.relative_to(tests).parts
+        slow = "pytest.mark" + ".slow" in path.read_text(encoding="utf-8")
+        if where[0] == "gpu" or where[:2] == ("integration", "trainer"):
+            continue
+        if slow != (where[0] == "integration"):
+            misplaced.append(f"{path.relative_to(ROOT)} (slow: {slow})")
+    assert not misplaced, misplaced
