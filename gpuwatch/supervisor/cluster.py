@@ -1,24 +1,15 @@
 """A run's workers, planned from its config: pure functions, no process, no socket.
 
-No ``cluster:`` section is one local worker in the run directory, as always. A
-cluster is one worker per entry of ``cluster.workers`` (worker 0 is the chief,
-in the run directory; worker i > 0 in ``workers/<i>/``). Each worker is run by
-an agent: a local one for a worker on this host, a remote one (over the user's
-own ``ssh``, or ``srun`` inside a Slurm allocation) for the others, and for
-``user@localhost`` (another account of this host: its own home). A remote
-worker's files are under that account's own gpuwatch home there (remote.py);
-its ``workers/<i>/`` here holds the log its agent relays. One agent per host
-samples its devices.
-
-Per attempt, each worker gets a WorkerLaunch: TF_CONFIG with every worker's
-address (chief first). Under slurm an address is the node's Slurm name (what its
-agent says, SLURMD_NODENAME) and a port its agent found free there, or
-``cluster.ports[0]`` on every node when given: a fixed port for all (TensorFlow's
-SlurmClusterResolver uses 8888) fails wherever two workers share a node, or the
-port is taken there (a real scheduler's emulated nodes showed it). A person's own
-command (gpuwatch run) under slurm also gets Slurm's step variables of the whole cluster
-(``slurm_step_env``): its agent's step is one task, and a script that resolves its
-cluster from Slurm should see them all.
+No ``cluster:`` section is one local worker in the run directory. A cluster is one
+worker per entry of ``cluster.workers`` (worker 0, the chief, in the run directory;
+worker i > 0 in ``workers/<i>/``), each run by an agent: local for this host, remote
+(the user's own ``ssh``, or ``srun`` in a Slurm allocation) for the others and for
+``user@localhost``. One agent per host samples its devices. Per attempt each worker gets
+a WorkerLaunch: TF_CONFIG with every worker's address, chief first. Under slurm an
+address is the node's Slurm name and a port its agent found free there, or
+``cluster.ports[0]`` on every node: a fixed port for all (TensorFlow's
+SlurmClusterResolver uses 8888) fails wherever two workers share a node. A person's own
+command under slurm also gets the whole cluster's step variables (``slurm_step_env``).
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """The supervisor itself: one run's life cycle, over its event log, client hub and agents.
 
 It records every event (event log first, then the hub's fan-out and the TensorBoard
-scalars), turns what its agents report into the run's status, starts and stops
-attempts and answers signals.
-
-A run's processes live only while it trains, or while a client follows it: once the
-run has ended (finished, stopped, crashed) and no client is subscribed, the
-supervisor exits within LINGER_S (1 s) and the run directory is the whole record. A
-dashboard still attached keeps it up, so the person can read the end and press `r`;
-it exits LINGER_S after the last one leaves. Started by a command that follows the
-run itself (``--await-follower``: `gpuwatch train` without --detach, whose dashboard or
-headless follower attaches once the supervisor answers), it waits up to
-FIRST_FOLLOWER_S for that first follower, however soon the run ends: a first attempt
-that crashes at once is still there for the person to read and relaunch with `r`, not
-an ended record to resume. A spare trainer (spare.py) waits only
-while a person's dashboard is attached to a live run. `gpuwatch resume` starts a
-supervisor again on the run directory (``--resume``): the next attempt, from the
-last checkpoint. A scaling probe (``--scale``, scale_attempts.py) runs one fresh attempt per
-device count, in turn, before the run ends.
+scalars), turns what its agents report into the run's status, starts and stops attempts
+and answers signals. A run's processes live only while it trains or a client follows it:
+once the run has ended and no client is subscribed, the supervisor exits within LINGER_S
+(1 s) and the run directory is the whole record. Started with ``--await-follower`` (a
+command that follows the run itself), it waits up to FIRST_FOLLOWER_S for that first
+follower however soon the run ends, so a first attempt that crashes at once is there to
+read and relaunch with `r`. ``--resume`` goes on from the last checkpoint; ``--scale``
+runs a scaling probe (scale_attempts.py) before the run ends.
 """
 
 from __future__ import annotations

@@ -1,20 +1,13 @@
 """The run's event log: events.jsonl, append-only, one event a line, the record of truth.
 
-An event's ``seq`` is its line number (0-based), so a supervisor restarted on
-the same run directory counts the lines already there and carries on. Every
-event is written (unbuffered) before anyone is sent it; replay reads the file
-back in bounded chunks. state.json is the small summary `gpuwatch ls` reads
-instead of the tail of a long events.jsonl.
-
-events.idx makes a replay from the middle a seek, not a scan: an 8-byte header
-(``GWIX`` and INDEX_EVERY) then the byte offset of every INDEX_EVERY-th line, one
-little-endian uint64 each (8 KB per million events). It is written after the line
-it points at, so a crash leaves it short, never ahead; on open it is checked (the
-line at its last offset must carry that seq), extended from there to the end of
-events.jsonl, or rebuilt when it does not fit. A replay checks the line it seeks
-to as well and scans from the start if the index was wrong. A torn last line (the
-supervisor died in the middle of a write: the event was never sent to anyone) is
-cut off on open, so the next event starts a line of its own.
+An event's ``seq`` is its line number (0-based), so a supervisor restarted on the same
+run directory counts the lines already there and carries on. Every event is written
+(unbuffered) before anyone is sent it; replay reads the file back in bounded chunks.
+events.idx makes a replay from the middle a seek, not a scan; it is written after the
+line it points at, so a crash leaves it short, never ahead, and it is checked, extended
+or rebuilt on open. A torn last line is cut off on open. state.json is the small summary
+`gpuwatch ls` reads. The index's format and checks: docs/internals.md, "The supervisor's
+parts".
 """
 
 from __future__ import annotations

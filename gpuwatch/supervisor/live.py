@@ -1,21 +1,15 @@
 """Live settings changes: the next attempt's settings applied in the running trainers.
 
-A relaunch that changes only live keys (commands.py decides) comes here: attempt
-N+1's YAML is written, every agent sends its trainer a ``reconfigure`` (a request id
-of its own, never reused; ``at_step`` 0 for one worker, the furthest worker's last
-step + LIVE_STEP_MARGIN for a cluster, so all switch after the same update), and
-every worker's ``reconfigured`` is awaited.
-
-The record follows what the trainers run, whenever they answer: all ok, the
-supervisor begins attempt N+1 (before any of its steps: frames of workers that
-switched first are held until then); a refusal, or every trainer answering or
-exiting with none having applied it, leaves attempt N going (the held frames are
-attempt N's). The change stays in flight until then: the command is answered when
-the trainers answer, or after LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S with
-``pending: true`` (a late ``ok`` is still attempt N+1), and no other live change is
-sent while one is in flight. The wait holds no lock: a stop (or a full relaunch)
-goes ahead, and its trainer's exit settles the change. The trainer has
-LIVE_TIMEOUT_S to begin the switch (its own deadline: past it, it refuses).
+A relaunch that changes only live keys (commands.py decides) comes here: attempt N+1's
+YAML is written, every agent sends its trainer a ``reconfigure`` (its own request id;
+``at_step`` so all workers switch after the same update), and every worker's
+``reconfigured`` is awaited. The record follows what the trainers run, whenever they
+answer: all ok begins attempt N+1 (frames of workers that switched first are held until
+then); a refusal, or no trainer having applied it, leaves attempt N going. The command
+is answered when the trainers answer, or after LIVE_TIMEOUT_S + LIVE_ANSWER_GRACE_S with
+``pending: true``; no other live change is sent while one is in flight. The wait holds
+no lock: a stop or full relaunch goes ahead and its trainer's exit settles the change.
+The whole protocol: docs/internals.md, "The supervisor's parts".
 """
 
 from __future__ import annotations

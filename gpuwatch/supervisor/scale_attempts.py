@@ -1,23 +1,15 @@
 """A scaling probe's attempts (``gpuwatch scale``): one fresh attempt per device count, in turn.
 
-Part of the Supervisor (core.py), which it reaches only through ``ScalingRun``: it does
-not import core.py (core.py imports it). The plan (``protocol.Scale``: the counts, weak or
-strong, the steps, the rounds) comes from the command line in ``scale.json``; each count's
-settings from ``gpuwatch.measures.scaling.plan_configs``, the same rule the command line checked
-them with. Each attempt is started as a relaunch is (the commands' lock, a new trainer
-process, ``fresh`` so no checkpoint is reused, reason ``scale``) and runs its steps to the
-end; the next starts once its trainers have exited. An attempt that reaches its steps
-while another may follow leaves the run ``relaunching`` (not an end: the supervisor
-stays); the first attempt that does not reach its steps (a crash, a stop) is the run's end,
-and no further count starts.
-
-After a round's last count the verdict is the advisor's over the supervisor's own fold
-(the StateKeeper's RunState, as a dashboard folds it): while it cannot tell, another round
-runs every count again with twice the steps (``scaling.another_round``), its plan recorded
-as a ``scale`` event as it begins; otherwise, or after the last round, the run finishes.
-
-While the probe runs, a relaunch or a live change is refused: its attempts are the
-measurement. Once it has ended the run is like any other (``r``, ``gpuwatch resume``).
+Part of the Supervisor, which it reaches only through ``ScalingRun`` (core.py imports
+this module, never the reverse). The plan (``protocol.Scale``) comes from ``scale.json``;
+each count's settings from ``gpuwatch.measures.scaling.plan_configs``, the rule the command
+line checked them with. Each attempt starts as a relaunch does (``fresh``, reason
+``scale``) and runs its steps; the next starts once its trainers have exited. Rules: a
+finished attempt with another to follow leaves the run ``relaunching``, and the first
+that does not reach its steps ends the run. After a round the advisor's verdict over the
+supervisor's own fold decides: while it cannot tell, another round runs every count with
+twice the steps. While the probe runs, a relaunch or live change is refused: its
+attempts are the measurement.
 """
 
 from __future__ import annotations

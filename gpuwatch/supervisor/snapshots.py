@@ -1,19 +1,14 @@
 """The supervisor's own fold of its run, and snapshot.json: what lets a dashboard attach fast.
 
-Every event the supervisor records is folded here into a ``RunState`` (the
-dashboard's pure fold, O(1) per event). Now and then (``SNAPSHOT_INTERVAL_S``,
-at every status change, at exit) the state is written to snapshot.json (tmp +
-replace) and kept in memory as the latest ``Snapshot``: a dashboard that
-subscribes asking for that format gets it first and then only the events after
-it, instead of folding the whole of events.jsonl (a million events take half a
-minute to fold in Python; a snapshot, milliseconds).
-
-A supervisor restarted on the same run directory starts from snapshot.json (if
-its format is this code's and it is not ahead of events.jsonl) and folds the
-events after it; otherwise it folds them all (``restore``, in a thread).
-
-A fold that fails (a bug) must never cost an event: the keeper then turns off,
-removes snapshot.json and says so in the log; dashboards replay events as before.
+Every event the supervisor records is folded here into a ``RunState`` (the dashboard's
+pure fold, O(1) per event). Now and then (``SNAPSHOT_INTERVAL_S``, every status change,
+exit) the state is written to snapshot.json (tmp + replace) and kept as the latest
+``Snapshot``: a dashboard that asks for that format gets it first and then only the
+events after it (a million events take half a minute to fold in Python; a snapshot,
+milliseconds). A restarted supervisor starts from snapshot.json when it fits
+(``restore``, in a thread). A fold that fails (a bug) must never cost an event: the
+keeper turns off, removes snapshot.json and says so in the log; dashboards then replay
+the events.
 """
 
 from __future__ import annotations

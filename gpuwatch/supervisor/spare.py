@@ -1,20 +1,13 @@
 """A spare trainer process, started ahead of a relaunch so the relaunch skips the import.
 
-``python -m trainer_runtime.spare`` imports TensorFlow and the trainer's modules
-and waits on its stdin for the order that makes it this attempt's trainer
-(argv, environment, directory). The agent starts one once its trainer has run a
-step (the import then never competes with the trainer's own start), and a
-relaunch claims it instead of starting a new interpreter. Its telemetry
-socketpair and its log file are set up at spawn exactly as a cold start's are.
-
-Off with ``GPUWATCH_SPARE_TRAINER=0``. A spare that has died (OOM, killed) is
-never claimed: the relaunch starts cold, as it would without one.
-
-Until it is claimed a spare sees no accelerator: it starts with HIDDEN_ACCELERATORS
-in its environment, so even a CUDA context made by mistake while it waits could not
-take GPU memory from the job it waits beside. The claim replaces its whole
-environment with the trainer's (trainer_runtime/spare.py), where the person's own
-CUDA_VISIBLE_DEVICES (or none) holds again before TensorFlow first looks for devices.
+``python -m trainer_runtime.spare`` imports TensorFlow and the trainer's modules and
+waits on stdin for the order that makes it this attempt's trainer. The agent starts one
+once its trainer has run a step (so the import never competes with the trainer's own
+start), its socketpair and log set up as a cold start's, and a relaunch claims it. Off
+with ``GPUWATCH_SPARE_TRAINER=0``; a spare that has died is never claimed (a cold start).
+Until claimed it sees no accelerator (HIDDEN_ACCELERATORS in its environment), so even a
+CUDA context made by mistake could not take GPU memory from the job it waits beside; the
+claim replaces its whole environment with the trainer's (trainer_runtime/spare.py).
 """
 
 from __future__ import annotations

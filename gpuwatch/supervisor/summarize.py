@@ -1,19 +1,15 @@
 """Bounded telemetry for big clusters: a worker's steps as one summary a second.
 
-Up to SUMMARY_PAST_WORKERS workers every worker's agent passes every step up, as
-always. Past it, the chief's still does (the headline, the record and the plots are
-its steps), and every other worker's agent folds its steps into one StepSummary a
-second: count, [min, median, max, sum] of step time, input wait and the breakdown's
-parts, examples, the last loss. StepSummarizer is pure: the agent hands it each event
-and the time, and it calls ``emit`` with what goes up; ``Upward`` is the agent's end of
-it (its timer sends a summary whose second is up when the steps stop).
-
-What is never held back: an attempt's first WARMUP_STEPS steps (the fold leaves
-them out of every figure, so they go as steps and the fold counts them as it always
-has); a step that falls behind (FALLING_BEHIND times the last summary's median step
-time: the straggler rule hears of it at once); and every other event (hello, done,
-error, checkpoint, reconfigured), before which the summary so far goes, so the order
-of what a worker said is kept.
+Up to SUMMARY_PAST_WORKERS workers every worker's agent passes every step up. Past it,
+the chief's still does (the headline, the record and the plots are its steps), and every
+other worker's agent folds its steps into one StepSummary a second: count, [min, median,
+max, sum] of step time, input wait and the breakdown's parts, examples, the last loss.
+StepSummarizer is pure: the agent hands it each event and the time, and it calls
+``emit`` with what goes up; ``Upward`` is the agent's end (its timer sends a due summary
+when the steps stop). Never held back: an attempt's first WARMUP_STEPS steps (they go
+as steps, which the fold counts), a step that falls behind (FALLING_BEHIND times the
+last median: the straggler rule hears of it at once), and every other event, before
+which the summary so far goes, so the order of what a worker said is kept.
 """
 
 from __future__ import annotations

@@ -1,21 +1,12 @@
 """TensorBoard scalars without TensorFlow: event files written by hand, and the run's board.
 
-An event file is a sequence of TFRecords (TensorFlow's ``record_writer.cc``): the data's
-length as a little-endian uint64, the masked CRC-32C of those 8 bytes, the data, the
-masked CRC-32C of the data. Each record's data is a serialized ``tensorflow.Event``,
-encoded here with the few protobuf fields scalars need::
-
-    Event   { double wall_time = 1; int64 step = 2; string file_version = 3;
-              Summary summary = 5; }
-    Summary { repeated Value value = 1; }
-    Value   { string tag = 1; float simple_value = 2; }
-
-The first record carries ``file_version`` "brain.Event:2" (with it TensorBoard never
-purges data because a step went back). TensorBoard reads any file whose name contains
-``tfevents``; ours are ``events.out.tfevents.<seconds>.<host>.<pid>.<n>``.
-
+An event file is a sequence of TFRecords (TensorFlow's ``record_writer.cc``), each a
+hand-encoded ``tensorflow.Event`` with the few protobuf fields scalars need (the framing
+and the fields: docs/internals.md, "The supervisor's parts"). The first record carries
+``file_version`` "brain.Event:2" (with it TensorBoard never purges data because a step
+went back); ours are named ``events.out.tfevents.<seconds>.<host>.<pid>.<n>``.
 ``RunBoard`` is what the supervisor owns: it turns recorded events into scalars (one log
-directory per attempt and worker, see its docstring) and never raises.
+directory per attempt and worker) and never raises.
 """
 
 from __future__ import annotations

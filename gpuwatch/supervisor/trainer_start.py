@@ -2,22 +2,14 @@
 
 The trainer is ``python -m trainer_runtime --run-dir DIR --config ... --attempt N
 --telemetry-fd FD`` (worker_role.py says what a cluster worker adds), in its own process
-group (start_new_session: a stop signals all of it), with stdout and stderr appended
-to the worker's trainer.log after one header line per attempt and the child end of
-a socketpair as its telemetry fd. While a spare is wanted (a person's dashboard is
-attached to the live run: the supervisor says so) and the trainer has run a step, a
-spare (spare.py: an interpreter with TensorFlow imported, waiting) is started for the
-next attempt, which claims it instead of starting cold; once it is no longer wanted
-(the dashboard left, the run ended) it is discarded at once.
-The launcher also reads back this attempt's part of trainer.log (a crash's cause).
-
-A person's own command (`gpuwatch run -- COMMAND`: the config's ``command``) is started
-instead of the runtime, the same way: its own process group, trainer.log, the child end
-of a socketpair, whose number is in ``GPUWATCH_HOOK_FD``; ``GPUWATCH_HOOK`` holds the
-hook's settings for the attempt (trainer_runtime/hook: prefetch, max_steps), and the
-hook's directory goes first on its PYTHONPATH (the person's own after it). It runs in
-the directory `gpuwatch run` was typed in, its program looked up on PATH as a shell
-would. Never a spare: a spare has the runtime imported, which a command does not run.
+group (a stop signals all of it), stdout and stderr appended to the worker's trainer.log
+after one header line per attempt. While a spare is wanted (the supervisor says so) and
+the trainer has run a step, a spare (spare.py) waits for the next attempt, which claims
+it instead of starting cold; unwanted, it is discarded at once. A person's own command
+(``gpuwatch run``) is started the same way, with the hook's fd and settings in
+``GPUWATCH_HOOK_FD``/``GPUWATCH_HOOK`` and its directory first on PYTHONPATH, in the
+directory the command was typed in; never a spare, which has the runtime imported. The
+launcher also reads back this attempt's part of trainer.log (a crash's cause).
 """
 
 from __future__ import annotations
