@@ -1,59 +1,13 @@
-"""Tidy tables from a run's events.jsonl: steps, device samples or attempts, as CSV or JSON lines.
+"""Tidy tables from a run's events.jsonl: steps, summaries, samples, attempts or scaling.
 
 Streamed: events.jsonl is read a line at a time (a line over the frame limit is skipped
 without being held) and each row is written as soon as its event is read, so a day-long
 run exports in constant memory. ``attempts`` is the exception: its rows come at the end,
-from the fold the dashboard's attempts table uses (``RunState``), which keeps one number
-per measured step (for the median examples/s), as an attached dashboard does.
-
-The tables, one column per field, every row the same columns (a CSV header up front,
-fixed by the declarations, never by scanning the file):
-
-- ``steps``: one row per step event, every worker's: attempt, worker, seq, t, each
-  field of ``protocol.Step`` in order (its parts' times among them: input_wait_ms,
-  compute_ms, sync_ms, update_ms), then examples_per_s and input_wait_pct (Step's own),
-  then the shares of the step's other parts, in %: compute_pct, sync_pct (the gradient
-  all-reduce; in a cluster it holds waiting for the slowest worker), update_pct and
-  other_pct (the step's rest: host work and dispatch); with input_wait_pct the five sum
-  to 100 (within rounding). Empty where the step's parts were not timed apart (an older
-  trainer).
-- ``summaries``: past 8 workers (every worker's but the chief's steps after its warm-up
-  come as one summary a second), one row per summary: attempt, worker, seq, t, the steps
-  it covers (first_step, last_step, count), epoch, examples, loss, position, dropped,
-  ``step_time_min_ms`` ... ``update_sum_ms`` (min, median, max, sum of each timed part),
-  examples_per_s and input_wait_pct from its sums, and its steps' shares. With ``steps``
-  (the chief's every update, and each worker's warm-up steps) they cover every update.
-- ``samples``: one row per GPU per device sample: attempt (the latest attempt event
-  before it in the file), worker (whose host), seq, t, nvml, the host's readings as
-  ``host.<key>`` (repeated on each of its GPUs' rows) and the GPU's as ``gpu.<key>``
-  (``gpuwatch.sampling``'s frame keys). A summarizing worker's sample (past 8 workers)
-  is one row, its GPUs summed in ``extra``'s ``gpu_summary``. A sample with no GPU (no
-  NVIDIA GPU, NVML missing) is one row with the host's readings and empty ``gpu.*`` cells.
-- ``attempts``: one row per attempt: its start, end and figures (after warm-up, as the
-  attempts table shows them: the chief's, but input wait in a cluster is the worker's
-  that waits most, and ``input_wait_worker`` says whose; empty on one host), the
-  breakdown of the chief's measured steps together (compute_pct, sync_pct, update_pct,
-  other_pct; empty when none was timed apart) and the all-reduce's bus bandwidth over
-  them (``bus_bytes_per_s``: bytes all-reduced x 2(n-1)/n over the all-reduce time, as
-  nccl-tests' busbw), then its settings flattened as dotted columns
-  (``train.global_batch_size``, the keys ``--set`` takes) from the config schema.
-  A setting that holds a list or an object (``model.kwargs``) is one cell.
-- ``scaling``: a scaling probe's table (``gpuwatch scale``; gpuwatch/measures/scaling.py), one row
-  per device count: count, unit, mode, attempt, state, the batch, examples/s (median after
-  warm-up), speed-up and efficiency against the smallest count, the efficiency's 95 %
-  interval (``efficiency_low``, ``efficiency_high``; empty with too few steps for one),
-  each part of the step's share in % (``input_wait_pct`` and gpuwatch/measures/breakdown.py's
-  names; empty until the trainer times the parts apart) and whether the count's logical
-  CPU replicas share fewer cores. No rows for a run that is not a probe.
-
-Keys the declarations do not know (a newer version's readings or settings) are kept, in
-one ``extra`` cell: a JSON object of ``dotted.key: value``. In CSV an empty cell is null
-(None), booleans are ``true``/``false``, lists and objects are compact JSON; in JSON
-lines each row is one object with the same keys, lists and objects kept as JSON. A number
-JSON cannot hold (a rate over a zero-length step that overflowed) is null in both.
-
-A line that is not an event is counted and skipped (``ExportReport``); an incomplete last
-line (the run is still writing it) is skipped and not counted.
+from the fold the dashboard's attempts table uses (``RunState``). Every row of a table
+has the same columns, fixed by the declarations before reading, never by scanning the
+file; keys they do not know go to one ``extra`` cell. A line that is not an event is
+counted and skipped (``ExportReport``). Each table's columns and the cells' encoding:
+docs/internals.md, "Export".
 """
 
 from __future__ import annotations

@@ -1,28 +1,13 @@
 """Run directories: where runs live, their ids, their sockets, and listing them.
 
-Layout under ``$GPUWATCH_HOME`` (default ``$XDG_STATE_HOME/gpuwatch``, i.e.
-``~/.local/state/gpuwatch``)::
-
-    runs/<run-id>/config.yaml        the config as given (copied at start)
-    runs/<run-id>/attempt-N.yaml     the validated config each attempt ran with
-    runs/<run-id>/events.jsonl       append-only record of every event (truth)
-    runs/<run-id>/trainer.log        the trainer's stdout and stderr, all attempts
-    runs/<run-id>/supervisor.log     the supervisor's own log
-    runs/<run-id>/supervisor.json    pid and socket path of the live supervisor
-    runs/<run-id>/checkpoints/       tf.train.CheckpointManager's directory
-    runs/<run-id>/tensorboard/       TensorBoard scalars: attempt-N/ (the chief's),
-                                     attempt-N/worker-<i>/ (gpuwatch/supervisor/tboard.py)
-    runs/<run-id>/workers/<i>/       a cluster's worker i > 0: its trainer.log, scratch
-                                     checkpoints. A worker on another host (or another
-                                     account, user@host) keeps its files at this same
-                                     place under *that* account's own GPUWATCH_HOME
-                                     there (``agent_worker_dir``, made 0700); here,
-                                     its log is the copy its agent relays.
-    sock/<run-id>.sock               the supervisor's socket (dir 0700, socket 0600)
-
-The socket directory is not under /run/user (logind deletes it at logout). When
-``$GPUWATCH_HOME`` is so deep that a socket path would pass the AF_UNIX limit
-(108 bytes), sockets go to ``/tmp/gpuwatch-<uid>-<hash>/`` instead, 0700 too.
+Runs live under ``$GPUWATCH_HOME`` (default ``$XDG_STATE_HOME/gpuwatch``, i.e.
+``~/.local/state/gpuwatch``): ``runs/<run-id>/`` holds the run's configs, events.jsonl
+(the record of truth), logs, checkpoints, TensorBoard scalars and a cluster's
+``workers/<i>/``; ``sock/<run-id>.sock`` is its supervisor's socket (dir 0700, socket
+0600). A worker on another host keeps its files under that account's own GPUWATCH_HOME
+(``agent_worker_dir``, 0700). Sockets are not under /run/user (logind deletes it at
+logout); where a socket path would pass the AF_UNIX limit (108 bytes) they go to
+``/tmp/gpuwatch-<uid>-<hash>/``, 0700 too. Each file: docs/internals.md, "Processes".
 """
 
 from __future__ import annotations
