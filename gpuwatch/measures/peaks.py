@@ -1,34 +1,16 @@
 """Dense peak TFLOP/s by GPU and precision; achieved TFLOP/s and MFU from them.
 
-Pure: no TensorFlow, no Textual, no NVML. The trainer counts FLOPs per example
-in its traced update (``trainer_runtime/flops.py``, the hello's
-``flops_per_example``); achieved TFLOP/s is that times examples/s, and model
-FLOPs utilisation (MFU) is achieved over the peak of every replica's GPU summed.
-
-The table is keyed by the product name NVML reports (``nvmlDeviceGetName``, e.g.
-"NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-16GB"), matched whole after
-normalising (lower case; "NVIDIA", "Tesla", "GeForce" dropped; "-" and "_" as
-spaces), so "NVIDIA A10G" is not taken for an "NVIDIA A10" and "NVIDIA GH200" not
-for an "H200". A name no row matches, a MIG slice (a fraction of the GPU's peak),
-or a CPU gives no peak: the achieved figure is shown and no percentage.
-
-Every figure is the dense peak (without 2:4 structured sparsity: NVIDIA's
-datasheets print the sparse figure, marked, and say dense is half), in TFLOP/s,
-from the public source named on its row. The columns are the precision of the
-run's matmuls, ``train.mixed_precision``:
-
-- ``float32``: what TensorFlow's float32 matmuls and convolutions run at by
-  default: TF32 tensor cores on Ampere and later (TensorFlow enables TF32 by
-  default since 2.4), plain FP32 on Volta and Turing, which have no TF32;
-- ``float16`` (mixed_float16): FP16 tensor cores with FP32 accumulation (what
-  cuBLAS runs for TensorFlow's float16 matmuls);
-- ``bfloat16`` (mixed_bfloat16): BF16 tensor cores; None on GPUs without them.
-
-Not in the table: the NVIDIA A10G (an AWS part with no NVIDIA datasheet; its
-tensor figures are not public from NVIDIA), and anything not listed.
-
-Unvalidated: none of these peaks, nor an MFU, has been checked against a real GPU
-here (docs/gpu-validation.md).
+Pure: no TensorFlow, no Textual, no NVML. Achieved TFLOP/s is the trainer's FLOPs per
+example (``trainer_runtime/flops.py``) times examples/s; MFU is that over the peak of
+every replica's GPU summed. Rows are keyed by NVML's product name, matched whole after
+normalising (lower case; "NVIDIA", "Tesla", "GeForce" dropped; "-" and "_" as spaces), so
+"NVIDIA A10G" is not an "A10" nor "GH200" an "H200"; no match, a MIG slice or a CPU gives
+no peak (the achieved figure, no percentage). Every figure is the dense peak (no 2:4
+sparsity), from the source on its row, in the column of ``train.mixed_precision``:
+``float32`` as TensorFlow runs it (TF32 on Ampere and later, plain FP32 before),
+``float16`` FP16 tensor cores with FP32 accumulation, ``bfloat16`` BF16 (None without).
+The A10G has no NVIDIA datasheet, so no row. No peak has been checked on a real GPU here
+(docs/gpu-validation.md).
 """
 
 from __future__ import annotations

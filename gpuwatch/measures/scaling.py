@@ -1,27 +1,17 @@
 """The scaling probe's rules and arithmetic: its plan, each count's settings, and its table.
 
-Pure: no Textual, no TensorFlow, no I/O. `gpuwatch scale CONFIG` runs one short, fresh
-attempt of the same job at each device count, one after another (the supervisor's
-``scale_attempts.py``); this module says what each attempt runs with (``plan_configs``) and what
-the attempts measured (``scaling_rows``). The dashboard, headless mode, ``gpuwatch export
---what scaling`` and the advisor's poor-scaling verdict all read the rows made here.
+Pure. `gpuwatch scale CONFIG` runs one short, fresh attempt at each device count (the
+supervisor's ``scale_attempts.py``); this module says what each runs with
+(``plan_configs``) and what they measured (``scaling_rows``), the rows the dashboard,
+headless, export and ``advisor.poor_scaling`` read. Counts are replicas on one host or,
+for a ``cluster:`` config, workers. Weak scaling keeps the per-replica batch, strong the
+global batch (which must split over every count). Figures are after warm-up.
 
-The counts are replicas on one host (``strategy.replicas``: the first N GPUs, or N logical
-CPU replicas with no GPU) or, for a ``cluster:`` config, workers (the first N of
-``cluster.workers``). Weak scaling keeps the per-replica batch (the global batch is the
-per-replica batch x replicas x accumulation steps); strong scaling keeps the global batch
-(which must split over every count). Figures are the attempt's after its warm-up steps
-(runstate.WARMUP_STEPS): the median examples/s, and the step's breakdown over those steps.
+    speed-up(N) = X(N) / X(b)    efficiency(N) = X(N) x b / (N x X(b))
 
-    speed-up(N)   = X(N) / X(b)
-    efficiency(N) = X(N) x b / (N x X(b))     (NVIDIA DeepLearningExamples' definition,
-                                               b = 1: X(N) / (N x X(1)))
-
-where X is examples/s and b the smallest count of the plan (1 by default). A count's
-efficiency comes with its CONFIDENCE interval (``efficiency_interval``), from the per-step
-examples/s of both counts: the advisor gives a verdict on it only when that interval is
-on one side of its threshold. While it cannot, the probe runs another ROUND (every count
-again, twice the steps) up to the plan's rounds (``another_round``, ``next_round``).
+(NVIDIA DeepLearningExamples; X examples/s, b the plan's smallest count.) Each efficiency
+has a confidence interval (``efficiency_interval``); while one straddles the advisor's
+threshold, another round runs every count with twice the steps (``another_round``).
 """
 
 from __future__ import annotations

@@ -1,32 +1,14 @@
 """Bounded histories for the dashboard: the whole run coarse, the devices' recent samples fine.
 
-Pure Python (no Textual, no I/O); RunState calls these from its fold, so each costs
-O(1) per event (amortised) and never grows past its bound, however long the run.
-Everything here is plain dataclasses, lists, deques and numbers, so a snapshot of
-RunState can encode it as JSON.
-
-The whole run, coarse: ``RunSeries`` keeps one figure against step in at most
-``capacity`` buckets. A bucket is a run of consecutive points of ONE attempt, with
-its first and last step, count, sum, min and max. While there is room every point is
-its own bucket (exact values). When the series is full, neighbouring buckets of the
-same attempt merge pairwise (counts and sums add, min of mins, max of maxes) and each
-bucket then takes twice as many new points (``stride``): the run keeps its whole
-length at half the resolution, repeatedly. A bucket never spans two attempts, so the
-attempt boundaries stay exact at every resolution; the plot draws each bucket's mean
-at its mean step (the level, which is what a whole-run chart is for), and min/max stay
-so a bucket can still say how far its points spread.
-
-``RunHistory`` is the figures of the plot screen: examples/s, input wait % and step
-time after each attempt's warm-up (the first steps trace and would dwarf the rest), the
-loss of every step (training starts at step 1, not after warm-up), and where each step's
-time went: the shares of compute, all-reduce and update (``protocol.Breakdown``) after
-warm-up, of the steps whose parts were timed apart.
-
-The devices, fine: ``DeviceHistory`` keeps the chief's host's last
-``DEVICE_HISTORY_SAMPLES`` samples per GPU (utilization, memory, PCIe and NVLink
-TX/RX), every sample as it came (None where a reading was not available), and counts
-the samples seen so a display can bucket them on fixed boundaries (a sparkline whose
-old cells do not shift with every new sample).
+Pure Python; RunState calls these from its fold, so each costs O(1) per event (amortised),
+never grows past its bound, and is plain data a snapshot encodes as JSON. ``RunSeries``
+keeps one figure against step in at most ``capacity`` buckets, each of ONE attempt (first
+and last step, count, sum, min, max); when full, neighbours of the same attempt merge
+pairwise and each bucket takes twice the points (``stride``), so the attempt boundaries
+stay exact at every resolution. ``RunHistory`` is the plot screen's figures: examples/s,
+input wait %, step time and the step's shares after each attempt's warm-up, and the loss
+of every step. ``DeviceHistory`` keeps the chief's host's last ``DEVICE_HISTORY_SAMPLES``
+samples per GPU as they came, and counts them so a sparkline buckets on fixed boundaries.
 """
 
 from __future__ import annotations

@@ -1,30 +1,14 @@
 """A median in bounded memory: exact for a short attempt, within 0.5 % for any length.
 
-An attempt's median examples/s used to keep every step's rate (a list that grew
-with the run). ``MedianSketch`` keeps the values themselves while there are at
-most ``EXACT_VALUES`` of them (so a short run's median is exact), then moves to
-log-spaced bins (the DDSketch scheme, Masson et al., VLDB 2019): a value x falls
-in bin ``ceil(log_gamma(x))`` with gamma = (1 + a) / (1 - a), and the bin stands
-for ``2 gamma**i / (gamma + 1)``, which is within a relative ``a`` of every value
-in it. The median taken from the bins is therefore within ``RELATIVE_ERROR`` of
-the exact median (the mean of the two middle values when the count is even).
-
-Memory: at most EXACT_VALUES floats, then at most MAX_BINS bins (the lowest are
-merged past that, which only touches quantiles far below the median unless the
-rates span more than ~e**20). Adding a value is O(1); the median sorts the bins
-(a few hundred at most in practice) when the screen asks for it.
-
-The median's interval (``median_interval``) is the distribution-free one from order
-statistics (the confidence interval for a quantile in Conover's Practical Nonparametric
-Statistics): with B ~ Binomial(n, 1/2) the count of values below the true median, the
-r-th smallest and r-th largest values hold it with probability 1 - 2 P(B <= r - 1). It
-assumes only that the values are independent draws from one distribution, needs no
-resampling (so no seed), and costs what the median does: one sort of at most
-EXACT_VALUES values, or one walk of the sorted bins (each end then within
-RELATIVE_ERROR, as the median is).
-
-Pure and deterministic (no randomness), so a snapshot of it folds on exactly as
-the original would.
+``MedianSketch`` keeps the values while there are at most ``EXACT_VALUES`` (a short
+run's median is exact), then log-spaced bins (DDSketch, Masson et al., VLDB 2019): x
+falls in bin ``ceil(log_gamma(x))`` with gamma = (1 + a) / (1 - a), and the bin stands for
+``2 gamma**i / (gamma + 1)``, within a relative ``a`` of every value in it, so the median
+is within ``RELATIVE_ERROR``. At most MAX_BINS bins (the lowest merged past that); adding
+is O(1). ``median_interval`` is the distribution-free interval from order statistics
+(Conover, Practical Nonparametric Statistics): with B ~ Binomial(n, 1/2), the r-th
+smallest and largest values hold the median with probability 1 - 2 P(B <= r - 1); no
+resampling, so no seed. Pure and deterministic, so a snapshot folds on as the original.
 """
 
 from __future__ import annotations

@@ -1,24 +1,15 @@
 """Snapshots of dataclass state as JSON: a generic, versioned encoding driven by type hints.
 
-The supervisor folds its run into a ``RunState`` and writes it down now and then
-(snapshot.json, and the first frames a dashboard gets when it attaches), so a
-dashboard starts from the fold up to some seq instead of replaying every event.
-Nothing here knows RunState's fields: ``encode`` walks any dataclass's fields,
-``decode`` rebuilds one from the declared types (``typing.get_type_hints``), so a
-field added to RunState (or to a dataclass it holds) is carried without a line
-changed here. Supported: None, bool, int, float, str, Any (kept as the JSON it
-is), ``X | None`` and unions of plain values, list, tuple, set, frozenset,
-deque (its maxlen kept), dict with str or int keys, and nested dataclasses
-(the protocol's frozen events included). Anything else is a ``SnapshotError``
-when the codec is built, never a silent loss.
-
-A field whose metadata says ``{"snapshot": False}`` (``LOCAL``) is left out (it is
-rebuilt from its default): the dashboard's own link state, its dirty flags.
-
-``schema_id(cls)`` names the format: the encoding's version plus a hash of every
-reachable dataclass's fields and their types. A reader takes a snapshot only
-when its own schema id is the same; otherwise it replays the events (a new field
-can only be filled by folding them).
+The supervisor writes its fold of the run down now and then (snapshot.json, and the
+first frames an attaching dashboard gets), so a dashboard starts from the fold up to some
+seq instead of replaying every event. Nothing here knows RunState's fields: ``encode``
+walks any dataclass's fields and ``decode`` rebuilds one from the declared types, so a
+field added anywhere is carried without a line changed here. A type it cannot encode is a
+``SnapshotError`` when the codec is built, never a silent loss; a field with metadata
+``{"snapshot": False}`` (``LOCAL``) is left out and rebuilt from its default.
+``schema_id(cls)`` names the format (the encoding's version plus a hash of every
+reachable dataclass's fields and types): a reader takes a snapshot only of its own
+format, else it replays the events.
 """
 
 from __future__ import annotations

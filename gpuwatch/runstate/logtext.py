@@ -1,22 +1,13 @@
 """A run's log as text for a terminal or a pipe (pure): `gpuwatch logs`.
 
-A trainer's or a person's command's log holds whatever it printed: Keras' progress bars
-(carriage returns, backspaces, bold), a library's colours, and possibly anything else a
-terminal acts on (a title, a cursor move, a screen clear, an 8-bit control). Shown by
-`gpuwatch logs`, it follows the rule a run's text follows everywhere else
-(``printable``): it reaches the terminal as text. Here, as a stream that may be cut at
-any byte:
-
-- colour (SGR: ESC [ digits m) is kept only when asked (stdout is a terminal), else
-  dropped; every other escape sequence (CSI, OSC, DCS and the other control strings,
-  two-byte escapes) is dropped whole;
-- a carriage return ends a line (CR LF is one line end): a progress bar redrawn in place
-  reads as one line per redraw, nothing lost; a backspace, which only moves the cursor,
-  is dropped;
-- any other character a terminal would act on (C0 and C1 controls, a line or paragraph
-  separator) reads "?", as ``printable`` has it; bytes that are not UTF-8 read U+FFFD.
-
-What comes out is the same however the input is cut into chunks.
+A log holds whatever its program printed (progress bars, colours, anything else a
+terminal acts on); it follows the rule a run's text follows everywhere (``printable``):
+it reaches the terminal as text. As a stream that may be cut at any byte: colour (SGR)
+is kept only when asked (stdout is a terminal), every other escape sequence is dropped
+whole; a carriage return ends a line (CR LF is one), so a progress bar redrawn in place
+reads as one line per redraw, and a backspace is dropped; any other control character
+reads "?" and bytes that are not UTF-8 read U+FFFD. What comes out is the same however
+the input is cut into chunks.
 """
 
 from __future__ import annotations
