@@ -1,26 +1,15 @@
 """The gpuwatch dashboard: a Textual app that follows one run through a RunLink.
 
-A long-lived worker reads batches from the link and folds them into a RunState
-(pure); the ``Repainter`` (``painters.py``) then repaints only the parts whose areas
-of the state changed, each at its own rate: figures with each batch (the socket is
-read at most every 0.4 s, so a busy run wakes the dashboard per batch, not per frame,
-and the screen is current within half a second), views that move every 2 s, the
-per-GPU history and the plots screen (``g``) at most once a second. A panel repaints
-only the cells that changed (``StatePanel.set_text``). Keys change *pending* settings
-(``e`` opens a screen to type them); nothing restarts until ``r`` sends ``relaunch``.
-On a run that has ended ``r`` works with nothing pending too: it goes on as it was, the
-next attempt from the last checkpoint (a relaunch by its supervisor, or, shown from its
-record with no supervisor, a resume: RecordLink). A live change sent with `r` shows as
-in flight (the pending bar's "applying ...": ``Applying``) until the record settles it:
-its attempt begins, a trainer refuses it, or the command's err; a supervisor's ``pending``
-answer (the trainer has not answered within its wait) leaves it in flight until then.
-
-The app's return value says what happened to the run:
+A long-lived worker reads batches from the link and folds them into a RunState (pure);
+the ``Repainter`` (``painters.py``) repaints only the parts whose areas changed, each at
+its rate (docs/internals.md, "Dashboard"). Keys change *pending* settings; nothing
+restarts until ``r`` sends ``relaunch`` (on an ended run, with nothing pending: a resume
+through RecordLink when no supervisor is left). A live change shows as in flight
+(``Applying``) until the record settles it. The app's return value says what happened:
   "detach"   the dashboard closed, the run was left as it was;
   "ended"    the dashboard closed on a run that has ended (nothing of it runs on);
   "stopped"  the person stopped the run and the supervisor acknowledged;
-  "stop"     the person asked to stop but no ack came (connection lost): the
-             caller should stop the run itself (e.g. ``gpuwatch stop ID``).
+  "stop"     no ack came (connection lost): the caller should stop the run itself.
 """
 
 from __future__ import annotations

@@ -1,29 +1,14 @@
 """The dashboard's painters: which part of the screen reads which areas, at what rate.
 
 ``Repainter`` owns the app's ``RepaintSchedule`` (``repaint.py``, pure) and its one
-timer. The app tells it when the state changed (``schedule``: after each batch from
-the link, and on the clock's tick) and it paints the parts that are due, inside one
-``batch_update``; ``paint_now`` paints every part with changes at once (the first
-paint, a switch of runs, tests).
-
-The rates: the run's socket is read at most every READ_INTERVAL_S (SocketLink), so a
-busy run's frames arrive as one batch and each batch repaints the figures at once: the
-screen is never more than that (and a repaint) behind. Views that move rather than
-figures to read (the history, the running figures of the attempts table) repaint every
-SLOW_REPAINT_S, joining a repaint of the figures when they can.
-
-One figure, one value: the figures shown in more than one place (input wait, examples/s,
-step time, gradient sync, each worker's) are taken once per repaint of the figures
-(``advisor.reading``), and every part that shows one paints from that reading in the
-same pass: the metrics line, the advice, the workers, the devices and the GPUs' title.
-A part that repaints on its own (the GPUs' history) shows the reading on screen. The
-per-GPU history and the plots screen (``g``) repaint at most every HISTORY_INTERVAL_S,
-the plots only while their screen is open. While it is, nothing else is painted (Textual
-would repaint a pushed screen wherever the screen below it changed): the dashboard's
-parts wait, and the app paints them all when it comes back.
-
-The app hands itself to its ``Repainter`` as a ``Host``: the members of the app a painter
-uses, and no more, so this module never imports the app's (the app imports this one).
+timer: the app says when the state changed (``schedule``) and it paints the parts that
+are due inside one ``batch_update``; ``paint_now`` paints every part with changes (the
+first paint, a switch of runs, tests). One figure, one value: a figure shown in more than
+one place is taken once per repaint (``advisor.reading``) and every part that shows it
+paints from that reading in the same pass. While the plots screen is open nothing else
+is painted (Textual would repaint a pushed screen wherever the one below changed); the
+parts catch up when it closes. The app is a ``Host`` here, so this module never imports
+the app's. The rates: docs/internals.md, "Dashboard".
 """
 
 from __future__ import annotations

@@ -1,46 +1,14 @@
 """Headless mode: follow a run without a dashboard, print progress lines and a summary.
 
-`gpuwatch train CONFIG --headless [--max-steps N]` runs the same supervisor and
-trainer as the dashboard; this client prints a line every few seconds and,
-when the run ends, one line that says what the summary measured, then
-`summary: steps=N examples_per_s=X input_wait_pct=Y compute_pct=C sync_pct=S update_pct=U
-other_pct=O replicas=R attempt=A workers=W flops_per_example=F tflops=T mfu_pct=M
-bus_bytes_per_s=B` (one line; Y: not_measured where a script's loop (gpuwatch run) let
-steps be measured but not their input wait; C, S, U, O: the step's other parts, compute, gradient
-all-reduce, optimizer update and the host's rest, over the same steps as Y, the five
-adding to 100; W: a cluster's workers, 1 on one host; F: one example's forward and
-backward FLOPs as the trainer counted them in its graph; T: achieved TFLOP/s,
-F x X / 1e12; M: T over the replicas' GPUs' dense peak, only where that peak is known,
-gpuwatch/measures/peaks.py; B: the all-reduce's bus bandwidth, nccl-tests' busbw; n/a: a figure
-not known), and last `verdict: ...`, the advisor's verdict on those figures: the part
-that holds the step back, with its share (gpuwatch/advisor/). A progress
-line's figures are the last 20 steps, and it says so (`last 20 steps: 1,973 ex/s, ...`,
-as the dashboard's metrics line); the summary's are the whole attempt after its
-warm-up steps (the median examples/s, the summed input wait over the summed step time),
-or, for an attempt too short to have any after warm-up, all its steps, and the line
-before it says so. In a cluster the input wait is the worker's that waits most (every
-step waits for it), as on the dashboard and in its attempts table; the progress line
-names the worker.
-
-Exit codes: 0 when the run finished or was stopped (`gpuwatch stop`, the dashboard),
-2 when the trainer refused its settings (a bad config or factory), 1 when the trainer
-crashed or the supervisor was lost (with the tail of the error), 130 when Ctrl-C
-stopped it (the shell's code for an interrupt; the trainer checkpoints first).
-
-A person's own command (`gpuwatch run --headless -- COMMAND`) is followed the same way;
-one that sends no step (not a TensorFlow program, or not watched) says so before the
-summary, and its verdict is why. It finished when it exited 0.
-
-A scaling probe (`gpuwatch scale CONFIG --headless`) prints the same progress lines while
-its attempts run, a line as each later round begins (why: the verdict that could not tell;
-which round; its steps), then its table (measures/scaling.py: a row per count, each efficiency
-with its 95 % interval), the advisor's word on how it scaled ("not enough steps to tell
-(X-Y%)" while an interval straddles the line), and last the line `scaling:
-replicas=1,2 examples_per_s=A,B speedup=1.00,S efficiency=1.00,E
-efficiency_interval=1.00-1.00,L-H mode=weak` (one line; workers= for a cluster; n/a for a
-count not measured, or an interval not known). It exits 0 when every count was measured,
-else as above (a count that crashed: 1; one stopped: 1, or 130 for Ctrl-C), after a line
-naming the count.
+``gpuwatch train CONFIG --headless`` (and ``run``, ``scale``) runs the same supervisor
+and trainer as the dashboard; this client prints a progress line every few seconds (the
+last 20 steps, and it says so), then the ``summary:`` line (the whole attempt after its
+warm-up; all its steps when it had no more, and the line before it says so) and last the
+advisor's ``verdict:``. A scaling probe adds its table and a ``scaling:`` line. Rule: the
+figures are the ones the dashboard shows (in a cluster, input wait is the worker's that
+waits most). A person's own command that sends no step says so before the summary,
+and its verdict is why. The lines' fields and the exit codes (0 finished or stopped, 2 refused
+settings, 1 crashed or lost, 130 Ctrl-C) are in docs/commands.md and docs/scaling.md.
 """
 
 from __future__ import annotations

@@ -1,27 +1,14 @@
 """Asyncio client of a run's supervisor socket: subscribe to events, send commands.
 
-Used by the dashboard (inside a Textual worker) and by the headless mode. One
-reader task splits incoming frames: replies (``ack``/``err`` with the command's
-``id``) resolve the waiting ``command()`` call; snapshot parts are joined into one
-``snapshot`` frame; everything else is an event and goes to ``events()``. A lost
-connection ends ``events()`` with ``ConnectionLost`` so the caller can reconnect
-and resubscribe from the last ``seq`` it saw. ``connect`` waits out a full listen
-backlog on the supervisor's socket until its deadline (``connect_unix`` says why asyncio's
-own connect cannot be used for that).
-
-The events wait in a bounded inbox (``INBOX_MAX_EVENTS``): when the caller falls
-behind, the reader stops reading the socket until there is room, so the kernel's
-buffers fill and the supervisor slows its replay to our pace (or, live, cuts us
-off once too far behind; the link then resubscribes from the last seq). Nothing
-is dropped here and memory does not grow with the run.
-
-A reader that shows events at a fixed rate (the dashboard) passes ``read_interval_s``.
-While the stream is light (under BULK_BYTES in an interval: a live run, even a large
-cluster), once it has caught up (a read shorter than a full chunk) it leaves the socket
-unread for the rest of the interval, so a busy run's frames arrive as one batch per
-interval instead of one wake-up per frame; the kernel holds them meanwhile. A replay
-is read at full speed, and the first event after a quiet spell at once. Replies to
-commands share the socket: they may wait up to an interval too.
+Used by the dashboard (inside a Textual worker) and by headless mode. One reader task
+splits incoming frames: replies resolve the waiting ``command()``, snapshot parts are
+joined into one ``snapshot`` frame, the rest are events for ``events()``; a lost
+connection ends ``events()`` with ``ConnectionLost`` so the caller resubscribes from its
+last ``seq``. ``connect`` waits out a full listen backlog until its deadline
+(``connect_unix`` says why). Events wait in a bounded inbox: a caller that falls behind
+stops the reading, so the supervisor slows to its pace (back-pressure, never a drop).
+With ``read_interval_s`` a light stream, once caught up, is read once per interval; a
+replay at full speed. Both rules: docs/internals.md, "Supervisor socket", "Dashboard".
 """
 
 from __future__ import annotations

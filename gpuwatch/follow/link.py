@@ -1,23 +1,14 @@
 """Links between the dashboard and a run: the socket one, the record of an ended run, and a
 replay one for tests and demos.
 
-A link yields batches of events and sends commands. It owns reconnecting: when
-the connection drops it yields a synthetic ``{"type": "link", "state": "lost"}``
-event, retries with backoff (``"reconnecting"``), and resubscribes from the last
-seq it delivered + 1, so the app never sees a gap or (with RunState's seq check)
-a duplicate.
-
-The first subscription asks for a snapshot in RunState's format: the supervisor
-then sends its fold up to some seq S (one ``snapshot`` frame, which RunState
-takes as its whole state) and only the events after S, so attaching to a long
-run costs the tail, not the whole history. A reconnect asks for none: the state
-already holds everything up to the last seq.
-
-An ended run has no supervisor: ``RecordLink`` reads its directory the same way
-(snapshot.json as that snapshot frame, then the events after it) and then says
-``{"type": "link", "state": "record"}``. Its ``relaunch`` resumes the run
-(gpuwatch/runs/resume.py) and from then on it follows the new supervisor as SocketLink
-does, from the last seq it delivered + 1.
+A link yields batches of events and sends commands. It owns reconnecting: a dropped
+connection yields a synthetic ``{"type": "link", "state": "lost"}`` event, retries with
+backoff and resubscribes from the last seq it delivered + 1, so the app never sees a gap
+or (with RunState's seq check) a duplicate. The first subscription asks for a snapshot
+in RunState's format, so attaching to a long run costs the tail, not the whole history;
+a reconnect asks for none. ``RecordLink`` reads an ended run's directory the same way
+(docs/internals.md, "Dashboard"), and its ``relaunch`` resumes the run and follows the
+new supervisor as SocketLink does.
 """
 
 from __future__ import annotations

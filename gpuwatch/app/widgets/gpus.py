@@ -2,18 +2,12 @@
 
 The chief's host's GPUs from ``RunState.gpu_history`` (gpuwatch/measures/series.py):
 utilization and memory over the last samples, PCIe and NVLink TX/RX, beside the
-gradient-sync estimate (in the panel's title). The form follows the terminal: below
-WIDE_COLUMNS x TALL_ROWS one line per GPU (as many as fit, then "… and N more"); from
-there a cell per GPU with a sparkline for each reading. The lines are one StatePanel
-(only changed lines are rendered and sent: one widget, not one per GPU, since each
-widget costs the compositor on every repaint of the screen); each cell is a StatePanel
-of its own (the grid lays them out). The app calls ``show_state`` at most once
-a second: history is coarser than the numbers.
-
-Sparklines are drawn on fixed scales (utilization 0-100 %, memory 0-total, link rates
-0-the highest rate of that link on any GPU in the window, so the GPUs compare), each
-cell the mean of a fixed run of samples (``series.bucket_means``), in one colour per
-line: a few bytes to the terminal per repaint.
+gradient-sync estimate (in the title). Below WIDE_COLUMNS x TALL_ROWS one line per GPU
+(as many as fit, then "… and N more"), all one StatePanel, since each widget costs the
+compositor on every repaint; from there a cell per GPU, each a StatePanel. Sparklines
+are on fixed scales (utilization 0-100 %, memory 0-total, a link's rate 0-its highest on
+any GPU in the window, so the GPUs compare), each cell the mean of a fixed run of
+samples (``series.bucket_means``): a few bytes to the terminal per repaint.
 """
 
 from __future__ import annotations
