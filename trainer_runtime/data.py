@@ -1,44 +1,16 @@
 """The input pipeline: a deterministic synthetic dataset whose knobs act for real, or yours.
 
-Built-in data (``data.name: synthetic``)
-    A fixed bank of Gaussian examples (seeded) labelled by a fixed random linear
-    "teacher", so the task is learnable and the loss really falls. The run reads
-    one endless stream of examples: the p-th example it trains on is a pure
-    function of p (epoch p // examples is a seeded permutation), so the position,
-    saved with every checkpoint, is all a resume needs to continue the same order,
-    whatever the new batch size. Per replica the pipeline is: batch number ->
-    positions -> example ids -> read (gather from the bank, plus the knobs below)
-    -> prefetch.
-
-    Knobs (all act on real work, none is cosmetic):
-      read_latency_ms  simulated storage latency per batch read: ``time.sleep`` in a
-                       ``tf.numpy_function``, which releases the GIL, so parallel
-                       reads and prefetch really overlap it.
-      decode_cost      CPU work per example (that many rounds of a 32x32 matmul).
-      parallel_calls   num_parallel_calls of the read map (1 = serial reads).
-      cache            after one epoch of reads in this process, batches come from
-                       memory: no read latency, no decode work.
-      prefetch         False: no overlap at all (the runtime also turns off the
-                       distributed iterator's own buffer); True/"autotune": AUTOTUNE;
-                       an int: that many batches.
-
-Your own data (``data.factory: "pkg.module:make_dataset"`` + ``data.kwargs``)
-    The factory is called once per input pipeline, before training starts::
-
-        make_dataset(input_context: tf.distribute.InputContext,
-                     per_replica_batch_size: int, **data.kwargs) -> tf.data.Dataset
-
-    It gets only the parameters it declares (``factories.call_factory``).
-
-    It must return a ``tf.data.Dataset`` whose elements are ``(features, labels)``
-    already batched to ``per_replica_batch_size`` (use ``drop_remainder=True``),
-    and should shard with ``input_context`` (``ds.shard(input_context.num_input_pipelines,
-    input_context.input_pipeline_id)``). Labels are integer class ids in
-    ``[0, data.classes)``. The runtime repeats it (so a finite dataset is fine;
-    its cardinality, when known, defines an epoch) and adds ``data.prefetch``;
-    the other built-in knobs (read_latency_ms, decode_cost, parallel_calls, cache)
-    do not apply to a factory dataset. A factory that cannot be imported, raises,
-    or returns something else stops the trainer before training with exit 2.
+Built-in data (``data.name: synthetic``): a seeded bank of Gaussian examples labelled by a
+fixed random linear "teacher", so the loss really falls. The p-th example trained on is
+a pure function of p (docs/internals.md, "Steps and counters"), so the saved position is
+all a resume needs, whatever the new batch. Its knobs act on real work: read_latency_ms
+(a sleep in a ``tf.numpy_function``, which releases the GIL, so parallel reads and
+prefetch overlap it), decode_cost (rounds of a 32x32 matmul per example),
+parallel_calls, cache, prefetch (False: no overlap, the distributed iterator's own
+buffer off too). Your own data (``data.factory``, the contract in docs/factories.md) is
+called once per input pipeline; the runtime repeats it and adds ``data.prefetch``, the
+other knobs do not apply. A factory that cannot be imported, raises or returns something
+else stops the trainer with exit 2.
 """
 
 from __future__ import annotations

@@ -1,47 +1,14 @@
 """FLOPs per example of one training update, counted from its traced graph.
 
-What is counted: every multiply-add of the dense linear algebra in the traced
-update, forward and backward alike (Keras's gradient tape puts the backward ops
-into the same graph), at 2 FLOPs per multiply-add:
-
-- ``MatMul`` and ``BatchMatMul`` (V1-V3), grappler's ``_FusedMatMul``:
-  2 x m x n x k (2 x output elements x contracted size);
-- ``Conv2D`` / ``Conv3D``, their ``BackpropInput`` and ``BackpropFilter`` ops, and
-  ``_FusedConv2D``: 2 x (forward output elements) x (filter height x width (x depth)
-  x input channels of a group); the backprop ops do as much work as the forward
-  conv they differentiate;
-- ``DepthwiseConv2dNative`` and its two backprop ops: 2 x output elements x filter
-  height x width;
-- ``Einsum`` with two operands: 2 x the product of every index's size (one
-  operand: a transpose or a reduction, not counted).
-
-Not counted: elementwise ops (activations, bias adds, the loss, the optimizer's
-update, casts), reductions, pooling, normalisation, and the all-reduce: they
-are a small share of a model's arithmetic, and model FLOPs utilisation (MFU,
-the figure this feeds) is defined over the model's matmul FLOPs (PaLM, appendix B).
-
-Function-call ops (``PartitionedCall``, ``StatefulPartitionedCall``, an XLA
-cluster's call) are followed into the function library's graphs, as are the
-bodies of ``While`` loops and the branches of ``If``/``Case`` (the largest branch
-counts). A loop body is counted once, whatever its trip count: so are the
-examples it reads. Per example is therefore the counted FLOPs over the examples
-the same graph reads from its input iterators (the first component's batch
-dimension at every ``IteratorGetNext``-like op), which holds for an unrolled
-update (local replicas x accumulation micro-steps reads) and for one whose
-micro-steps or updates run in a loop. A loop that reads no batch but does
-counted work (a recurrent layer's loop over time steps) runs an unknown number
-of times: its ops count as unknown.
-
-Only ops that run are counted: TensorFlow prunes, when it instantiates a
-function, the ops that none of its outputs, control outputs or stateful ops
-need (e.g. the input gradient of a first conv layer, which the gradient tape
-traces and nothing reads); the walk does the same.
-
-Unknown shapes: an op of a counted kind whose shapes are not all static is
-left out and counted in ``GraphFlops.unknown_ops``; a count with any such op, or
-with no examples read at a static batch size, gives no per-example figure
-(``None``) rather than an understated one. ``update_flops_per_example`` never
-raises: any error is logged and gives ``None``.
+Every multiply-add of the dense linear algebra in the traced update (matmuls,
+convolutions and their backprops, two-operand einsums), forward and backward alike, at
+2 FLOPs each; elementwise ops, reductions and the all-reduce are left out, as model FLOPs
+utilisation (MFU, the figure this feeds) is defined over the matmul FLOPs (PaLM,
+appendix B). Function calls, loop bodies and branches are followed, and only ops that
+run are counted. Per example is the counted FLOPs over the examples the same graph
+reads. An op of a counted kind without static shapes makes the figure ``None``, never an
+understated one, and ``update_flops_per_example`` never raises. Each op's formula and
+the walk's rules: docs/internals.md, "Steps and counters".
 """
 
 from __future__ import annotations

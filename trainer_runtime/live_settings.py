@@ -1,20 +1,14 @@
 """Live settings in the trainer: a ``reconfigure`` request checked, applied between two updates.
 
-Only ``changes.LIVE_KEYS`` change live (the input pipeline's knobs, the global batch
-and accumulation): the input pipeline is rebuilt from the current data position,
-and for a new batch split the accumulators and the update graph too; the model,
-the optimizer, the step and the position carry on. Any other change is refused (it
-needs a relaunch), and so is any live change to a data factory's pipeline (rebuilt,
-it would restart the factory's data order). In a cluster every worker applies the
-same request after the same update, or none does (``reconfigure``).
-
-``LiveSettings`` is the Trainer's part that owns this: the check, the switch, and
-the update graph of every batch split used before (switching back and forth reuses
-them, so nothing grows per switch). ``reconfigure`` and ``too_late`` answer a
-request with its ``reconfigured`` event.
-
-The dependency runs one way: the loop imports this module, never the reverse. What
-this module uses of the trainer is ``LiveTrainer``, which ``loop.Trainer`` is.
+Only ``changes.LIVE_KEYS`` change live (the input pipeline's knobs, the global batch and
+accumulation): the input pipeline is rebuilt from the current data position, and for a
+new batch split the accumulators and the update graph too; the model, the optimizer, the
+step and the position carry on. Any other change is refused (it needs a relaunch), and
+so is any live change to a data factory's pipeline (its data order would restart). In a
+cluster every worker applies the same request after the same update, or none does.
+``LiveSettings`` (the Trainer's ``live`` part) keeps the update graph of every batch
+split used, so switching back and forth grows nothing. The loop imports this module,
+never the reverse: what it uses of the trainer is ``LiveTrainer``.
 """
 
 from __future__ import annotations

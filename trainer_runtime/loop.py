@@ -1,22 +1,15 @@
 """The distributed training loop: build, run updates, report steps, checkpoint.
 
 The Trainer builds data, model, optimizer and gradient accumulators under a
-MirroredStrategy; the update itself (k micro-steps, one all-reduce, in-graph
-timings) is traced by ``update_graph.UpdateGraph``, which the Trainer holds.
-train.steps_per_execution updates run inside one tf.function call, and every
-update's timings still come out as its own step.
-
-Under MultiWorkerMirroredStrategy (a ``cluster:`` section) each worker runs this
-same loop: it reports its own loss and timings, but examples and the data
-position are the whole update's (every worker's), so they agree everywhere. The
-workers agree on stopping at each execution boundary and on the step they resume
-from (``cluster.Agreement``), so all run the same updates and save together.
-
-Live settings (``LIVE_KEYS``: the input pipeline's knobs, the global batch and
-accumulation) apply in this process at an execution boundary, when the supervisor
-sends a ``reconfigure`` frame; ``live_settings.py`` checks and applies them (the
-Trainer's ``live`` part). In a cluster every worker applies the same request after
-the same update, or none does.
+MirroredStrategy; the update itself is traced by ``update_graph.UpdateGraph``.
+train.steps_per_execution updates run inside one tf.function call, and every update's
+timings still come out as its own step. Under MultiWorkerMirroredStrategy each worker
+runs this same loop and reports its own loss and timings, but examples and the data
+position are the whole update's, so they agree everywhere; the workers agree on stopping
+at each execution boundary and on the step they resume from (``cluster.Agreement``).
+Live settings apply at an execution boundary when the supervisor sends ``reconfigure``
+(``live_settings.py``); in a cluster every worker applies the same request after the
+same update, or none does.
 """
 
 from __future__ import annotations

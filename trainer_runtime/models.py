@@ -1,24 +1,17 @@
 """Built-in models (mlp, convnet, resnet) and ``pkg.module:factory`` plug-ins.
 
-Your own model (``model.factory: "pkg.module:build_model"`` + ``model.kwargs``)
-    Called once, inside ``strategy.scope()``, before training starts::
+Your own model (``model.factory`` + ``model.kwargs``) is called once, inside
+``strategy.scope()``, before training starts::
 
-        build_model(input_shape: tuple[int, ...], classes: int, **model.kwargs) -> keras.Model
+    build_model(input_shape: tuple[int, ...], classes: int, **model.kwargs) -> keras.Model
 
-    It gets only the parameters it declares (``factories.call_factory``):
-    ``def build_model(embed_dim=32)`` is called with ``embed_dim`` alone.
-
-    ``input_shape`` is the per-example feature shape (no batch dimension), taken
-    from the data (the built-in synthetic data's ``data.input_shape``, or the
-    element spec of your data factory's dataset); ``classes`` is ``data.classes``.
-    The model maps a batch of features to ``classes`` logits (no softmax): the
-    runtime trains it with sparse categorical cross-entropy from logits. Build
-    layers inside the factory (do not reuse a model built elsewhere) so its
-    variables are mirrored. Under ``train.mixed_precision`` the global Keras
-    dtype policy is set before the factory runs; keep the last layer in float32
-    (``dtype="float32"``) for a stable loss. A factory that cannot be imported,
-    raises, or returns something other than a ``keras.Model`` stops the trainer
-    before training with exit 2 and one ``error:`` line naming the factory.
+It gets only the parameters it declares (``factories.call_factory``); ``input_shape`` is
+the per-example feature shape, taken from the data. It maps features to ``classes``
+logits (no softmax: the runtime trains with sparse categorical cross-entropy from
+logits) and builds its layers inside the factory, so its variables are mirrored (the
+whole contract: docs/factories.md). A factory that cannot be imported, raises, or returns
+something other than a ``keras.Model`` stops the trainer with exit 2 and one ``error:``
+line naming it.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """A spare trainer: ``python -m trainer_runtime.spare --module trainer_runtime``.
 
-It imports TensorFlow and the trainer's modules ahead of time, then waits on
-stdin for one line: the JSON object ``{"argv": [...], "env": {...}, "cwd": DIR}``
-of the trainer it is to become. It then takes that environment and directory
-and runs ``python -m MODULE ARGV`` in this same process, so a relaunch skips
-the interpreter start and the TensorFlow import (seconds on any box, more with
-CUDA). End of input without a line (the supervisor gave it up, or died) ends it
-quietly with exit 0.
-
-Importing TensorFlow reads no device and starts no runtime: CUDA, the logical
-CPU devices, thread pools and TF_CONFIG are all read later, in main(), after the
-environment has been replaced. The supervisor starts a spare with the accelerators
-hidden (CUDA_VISIBLE_DEVICES=-1), and the order's environment, which replaces this
-process's whole environment (the C library's too: CUDA reads it with getenv at its
-first device call), makes them visible again. While it waits it runs at idle CPU priority where
-this host lets it go back to normal afterwards (checked in a throwaway child
-first, before the import): the job being watched comes first.
-
-Stdlib only until the preload, like ``__main__``'s own top.
+It imports TensorFlow and the trainer's modules ahead of time, then waits on stdin for
+one line, ``{"argv": [...], "env": {...}, "cwd": DIR}``, the trainer it is to become: it
+takes that environment and directory and runs ``python -m MODULE ARGV`` in this same
+process, so a relaunch skips the interpreter start and the import. End of input without
+a line ends it quietly with exit 0. Importing TensorFlow reads no device: CUDA, logical
+devices, thread pools and TF_CONFIG are read later, in main(), after the environment (the
+C library's too) has been replaced, which is how the accelerators hidden from a waiting
+spare become visible. While it waits it runs at idle CPU priority where this host lets
+it go back to normal after (checked in a throwaway child first). Stdlib only until the
+preload, like ``__main__``'s own top.
 """
 
 from __future__ import annotations

@@ -1,42 +1,15 @@
 """The distributed update graph: one optimizer update of k micro-steps, as tf.functions.
 
-One optimizer update = k micro-steps (train.accumulation_steps). With k == 1 a
-replica computes gradients and applies them (one all-reduce inside the Keras
-optimizer). With k > 1 each replica adds its gradients into replica-local
-accumulators (``synchronization=ON_READ``: no cross-replica traffic) for k
-micro-batches, then one apply step all-reduces once and updates once.
-
-Losses are scaled with ``tf.nn.compute_average_loss(global_batch_size=...)``
-where the global batch counts every example of the update (all replicas, all
-micro-steps): the optimizer's all-reduce SUMs, so the applied gradient is the
-mean over the whole update, the same as one big batch.
-
-Several updates can run inside one tf.function call; every update's timings
-still come out, measured in the graph with ``tf.timestamp()`` around
-``next(iterator)`` and after the update's variable writes. Compute time is
-measured inside each replica, from its batch in hand to its local gradients
-ready (before the all-reduce): under MultiWorkerMirroredStrategy a worker with
-slow devices shows a high compute time, the others wait in the all-reduce.
-
-The all-reduce is timed apart from the optimizer's update: each replica
-all-reduces its gradients itself (``ReplicaContext.all_reduce(SUM)``, the very
-call Keras 3 makes inside ``apply_gradients``, so the same cross-device ops run)
-and the optimizer's own all-reduce is turned off on that optimizer
-(``own_all_reduce``), so it stays one all-reduce per update (under accumulation
-too: the accumulated gradients once) and the weights are the fused path's. Its
-bracket runs from the last local replica's gradients ready to the last
-replica's reduced gradients in hand: on a cluster that holds the wait for
-slower workers, and on a GPU backward work still queued when the host stamped
-"ready" (GPU ops report done when enqueued, NCCL's when its kernel ends). The
-update runs from there to the new weights written. The stamps gate nothing: an
-all-reduce that starts before the last gradient is ready, or an update before
-the last all-reduce ends, overlaps as it would unwatched, and each bracket holds
-the part not overlapped (as TensorBoard's profiler counts collectives); gating
-them cost about 4 % of the demo's examples/s here. Step time less input wait,
-compute, all-reduce and update is "other": host work and dispatch between them.
-
-Everything reported is local to this worker: its replicas' loss and examples,
-no collective added for telemetry.
+One update is k micro-steps (train.accumulation_steps): with k > 1 each replica adds its
+gradients into replica-local accumulators (``ON_READ``: no cross-replica traffic), then
+one apply step all-reduces once and updates once. Losses are scaled by the global batch
+of the whole update (all replicas, all micro-steps), so the applied gradient is its mean,
+as one big batch's. Several updates may run in one tf.function call; each one's times are
+stamped in the graph (``tf.timestamp()``), and the all-reduce is timed apart from the
+update by all-reducing here and turning the optimizer's own off (``own_all_reduce``):
+still one all-reduce per update. The stamps gate nothing (gating cost about 4 % of the
+demo's examples/s). The parts' brackets: docs/internals.md, "Steps and counters".
+Everything reported is local to this worker: no collective is added for telemetry.
 """
 
 from __future__ import annotations

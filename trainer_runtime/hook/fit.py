@@ -1,21 +1,13 @@
 """Keras 3 ``fit``, watched: the train function Keras would build, with stamps.
 
-Built as Keras' own TensorFlow trainer builds it (v3.7 to v3.15): an inner function
-that runs the model's own ``train_step`` under ``strategy.run`` and reduces its
-logs with Keras' ``reduce_per_replica(..., "auto")`` (a tf.function with the model's
-jit setting, unless it runs eagerly), and an outer tf.function that takes up to
-``steps_per_execution`` batches from the distributed iterator with
-``get_next_as_optional`` and returns the last step's logs. What it adds, outside
-the jitted inner function, per step: a host stamp before the fetch, one once the
-batch is in hand, one after the step, and the loss tracker's total and count (its
-variables sum over the replicas when read here): the batch's loss is the change
-in the total over the change in the count, and that count is its examples.
-
-Two differences when steps_per_execution > 1, said in docs/own-scripts.md: each
-batch is fetched after the previous step has ended (Keras may start the next fetch
-during a step), so the wait is the time the step really waited; and an epoch's
-last partial execution ends at its missing batch (Keras runs its remaining steps
-and reports them): those steps are trained, not reported.
+Built as Keras' own TensorFlow trainer builds it (v3.7 to v3.15): an inner function that
+runs the model's ``train_step`` under ``strategy.run`` and reduces its logs, and an outer
+tf.function that takes up to ``steps_per_execution`` batches with
+``get_next_as_optional``. What it adds, outside the jitted inner function, per step: host
+stamps before the fetch, with the batch in hand and after the step, and the loss
+tracker's total and count, whose changes give the batch's loss and examples. With
+steps_per_execution > 1 each batch is fetched after the previous step ends, and an
+epoch's last partial execution is trained but not reported (docs/own-scripts.md).
 """
 
 from __future__ import annotations

@@ -1,31 +1,14 @@
 """The hook's count of optimizer updates outside ``strategy.run`` and Keras' ``fit``.
 
-A ``GradientTape`` loop that calls ``optimizer.apply_gradients`` itself, with or without
-a strategy, eagerly or in a ``tf.function`` (a whole loop inside one ``tf.function``
-included), trains as surely as ``fit`` does: each update is a step. Keras' optimizer
-``apply`` (keras_patches.patch_optimizer) hands such an update here:
-
-- eagerly, the update has happened when ``apply`` returns: its ``iterations`` is read;
-- traced, a ``py_function`` after the update, in the same graph (a ``while`` body or a
-  ``cond`` branch, so it runs each time the update does), gets ``iterations`` and a
-  ``tf.timestamp``.
-
-An update is a step when the optimizer's ``iterations`` rose since the last one: a
-``LossScaleOptimizer`` that skips an update on non-finite gradients reports none (its
-``apply`` calls its inner optimizer's, which is the one counted: once). With several
-optimizers, the first to apply sets the steps (a GAN's second optimizer updates in the
-same steps), until another applies twice with no update of the first between (a new
-optimizer for a new phase): it sets them from then on; the hook names the one whose
-updates are the steps. The first step's number goes on from the optimizer's own
-``iterations`` (a restored one's; fit's too, keras_patches.py). The batch's examples
-are the leading size of the last top-level Keras model call's input made under a
-GradientTape (a model is called with the batch before its gradients exist; a call
-outside any tape is an evaluation, not the update's); input wait,
-the host's time in ``next()`` on a ``tf.data`` or distributed iterator since the last
-update. A traced update's FLOPs
-per example are counted in its function's graph as it first runs.
-
-While ``strategy.run`` runs (loops.py counts those) or ``fit`` does, nothing here acts.
+A ``GradientTape`` loop that calls ``optimizer.apply_gradients`` itself (eagerly or in a
+``tf.function``, a whole loop in one included) trains as surely as ``fit``: each update
+is a step. Keras' optimizer ``apply`` (keras_patches.patch_optimizer) hands such an
+update here: eagerly, ``iterations`` is read when ``apply`` returns; traced, a
+``py_function`` after the update in the same graph (so it runs each time the update
+does) gets ``iterations`` and a ``tf.timestamp``. An update is a step when the
+optimizer's ``iterations`` rose since the last one. Which optimizer sets the steps, and
+how the batch's examples and input wait are taken: docs/own-scripts.md's table. While
+``strategy.run`` (loops.py counts those) or ``fit`` runs, nothing here acts.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """Watching a person's own TensorFlow script from inside it (`gpuwatch run -- python x.py`).
 
-sitecustomize.py calls start() at interpreter start-up. Nothing here imports
-TensorFlow: a finder on sys.meta_path (patching.AfterImport) waits until the script
-imports it (and Keras' TensorFlow trainer and optimizer), then patches, on the
-classes, only what a training loop goes through:
-
-- keras_patches.py: Keras 3 ``fit``, with the train function of fit.py (or, outside
-  the tested range, a per-batch callback);
-- loops.py: custom loops (``strategy.run`` of a replica function that applies
-  gradients), and the prefetch that ``data.prefetch`` adds to the script's dataset.
-
-Watch, here, is what they share: the settings, the telemetry, the hook event (what
-is watched, or why not) and the steps, sent as the runtime's own frames (hello, step,
-done) over the telemetry fd. The patches know it by watching.py's Protocols and never
-import this module. Nothing here changes what the script computes; every patch falls
-back to the original call if anything of its own fails, and the hook event says so.
+sitecustomize.py calls start() at interpreter start-up. Nothing here imports TensorFlow:
+a finder on sys.meta_path (patching.AfterImport) waits until the script imports it, then
+patches, on the classes, only what a training loop goes through (keras_patches.py:
+``fit``; loops.py: custom loops and the prefetch ``data.prefetch`` adds). Watch is what
+the patches share: the settings, the telemetry, the hook event (what is watched, or why
+not) and the steps, sent as the runtime's own frames over the telemetry fd; the patches
+know it by watching.py's Protocols and never import this module. Nothing here changes
+what the script computes: every patch falls back to the original call if anything of
+its own fails, and the hook event says so.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """The device readings a ``sample`` event carries: the host, each GPU, a worker's GPUs summed.
 
-Declared once, here, as frozen dataclasses: gpuwatch's sampler makes them
-(``gpuwatch.sampling``), the ``Sample`` event carries them (``events.py``), and every
-reader reads their attributes. Every reading is ``float | int | None``; ``None`` means
-"not available" (not supported, no permission, GPU lost, first sample of a rate, or an
-error), never zero. Plain frozen dataclasses so the supervisor thread can hand them to
-any other thread without copying.
-
-On the wire each is a JSON object of its fields in declaration order (``wire_object``),
-but for a field whose metadata says ``{"wire": False}`` (kept by the sampler, never
-sent). ``record_from_wire`` reads one back: a field a sender did not write (an older
-gpuwatch's record) takes its default, one this reader does not know (a newer one's) is
-kept as it came in ``extra`` and written back after the others (export's extra cell),
-and a value of the wrong kind is refused (``WireRecordError``, which parse_event
-reports). A number is kept as it came (an int in a float field stays an int), so a
-record read and written again is the same bytes.
+Declared once, here, as frozen dataclasses (so any thread may hold them without a copy):
+gpuwatch's sampler makes them, the ``Sample`` event carries them and every reader reads
+their attributes. Every reading is ``float | int | None``; ``None`` means "not
+available", never zero. On the wire each is a JSON object of its fields in declaration
+order (``wire_object``), less those whose metadata says ``{"wire": False}``.
+``record_from_wire`` reads one back: a field the sender did not write takes its default,
+one this reader does not know is kept in ``extra`` and written back after the others, a
+value of the wrong kind is refused (``WireRecordError``), and a number is kept as it came,
+so a record read and written again is the same bytes.
 """
 
 from __future__ import annotations
