@@ -179,7 +179,7 @@ def reconfigure(trainer: LiveTrainer, request: ReconfigureRequest) -> Reconfigur
         if trainer.agreement is not None:
             failed = trainer.agreement.any(failed)
         if failed:
-            trainer.live.apply(old)  # if even this fails, the trainer fails as before
+            trainer.live.apply(old)  # if even this raises, the trainer ends (a crash)
             new, message = (
                 None,
                 ((failure or "another worker could not apply them") + "; back on the old settings"),

@@ -110,7 +110,7 @@ def step_bottleneck(ev: Evidence) -> Finding | None:
         detail, remedies = part_remedies(ev, part, share)
         finding = Finding(BOTTLENECKS[part], level, share, label, detail + unsure, ())
     if part == "input" and not others:
-        return finding  # as the input rule has always said it
+        return finding  # input alone: in the input rule's own words
     merged = remedies[:1] + [r[0] for r in others if r[0] not in remedies] + remedies[1:]
     return replace(finding, remedies=within_memory(ev, merged))
 

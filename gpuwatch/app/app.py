@@ -309,7 +309,7 @@ class GpuwatchApp(App[str]):
             return None  # greyed out while a live change is in flight (R still relaunches)
         if action in ("relaunch", "discard"):
             # None: shown greyed out in the footer while nothing is pending; a run that
-            # has ended goes on with r as it was.
+            # has ended goes on with r, its settings unchanged.
             if pending_overrides(self.state.settings, self.pending):
                 return True
             if action == "relaunch" and (self.state.terminal or parameters[:1] == (False,)):

@@ -3,9 +3,9 @@
 ``protocol.Breakdown`` is the one home of the five parts (input, compute, sync, update,
 other) and their shares; this module is the one home of the names other tools read them
 by: ``compute_pct``, ``sync_pct``, ``update_pct`` and ``other_pct`` beside
-``input_wait_pct`` (the input's share, which every table had before the breakdown, taken
-from the step's own input wait), and ``<part>_ms`` for their times. The export's columns
-and TensorBoard's ``train/`` scalars are made from these. Pure Python.
+``input_wait_pct`` (the input's share, taken from the step's own input wait), and
+``<part>_ms`` for their times. The export's columns and TensorBoard's ``train/`` scalars
+are made from these. Pure Python.
 """
 
 from __future__ import annotations

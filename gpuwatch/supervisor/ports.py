@@ -21,7 +21,7 @@ import random
 import socket
 from pathlib import Path
 
-# Its name from before it moved into supervisor/: supervisor.log names each line's source.
+# A short name of its own: supervisor.log names each line's source by it.
 log = logging.getLogger("gpuwatch.ports")
 
 # Linux's default range, when /proc says nothing.

@@ -62,8 +62,8 @@ def write_plan(path: Path, plan: Scale) -> None:
 
 def read_plan(path: Path, config: RunConfig) -> tuple[Scale, list[tuple[int, RunConfig]]]:
     """The plan in `path` for the run's config, and each count's settings; ConfigError if the
-    file is not one `gpuwatch scale` writes or a count cannot run here. A plan written
-    before the probe had rounds (no "rounds") has one."""
+    file is not one `gpuwatch scale` writes or a count cannot run here. A plan without
+    "rounds" has one."""
     try:
         data: Any = json.loads(path.read_text())
         counts, mode, steps = data["counts"], data["mode"], data["steps"]

@@ -35,7 +35,7 @@ from trainer_runtime.protocol import (
     StepSummary,
 )
 
-# Its name from before it moved into supervisor/: supervisor.log names each line's source.
+# A short name of its own: supervisor.log names each line's source by it.
 log = logging.getLogger("gpuwatch.tboard")
 
 FILE_VERSION = "brain.Event:2"

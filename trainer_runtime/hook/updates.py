@@ -37,7 +37,7 @@ def _recording() -> bool:
     traced): a forward pass whose gradients an update will apply."""
     try:
         from tensorflow.python.eager import record
-    except ImportError:  # an internal moved: every top-level call counts, as before
+    except ImportError:  # no such internal in this TensorFlow: every top-level call counts
         return True
     return bool(record.could_possibly_record())
 

@@ -72,7 +72,7 @@ class GpuSample:
     # The NVLink generation of its first active link (nvmlDeviceGetNvLinkVersion): with
     # the active links, the link's peak (gpuwatch.measures.peaks.link_peak). None: no NVLink.
     nvlink_version: int | None = field(default=None, metadata=_NOT_A_READING)
-    # Last on the wire, as it always was.
+    # Last, so last on the wire (wire_object keeps the declaration order).
     processes: tuple[GpuProcess, ...] = ()
     # Why each None reading is None, for `gpuwatch doctor` and tooltips; not
     # sent in the sample frame (it rarely changes and would bloat every frame).
