@@ -109,6 +109,20 @@ class Advice:
     remedies: tuple[Remedy, ...] = ()
     workers: tuple[WorkerVerdict, ...] = ()
 
+    @property
+    def tone(self) -> str:
+        """How the verdict reads at a glance: its level, or "unsure" where it names a part
+        that holds the step back (by its figure) but the share's interval could not grade
+        it ("input-bound: 6.0% ... not enough steps to tell"): not the all-clear "none"
+        gives a compute-bound step or an input that keeps up."""
+        if self.level == "none" and self.bottleneck not in NOT_HOLDING:
+            return "unsure"
+        return self.level
+
+
+# Advice.bottleneck values that name no part holding the step back.
+NOT_HOLDING = frozenset({"none", "unknown", "unwatched", "compute"})
+
 
 def interval_side(interval: tuple[float, float] | None, threshold: float) -> str | None:
     """Which side of `threshold` a noisy figure is on, by its confidence interval: "above"

@@ -180,3 +180,19 @@ def test_an_attempts_share_interval_is_over_all_its_steps_from_five_sums() -> No
     assert whole_run[1] - whole_run[0] < (latest[1] - latest[0]) / 5
     share = 100.0 * sum(p for p, _ in pairs) / sum(w for _, w in pairs)
     assert whole_run[0] < share < whole_run[1]
+
+
+def test_a_share_the_interval_cannot_grade_reads_unsure_never_all_clear() -> None:
+    # True share 6 %, each step's within +-5 %: the interval crosses the moderate grade
+    # (5 %), so the input is named by its figure, ungraded: neither "moderately" nor the
+    # all-clear a compute-bound step gets.
+    figures = step_figures(noisy_steps(seed=3, share=0.06, spread=0.05))
+    interval = figures.share_intervals["input"]
+    assert interval is not None and interval[0] < 5.0 <= interval[1]
+    advice = advise(figures, SETTINGS, replicas=2)
+    assert (advice.level, advice.bottleneck) == ("none", "input")
+    assert advice.verdict.startswith("input-bound: ") and "not enough steps" in advice.verdict
+    assert advice.tone == "unsure"
+    clear = advise(step_figures([step(i, 0.5, 90.0) for i in range(20)]), SETTINGS,
+                   replicas=2)
+    assert (clear.bottleneck, clear.tone) == ("compute", "none")

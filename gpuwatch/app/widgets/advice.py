@@ -7,7 +7,9 @@ from rich.text import Text
 from gpuwatch.advisor import Advice
 from gpuwatch.app.widgets.state_panel import StatePanel
 
-LEVEL_STYLE = {"high": "bold red", "moderate": "bold yellow", "none": "green", "unknown": "dim"}
+# By Advice.tone: "unsure" names a part its interval could not grade, never the green all-clear.
+TONE_STYLE = {"high": "bold red", "moderate": "bold yellow", "unsure": "yellow", "none": "green",
+              "unknown": "dim"}
 
 
 class AdvicePanel(StatePanel):
@@ -15,7 +17,7 @@ class AdvicePanel(StatePanel):
 
     def show_advice(self, advice: Advice) -> None:
         text = Text()
-        text.append(advice.verdict, style=LEVEL_STYLE.get(advice.level, ""))
+        text.append(advice.verdict, style=TONE_STYLE.get(advice.tone, ""))
         for rec in advice.recommendations:
             text.append("\n• ")
             text.append(rec)
