@@ -24,6 +24,7 @@ from gpuwatch.runs.folders import RunError, agent_worker_dir, ensure_private_tre
 from gpuwatch.supervisor.agent import AgentStartError, LocalAgent
 from gpuwatch.supervisor.exits import MAX_LINE_CHARS, TrainerExit
 from gpuwatch.supervisor.link import REPLY_TIMEOUT_S, frames_of
+from gpuwatch.supervisor.timings import PROBLEM
 from gpuwatch.supervisor.worker_role import WorkerLaunch
 from trainer_runtime.protocol import (
     ENVELOPE,
@@ -385,6 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="start the person's own command the config holds (gpuwatch run), "
                              "not the trainer module")
     args = parser.parse_args(argv)
+    if PROBLEM is not None:  # the same refusal as the supervisor's: no trainer, one line
+        print(f"gpuwatch agent: {PROBLEM}", file=sys.stderr)
+        return 2
     if args.run_dir is not None:
         run_dir: Path = args.run_dir
     else:

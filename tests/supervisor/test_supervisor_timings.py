@@ -76,3 +76,18 @@ def test_a_resume_does_not_start_with_a_bad_timing(home: Path):
                           capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
     assert (done.returncode, done.stderr) == (
         2, "gpuwatch: GPUWATCH_LINGER_S='0': not a positive number of seconds\n")
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_workers_agent_does_not_start_with_a_bad_timing(name: str, tmp_path: Path):
+    # The agent on another host (over ssh or srun) reads its own environment: a bad timing
+    # there is the same one line, and no frame, no trainer.
+    env = {**os.environ, Timings.variable(name): "soon"}
+    done = subprocess.run(
+        [sys.executable, "-m", "gpuwatch.supervisor.remote", "--run-dir", str(tmp_path),
+         "--index", "0"],
+        capture_output=True, text=True, cwd=ROOT, env=env, timeout=60, stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (f"gpuwatch agent: {Timings.variable(name)}='soon': not a positive "
+                           f"{'whole number' if name in WHOLE else 'number of seconds'}\n")
+    assert list(tmp_path.iterdir()) == []
