@@ -70,8 +70,7 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
     def compose(self) -> ComposeResult:
         texts = form_texts(self.settings, self.pending)
         how = (
-            "Live settings: r applies them in the running trainer, unless a relaunch one is "
-            "pending too: then r relaunches from the checkpoint with all."
+            "Live settings: r applies them in the running trainer."
             if self.running
             else "Settings (no trainer runs now: r relaunches with them)."
         )
@@ -81,7 +80,8 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
                 for key in LIVE_FORM_KEYS:
                     yield from self._row(key, texts[key])
                 yield Static(
-                    "Take a relaunch (r restarts the trainer from its checkpoint):",
+                    # Any one pending makes r a relaunch, the live ones pending with it.
+                    "Relaunch settings (r restarts from the checkpoint, with all pending):",
                     id="settings-relaunch-title",
                     classes="settings-group",
                 )
