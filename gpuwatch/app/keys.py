@@ -123,7 +123,10 @@ EDIT_BINDING = Binding(
     "edit settings",
     id="settings",
     show=False,
-    tooltip="Edit every setting that changes live (parallel calls, read latency, ...)",
+    tooltip=(
+        "Edit every setting that changes live (parallel calls, read latency, ...) and "
+        "steps per execution, jit compile, precision (r relaunches for those)"
+    ),
 )
 # What to do with the pending settings; the pending bar says "press r to relaunch, ...".
 PENDING_BINDINGS: list[Binding] = [

@@ -1,9 +1,13 @@
-"""The settings screen's form, pure: live settings as text, and typed text back to settings.
+"""The settings screen's form, pure: settings as text, and typed text back to settings.
 
-No Textual. The dashboard's settings screen (`e`) shows each of FORM_KEYS (the schema's
-`LIVE_KEYS`, in the schema's order) as the text a config file would hold (`form_texts`),
-and on Enter hands every field's text to `read_form`, which either returns the new pending
-settings or raises FormRefused with one line per field that is wrong.
+No Textual. The dashboard's settings screen (`e`) shows each of FORM_KEYS as the text a
+config file would hold (`form_texts`): first LIVE_FORM_KEYS (the schema's `LIVE_KEYS`, in
+the schema's order: a running trainer takes them at an update boundary), then
+RELAUNCH_FORM_KEYS (the relaunch settings a person tunes for speed: `r` relaunches from the
+checkpoint with them). On Enter it hands every field's text to `read_form`, which either
+returns the new pending settings or raises FormRefused with one line per field that is
+wrong. Pending relaunch settings make the whole pending change a relaunch, live keys with
+it (`runstate.pending_applies_live`; the supervisor decides the same way).
 
 Nothing here decides what a value may be: each text is read as a `--set` value is
 (`config.parse_override`: a YAML scalar, bounded), the whole config is checked by the
@@ -23,11 +27,25 @@ from pydantic import BaseModel, ValidationError
 from gpuwatch.config.devices import check_replicas
 from gpuwatch.config.errors import ConfigError
 from gpuwatch.config.overrides import apply_overrides, parse_override
-from gpuwatch.runstate import effective, format_setting, get_setting, pending_overrides
-from trainer_runtime.changes import LIVE_KEYS
+from gpuwatch.runstate import (
+    command_argv,
+    effective,
+    format_setting,
+    get_setting,
+    pending_overrides,
+)
+from trainer_runtime.changes import LIVE_KEYS, command_setting_refusal
 from trainer_runtime.schema import RunConfig
 
-__all__ = ["FORM_KEYS", "GENERAL", "FormRefused", "form_texts", "read_form"]
+__all__ = [
+    "FORM_KEYS",
+    "GENERAL",
+    "LIVE_FORM_KEYS",
+    "RELAUNCH_FORM_KEYS",
+    "FormRefused",
+    "form_texts",
+    "read_form",
+]
 
 # Where messages say the values came from (never shown: error lines drop their source).
 _SOURCE = "settings"
@@ -44,8 +62,17 @@ def _live_keys_in_schema_order() -> tuple[str, ...]:
     return tuple(key for key in keys if key in LIVE_KEYS)
 
 
-# The settings the screen edits: every one a running trainer can change.
-FORM_KEYS: tuple[str, ...] = _live_keys_in_schema_order()
+# The settings a running trainer can change: the screen's first group.
+LIVE_FORM_KEYS: tuple[str, ...] = _live_keys_in_schema_order()
+# The settings that take a relaunch which a person tunes for speed (the demo's remedy,
+# steps_per_execution, first): the screen's second group, marked "relaunch".
+RELAUNCH_FORM_KEYS: tuple[str, ...] = (
+    "train.steps_per_execution",
+    "train.jit_compile",
+    "train.mixed_precision",
+)
+# The settings the screen edits, in its order.
+FORM_KEYS: tuple[str, ...] = LIVE_FORM_KEYS + RELAUNCH_FORM_KEYS
 
 
 class FormRefused(ValueError):
@@ -60,8 +87,23 @@ class FormRefused(ValueError):
         self.errors = dict(errors)
 
 
+def _with_defaults(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """`settings` with each form key it lacks (a record from before the key was written)
+    at the schema's default: what the run trains with."""
+    defaults = RunConfig().model_dump(mode="json")
+    full: dict[str, Any] = {k: dict(v) if isinstance(v, Mapping) else v
+                            for k, v in settings.items()}
+    for key in FORM_KEYS:
+        section, _, name = key.partition(".")
+        node = full.setdefault(section, {})
+        if isinstance(node, dict) and name not in node:
+            node[name] = defaults[section][name]
+    return full
+
+
 def form_texts(settings: Mapping[str, Any], pending: Mapping[str, Any]) -> dict[str, str]:
     """Each field's starting text: the pending value, else the running one, as YAML reads it."""
+    settings = _with_defaults(settings)
     texts = {}
     for key in FORM_KEYS:
         value = effective(settings, pending, key)
@@ -84,7 +126,9 @@ def read_form(
 
     Every field is checked: a text that is not a value, or that the schema refuses alone,
     gets its own line; a limit across settings (batch and accumulation, the batch split
-    over `replicas`) gets one line, under the first of its settings the form changed.
+    over `replicas`) gets one line, under the first of its settings the form changed. For
+    a person's own command (gpuwatch run) a field changed to a setting it does not take
+    gets the reason `command_setting_refusal` gives, as `--set` and a relaunch say it.
     """
     try:
         current = RunConfig.model_validate(dict(settings))
@@ -92,6 +136,7 @@ def read_form(
         raise FormRefused(
             {GENERAL: "the run's settings are not ones this gpuwatch reads: relaunch with --set"}
         ) from None
+    settings = _with_defaults(settings)
     errors: dict[str, str] = {}
     values: dict[str, Any] = {}
     for key in FORM_KEYS:
@@ -103,6 +148,11 @@ def read_form(
         except ConfigError as exc:
             words = _words(exc)
             errors[key] = words if words.startswith(key) else f"{key}: {words}"
+            continue
+        if command_argv(settings) is not None and values[key] != effective(settings, pending, key):
+            reason = command_setting_refusal(key)
+            if reason is not None:
+                errors[key] = f"{key}: {reason}"
     others = {key: value for key, value in pending.items() if key not in FORM_KEYS}
     config = _check(current, settings, others, values, errors, replicas)
     if config is None:

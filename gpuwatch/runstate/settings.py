@@ -82,6 +82,9 @@ _LABELS = {
     "data.read_latency_ms": "read latency ms",
     "data.decode_cost": "decode cost",
     "data.cache": "cache",
+    "train.steps_per_execution": "steps per execution",
+    "train.jit_compile": "jit compile",
+    "train.mixed_precision": "precision",
 }
 
 

@@ -1,4 +1,5 @@
-"""Pilot tests of the settings screen (e): edit live settings, set them as pending, r sends."""
+"""Pilot tests of the settings screen (e): edit live and relaunch settings, set them as
+pending, r sends."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from textual.widgets import Input, Static
 from gpuwatch.app.app import GpuwatchApp
 from gpuwatch.app.screens.settings import SettingsScreen, error_id, field_id
 from gpuwatch.app.widgets.pending import PendingBar
-from gpuwatch.config.settings_form import FORM_KEYS, GENERAL
+from gpuwatch.config.settings_form import FORM_KEYS, GENERAL, LIVE_FORM_KEYS, RELAUNCH_FORM_KEYS
 from gpuwatch.follow.link import ReplayLink
 from gpuwatch.runstate import SettingRefused, check_pending
 
@@ -58,10 +59,18 @@ async def test_e_opens_the_screen_with_the_running_settings():
             "data.cache": "off",
             "train.global_batch_size": "256",
             "train.accumulation_steps": "1",
+            # Relaunch settings; the record has no jit_compile or precision: the defaults.
+            "train.steps_per_execution": "1",
+            "train.jit_compile": "off",
+            "train.mixed_precision": "float32",
         }
         assert error_lines(app) == {}
         rows = [str(label.render()) for label in app.screen.query(".settings-how")]
-        assert rows == ["live"] * len(FORM_KEYS)
+        assert rows == ["live"] * len(LIVE_FORM_KEYS) + ["relaunch"] * len(RELAUNCH_FORM_KEYS)
+        title = app.screen.query_one("#settings-relaunch-title", Static)
+        assert str(title.render()) == (
+            "Relaunch settings (r restarts from the checkpoint, with all pending):"
+        )
         accepts_line = app.screen.query_one("#settings-accepts", Static)
         assert str(accepts_line.render()) == (
             "data.read_latency_ms takes a number from 0.0 to 60000.0"
@@ -91,6 +100,62 @@ async def test_typed_parallel_calls_and_read_latency_become_pending_live_and_r_s
         assert link.commands == [
             ("relaunch", {"overrides": overrides, "fresh": False, "live": True})
         ]
+
+
+async def test_steps_per_execution_is_pending_for_a_relaunch_and_r_sends_it():
+    app, link = make_app(FIXTURE)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("e")
+        field(app, "train.steps_per_execution").focus()
+        await pilot.press("8", "enter")
+        assert not isinstance(app.screen, SettingsScreen)
+        assert app.pending == {"train.steps_per_execution": 8}
+        assert bar(app) == "pending (relaunch): steps per execution 1→8 — r relaunch · c discard"
+        await pilot.press("r")
+        await wait_commands(app)
+        assert link.commands == [
+            ("relaunch", {"overrides": {"train.steps_per_execution": 8}, "fresh": False,
+                          "live": True})
+        ]
+
+
+async def test_a_live_and_a_relaunch_setting_together_are_one_relaunch():
+    app, link = make_app(FIXTURE)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("e")
+        field(app, "data.parallel_calls").value = "4"
+        field(app, "train.jit_compile").value = "on"
+        await pilot.press("enter")
+        assert app.pending == {"data.parallel_calls": 4, "train.jit_compile": True}
+        # Not "live": the running trainer cannot take jit_compile, so r relaunches with both.
+        # At 80 columns the description gives way (cut with "…"), never the keys.
+        assert bar(app) == (
+            "pending (relaunch): parallel calls 1→4, jit compile… — r relaunch · c discard"
+        )
+        await pilot.press("r")
+        await wait_commands(app)
+        overrides = {"data.parallel_calls": 4, "train.jit_compile": True}
+        assert link.commands == [
+            ("relaunch", {"overrides": overrides, "fresh": False, "live": True})
+        ]
+
+
+async def test_a_refused_relaunch_setting_shows_its_line_and_nothing_is_pending():
+    app, link = make_app(FIXTURE)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        await pilot.press("e")
+        field(app, "train.steps_per_execution").value = "0"
+        field(app, "data.parallel_calls").value = "4"
+        await pilot.press("enter")
+        assert isinstance(app.screen, SettingsScreen)
+        assert error_lines(app) == {
+            "train.steps_per_execution": "train.steps_per_execution: must be at least 1 (got 0)"
+        }
+        assert app.focused is field(app, "train.steps_per_execution")
+        assert app.pending == {}
 
 
 async def test_pending_keys_show_in_the_screen_and_stay_unless_changed_there():

@@ -10,10 +10,19 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from gpuwatch.config import ConfigError, load_config
-from gpuwatch.config.settings_form import FORM_KEYS, GENERAL, FormRefused, form_texts, read_form
+from gpuwatch.config.settings_form import (
+    FORM_KEYS,
+    GENERAL,
+    LIVE_FORM_KEYS,
+    RELAUNCH_FORM_KEYS,
+    FormRefused,
+    form_texts,
+    read_form,
+)
 from gpuwatch.config.words import accepts
-from gpuwatch.runstate import SettingRefused, check_pending, get_setting
-from trainer_runtime.changes import LIVE_KEYS
+from gpuwatch.runstate import SettingRefused, check_pending, get_setting, pending_applies_live
+from tests.support.command_run import command_settings
+from trainer_runtime.changes import LIVE_KEYS, command_setting_refusal
 from trainer_runtime.schema import RunConfig
 
 # As an attempt event carries them: the demo's run (a 40 ms read, batch 256), 2 replicas.
@@ -29,6 +38,9 @@ TEXTS = {
     "data.cache": "off",
     "train.global_batch_size": "256",
     "train.accumulation_steps": "1",
+    "train.steps_per_execution": "1",
+    "train.jit_compile": "off",
+    "train.mixed_precision": "float32",
 }
 
 
@@ -38,9 +50,61 @@ def refused(texts: dict[str, str], pending: dict[str, Any] | None = None) -> dic
     return caught.value.errors
 
 
-def test_the_form_has_every_live_setting_in_the_schemas_order():
-    assert set(FORM_KEYS) == LIVE_KEYS
+def test_the_form_has_every_live_setting_in_the_schemas_order_then_the_relaunch_ones():
+    assert set(LIVE_FORM_KEYS) == LIVE_KEYS
+    assert FORM_KEYS == LIVE_FORM_KEYS + RELAUNCH_FORM_KEYS
+    assert RELAUNCH_FORM_KEYS == (
+        "train.steps_per_execution", "train.jit_compile", "train.mixed_precision"
+    )
+    assert not set(RELAUNCH_FORM_KEYS) & LIVE_KEYS  # each takes a relaunch
     assert tuple(TEXTS) == FORM_KEYS
+
+
+def test_relaunch_settings_read_as_the_config_file_reads_them_and_make_r_relaunch():
+    texts = {**TEXTS, "train.steps_per_execution": "8", "train.jit_compile": "on",
+             "train.mixed_precision": "mixed_bfloat16"}
+    pending = read_form(SETTINGS, {}, texts, REPLICAS)
+    assert pending == {"train.steps_per_execution": 8, "train.jit_compile": True,
+                       "train.mixed_precision": "mixed_bfloat16"}
+    assert not pending_applies_live(SETTINGS, pending, running=True)
+    # A live key with them: all pending together, and r relaunches with all of them.
+    both = read_form(SETTINGS, {}, {**TEXTS, "train.steps_per_execution": "8",
+                                    "data.parallel_calls": "4"}, REPLICAS)
+    assert both == {"data.parallel_calls": 4, "train.steps_per_execution": 8}
+    assert not pending_applies_live(SETTINGS, both, running=True)
+    assert pending_applies_live(SETTINGS, {"data.parallel_calls": 4}, running=True)
+
+
+def test_relaunch_settings_are_bounded_by_the_schema_one_line_each():
+    assert refused({"train.steps_per_execution": "0", "train.jit_compile": "maybe",
+                    "train.mixed_precision": "float8", "data.parallel_calls": "4"}) == {
+        "train.steps_per_execution": "train.steps_per_execution: must be at least 1 (got 0)",
+        "train.jit_compile": "train.jit_compile: must be true or false (got 'maybe')",
+        "train.mixed_precision": "train.mixed_precision: must be one of 'float32', "
+                                 "'mixed_float16' or 'mixed_bfloat16' (got 'float8'); did you "
+                                 "mean 'float32'?",
+    }
+
+
+def test_a_record_without_a_relaunch_setting_shows_the_schemas_default():
+    older = copy.deepcopy(SETTINGS)
+    del older["train"]["jit_compile"], older["train"]["mixed_precision"]
+    assert form_texts(older, {}) == TEXTS
+    assert read_form(older, {}, TEXTS, REPLICAS) == {}
+
+
+def test_a_command_run_refuses_what_its_script_decides_as_relaunch_says_it():
+    own = command_settings()
+    texts = form_texts(own, {})
+    assert read_form(own, {}, texts, 1) == {}
+    assert read_form(own, {}, {**texts, "data.prefetch": "on"}, 1) == {"data.prefetch": True}
+    with pytest.raises(FormRefused) as caught:
+        read_form(own, {}, {**texts, "train.steps_per_execution": "8",
+                            "train.global_batch_size": "512"}, 1)
+    assert caught.value.errors == {
+        key: f"{key}: {command_setting_refusal(key)}"
+        for key in ("train.global_batch_size", "train.steps_per_execution")
+    }
 
 
 def test_what_each_field_takes_is_said_from_the_schema():
@@ -107,6 +171,10 @@ def test_pending_settings_outside_the_form_are_kept_and_a_field_set_back_drops_i
         ("data.cache", "maybe"),
         ("train.global_batch_size", ""),
         ("train.accumulation_steps", "1.5"),
+        ("train.steps_per_execution", "1001"),
+        ("train.steps_per_execution", "auto"),
+        ("train.jit_compile", "2"),
+        ("train.mixed_precision", "fp16"),
     ],
 )
 def test_a_bad_field_gets_the_config_loaders_own_line(key, text, tmp_path):

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from gpuwatch.cli.headless import recorded_state
 from gpuwatch.follow.client import RunClient
@@ -323,6 +324,44 @@ def test_a_spare_waits_only_while_a_dashboard_is_attached(spares_on: Path) -> No
     finally:
         detached_at = dashboard.close()
     assert_gone_by(run_dir, set(), detached_at + END_TO_GONE_S, "after the last detach")
+
+
+def test_a_relaunch_setting_from_the_dashboard_relaunches_in_the_spare_with_it(
+    spares_on: Path,
+) -> None:
+    """What `r` sends for steps_per_execution=8 set on the settings screen with a live key
+    beside it (live=True: the supervisor decides): a relaunch, not a live change, whose
+    new attempt is the waiting spare and records both settings."""
+    run_dir, _ = start("detach", TINY, spares_on)
+    hello_pids(run_dir)
+    info = folders.read_run_info(run_dir)
+    assert info.socket_path is not None
+    dashboard = Attached(info.socket_path)
+    try:
+        spare = wait_for(lambda: spare_processes(run_dir), 20, "a spare to wait")[0]
+        overrides = {"data.parallel_calls": 4, "train.steps_per_execution": 8}
+
+        async def relaunch() -> dict[str, Any]:
+            assert info.socket_path is not None
+            async with RunClient(info.socket_path) as client:
+                return await client.command("relaunch", overrides=overrides, live=True)
+
+        reply = asyncio.run(relaunch())
+        assert (reply["attempt"], reply["live"]) == (2, False)
+        assert hello_pids(run_dir, 2)[1] == spare
+        # Ground truth: the new attempt's recorded settings, and the config it was given.
+        attempts = {e["attempt"]: e for e in recorded(run_dir) if e["type"] == "attempt"}
+        assert attempts[1]["settings"]["train"]["steps_per_execution"] == 1
+        attempt = attempts[2]
+        assert attempt["reason"] == "relaunch" and attempt["fresh"] is False
+        assert attempt["settings"]["train"]["steps_per_execution"] == 8
+        assert attempt["settings"]["data"]["parallel_calls"] == 4
+        given = yaml.safe_load((run_dir / "attempt-2.yaml").read_text())
+        assert given["train"]["steps_per_execution"] == 8
+        gpuwatch("stop", run_dir.name, check=True)
+    finally:
+        left_at = dashboard.close()
+    assert_gone_by(run_dir, set(), left_at + END_TO_GONE_S, "after the stop")
 
 
 def test_a_relaunch_from_an_attached_dashboard_after_the_end_starts_the_next_attempt(

@@ -1,9 +1,11 @@
-"""The settings screen (`e`): the settings a running trainer can change, as text to edit.
+"""The settings screen (`e`): the settings a running trainer can change, then those that
+take a relaunch (steps_per_execution, jit_compile, precision), as text to edit.
 
 Enter checks every field (gpuwatch.config.settings_form: the config's own reading and schema)
 and either returns the new pending settings or shows each problem under its field and
 stays open; Esc returns None. The dashboard makes the result its pending settings, which
-`r` then applies.
+`r` then applies: live in the running trainer when only live keys are pending, else a
+relaunch from the checkpoint with all of them.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from textual.events import DescendantFocus
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from gpuwatch.config.settings_form import FORM_KEYS, GENERAL, FormRefused, form_texts, read_form
+from gpuwatch.config.settings_form import (
+    FORM_KEYS,
+    GENERAL,
+    LIVE_FORM_KEYS,
+    RELAUNCH_FORM_KEYS,
+    FormRefused,
+    form_texts,
+    read_form,
+)
 from gpuwatch.config.words import accepts
 from trainer_runtime.changes import LIVE_KEYS
 
@@ -35,7 +45,7 @@ def error_id(key: str) -> str:
 
 
 class SettingsScreen(ModalScreen[dict[str, Any] | None]):
-    """Edit the live settings; Enter applies them as pending settings, Esc cancels."""
+    """Edit the settings; Enter makes them the pending settings, Esc cancels."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
@@ -60,34 +70,35 @@ class SettingsScreen(ModalScreen[dict[str, Any] | None]):
     def compose(self) -> ComposeResult:
         texts = form_texts(self.settings, self.pending)
         how = (
-            "r applies them in the running trainer"
+            "Live settings: r applies them in the running trainer."
             if self.running
-            else "no trainer runs now: r relaunches with them"
+            else "Settings (no trainer runs now: r relaunches with them)."
         )
         with Vertical(classes="dialog dialog-wide", id="settings-dialog"):
-            yield Static(
-                f"Settings that change live ({how}). Enter: set as pending. Esc: cancel.",
-                classes="dialog-text",
-            )
+            yield Static(f"{how} Enter: set as pending. Esc: cancel.", classes="dialog-text")
             with VerticalScroll(id="settings-fields"):
-                for key in FORM_KEYS:
-                    with Horizontal(classes="settings-row"):
-                        yield Label(key, classes="settings-key")
-                        yield Input(
-                            texts[key],
-                            id=field_id(key),
-                            classes="settings-input",
-                            compact=True,
-                        )
-                        yield Label(
-                            "live" if key in LIVE_KEYS else "relaunch", classes="settings-how"
-                        )
-                    yield Static(id=error_id(key), classes="settings-error")
+                for key in LIVE_FORM_KEYS:
+                    yield from self._row(key, texts[key])
+                yield Static(
+                    # Any one pending makes r a relaunch, the live ones pending with it.
+                    "Relaunch settings (r restarts from the checkpoint, with all pending):",
+                    id="settings-relaunch-title",
+                    classes="settings-group",
+                )
+                for key in RELAUNCH_FORM_KEYS:
+                    yield from self._row(key, texts[key])
             yield Static(id=error_id(GENERAL), classes="settings-error")
             yield Static(id="settings-accepts")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Set (enter)", id="apply", variant="primary", compact=True)
                 yield Button("Cancel (esc)", id="cancel", compact=True)
+
+    def _row(self, key: str, text: str) -> ComposeResult:
+        with Horizontal(classes="settings-row"):
+            yield Label(key, classes="settings-key")
+            yield Input(text, id=field_id(key), classes="settings-input", compact=True)
+            yield Label("live" if key in LIVE_KEYS else "relaunch", classes="settings-how")
+        yield Static(id=error_id(key), classes="settings-error")
 
     def on_mount(self) -> None:
         self.query_one(f"#{field_id(FORM_KEYS[0])}", Input).focus()
