@@ -141,3 +141,25 @@ async def test_a_change_made_in_the_settings_screen_is_pending_in_view(fixture: 
         assert visible(app, bar), bar.region
         assert bar.plain.startswith("pending"), bar.plain
         assert "paralle" in bar.plain and "r " in bar.plain, bar.plain
+
+
+async def test_a_relaunch_that_changed_steps_per_execution_shows_both_attempts_while_running():
+    # The demo at 80x24 while it runs: the attempts panel holds its header and two lines.
+    # The relaunch changed steps_per_execution only (besides prefetch): it fits as a column
+    # ("steps/call"), so the attempt before stays in view beside the current one (seen: only
+    # attempt 2, and no word of what differed, before the short label).
+    frames = load_events("cpu_two_attempts.jsonl")
+    for frame in frames:
+        if frame["type"] == "attempt" and frame["attempt"] == 2:
+            frame["settings"]["train"]["steps_per_execution"] = 8
+    link = ReplayLink(frames, batch_size=50)
+    app = GpuwatchApp(link, clock=frozen_clock_for(frames))
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(app, link, pilot)
+        attempts_fit(app)
+        panel = app.query_one(AttemptsPanel)
+        shown = rows(app)
+        assert set(shown) == {1, 2}, panel.plain
+        header = panel.plain.splitlines()[0].split()
+        column = header.index("steps/call")
+        assert (shown[1][column], shown[2][column]) == ("1", "8"), panel.plain
