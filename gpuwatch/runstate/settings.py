@@ -121,9 +121,10 @@ _SHORT_LABELS = {
     "train.learning_rate": "lr",
     "strategy.cpu_replicas": "cpu replicas",
     "strategy.replicas": "replicas",
-    # Short enough that one of them fits as a column at 80 columns: a note under each row
-    # would leave a 3-line table room for one attempt only.
-    "train.steps_per_execution": "steps/call",
+    # Short enough that one of them fits as a column at 80 columns, with the longest
+    # "ended" word: a note under each row would leave a 3-line table room for one attempt.
+    # "spe" is Keras' own shorthand for steps_per_execution.
+    "train.steps_per_execution": "spe",
     "train.jit_compile": "jit",
     "train.mixed_precision": "precision",
     "train.max_steps": "max steps",

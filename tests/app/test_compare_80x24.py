@@ -146,8 +146,9 @@ async def test_a_change_made_in_the_settings_screen_is_pending_in_view(fixture: 
 async def test_a_relaunch_that_changed_steps_per_execution_shows_both_attempts_while_running():
     # The demo at 80x24 while it runs: the attempts panel holds its header and two lines.
     # The relaunch changed steps_per_execution only (besides prefetch): it fits as a column
-    # ("steps/call"), so the attempt before stays in view beside the current one (seen: only
-    # attempt 2, and no word of what differed, before the short label).
+    # ("spe"), with the longest "ended" word, so the attempt before stays in view beside the
+    # current one (seen in tmux: only attempt 2, and no word of what differed; then, with a
+    # longer label, attempt 1 alone, its "ended" word wrapped onto the second line).
     frames = load_events("cpu_two_attempts.jsonl")
     for frame in frames:
         if frame["type"] == "attempt" and frame["attempt"] == 2:
@@ -161,5 +162,6 @@ async def test_a_relaunch_that_changed_steps_per_execution_shows_both_attempts_w
         shown = rows(app)
         assert set(shown) == {1, 2}, panel.plain
         header = panel.plain.splitlines()[0].split()
-        column = header.index("steps/call")
+        column = header.index("spe")
         assert (shown[1][column], shown[2][column]) == ("1", "8"), panel.plain
+        assert shown[1][-1] == "sigterm" and shown[2][-1] == "running", panel.plain

@@ -66,7 +66,10 @@ class AttemptsPanel(StatePanel):
         text = Text()
         recent = list(state.attempts.values())[-self.MAX_ROWS:]
         width = self.content_size.width or 78
-        attempts, columns, notes, shared = self._fit(recent, width)
+        # A row is its header's width with its "ended" word in place of the word "ended".
+        longest = max((len(self._ended(state, s)) for s in recent), default=0)
+        attempts, columns, notes, shared = self._fit(
+            recent, width - max(0, longest - len("ended")))
         # A workers column only for a cluster: one-host runs read as they always did.
         cluster = any(s.workers > 1 for s in attempts)
         split = self._split_label(state, attempts, columns, cluster, width)
@@ -221,9 +224,14 @@ class AttemptsPanel(StatePanel):
         if split:
             shares = compute_sync_cell(summary.breakdown if summary.measured else None)
             row += f" {shares:>{len(split)}}"
+        return row + f"  {self._ended(state, summary)}"
+
+    @staticmethod
+    def _ended(state: RunState, summary: AttemptSummary) -> str:
+        """The "ended" cell: why the attempt ended, or the run's state for the current one."""
         ended = summary.end or ("running" if summary.attempt == state.attempt else "")
         if summary.attempt == state.attempt and state.terminal:
             ended = summary.end or state.status or ""
         if summary.data_restarted:
             ended += "*"
-        return row + f"  {ended}"
+        return ended
